@@ -161,6 +161,7 @@ mod tests {
                 p90_ms: 2.0,
                 p99_ms: 5.0,
                 max_ms: 20.0,
+                ..SecondSample::default()
             })
             .collect();
         let svg = render_svg(&timeline, "test").expect("chart");

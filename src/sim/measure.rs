@@ -118,6 +118,27 @@ struct Second {
     errors: u64,
     assigned: i64,
     latency: Histogram<u64>,
+    server: ServerGauges,
+}
+
+/// The server's pool and gate as `/healthz` shows them (the most seen in a second).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerGauges {
+    pub pool_in_use: u64,
+    pub pool_waiting: u64,
+    pub gate_running: u64,
+    pub gate_queued: u64,
+}
+
+impl ServerGauges {
+    fn max(self, o: ServerGauges) -> ServerGauges {
+        ServerGauges {
+            pool_in_use: self.pool_in_use.max(o.pool_in_use),
+            pool_waiting: self.pool_waiting.max(o.pool_waiting),
+            gate_running: self.gate_running.max(o.gate_running),
+            gate_queued: self.gate_queued.max(o.gate_queued),
+        }
+    }
 }
 
 impl Second {
@@ -129,6 +150,7 @@ impl Second {
             errors: 0,
             assigned: 0,
             latency,
+            server: ServerGauges::default(),
         }
     }
 }
@@ -177,6 +199,7 @@ pub struct Recorder {
     coarse: Histogram<u64>,
     endpoints: Vec<Mutex<Histogram<u64>>>,
     connect: Mutex<Histogram<u64>>,
+    probe: Mutex<Histogram<u64>>,
     seconds: Mutex<Vec<Second>>,
     errors: Mutex<BTreeMap<String, u64>>,
     messages: Mutex<BTreeMap<String, u64>>,
@@ -186,6 +209,7 @@ pub struct Recorder {
     assigned_now: AtomicI64,
     tasks: [AtomicU64; 7],
     games: AtomicU64,
+    games_by_run: Mutex<BTreeMap<String, u64>>,
     exits: Mutex<BTreeMap<ExitReason, u64>>,
     workers_started: AtomicU64,
     workers_with_task: AtomicU64,
@@ -205,6 +229,7 @@ impl Recorder {
                 .map(|_| Mutex::new(fine.clone()))
                 .collect(),
             connect: Mutex::new(fine.clone()),
+            probe: Mutex::new(fine.clone()),
             seconds: Mutex::new(Vec::new()),
             errors: Mutex::new(BTreeMap::new()),
             messages: Mutex::new(BTreeMap::new()),
@@ -214,6 +239,7 @@ impl Recorder {
             assigned_now: AtomicI64::new(0),
             tasks: Default::default(),
             games: AtomicU64::new(0),
+            games_by_run: Mutex::new(BTreeMap::new()),
             exits: Mutex::new(BTreeMap::new()),
             workers_started: AtomicU64::new(0),
             workers_with_task: AtomicU64::new(0),
@@ -336,8 +362,21 @@ impl Recorder {
         self.tasks[e as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn games(&self, n: u64) {
+    /// `n` games of run `run_id` acknowledged by an update.
+    pub fn games(&self, run_id: &str, n: u64) {
         self.games.fetch_add(n, Ordering::Relaxed);
+        let mut by_run = self.games_by_run.lock();
+        match by_run.get_mut(run_id) {
+            Some(g) => *g += n,
+            None => {
+                by_run.insert(run_id.to_string(), n);
+            }
+        }
+    }
+
+    /// Games acknowledged per run so far.
+    pub fn games_by_run(&self) -> BTreeMap<String, u64> {
+        self.games_by_run.lock().clone()
     }
 
     pub fn assigned_now(&self) -> i64 {
@@ -366,6 +405,14 @@ impl Recorder {
         self.with_second(at, |s| s.assigned = s.assigned.max(n));
     }
 
+    /// A `/healthz` probe made during the run answered after `latency`, showing `gauges`.
+    pub fn probe(&self, at: Instant, latency: Duration, gauges: Option<ServerGauges>) {
+        self.probe.lock().saturating_record(us(latency));
+        if let Some(g) = gauges {
+            self.with_second(at, |s| s.server = s.server.max(g));
+        }
+    }
+
     /// The call start offsets (ms since t0), in the order recorded.
     pub fn call_starts(&self) -> Vec<u32> {
         let mut v = self.call_starts.lock().clone();
@@ -388,6 +435,10 @@ impl Recorder {
             let h = self.connect.lock();
             (!h.is_empty()).then(|| LatencySummary::from_histogram(&h))
         };
+        let healthz_probe = {
+            let h = self.probe.lock();
+            (!h.is_empty()).then(|| LatencySummary::from_histogram(&h))
+        };
         let timeline = self
             .seconds
             .lock()
@@ -406,6 +457,7 @@ impl Recorder {
             all: LatencySummary::from_histogram(&all),
             endpoints,
             connect,
+            healthz_probe,
             too_busy: self.too_busy.load(Ordering::Relaxed),
             no_task: self.no_task.load(Ordering::Relaxed),
             errors_total,
@@ -434,6 +486,7 @@ impl Recorder {
                 beats: t(TaskEvent::Beat),
                 pgns_uploaded: t(TaskEvent::PgnUploaded),
                 games_reported: self.games.load(Ordering::Relaxed),
+                games_by_run: self.games_by_run(),
             },
             client,
             timeline,
@@ -461,6 +514,9 @@ pub struct SecondSample {
     pub p90_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// The server's pool and gate during this second (from `/healthz` probes).
+    #[serde(default)]
+    pub server: ServerGauges,
 }
 
 impl SecondSample {
@@ -477,6 +533,7 @@ impl SecondSample {
             p90_ms: l.p90_ms,
             p99_ms: l.p99_ms,
             max_ms: l.max_ms,
+            server: s.server,
         }
     }
 }
@@ -504,6 +561,7 @@ pub struct TaskSummary {
     pub beats: u64,
     pub pgns_uploaded: u64,
     pub games_reported: u64,
+    pub games_by_run: BTreeMap<String, u64>,
 }
 
 /// What the fleet measured (the recorder's part of the report).
@@ -517,6 +575,9 @@ pub struct FleetReport {
     pub endpoints: BTreeMap<String, LatencySummary>,
     /// Time to open a TCP connection (fresh connections and pool misses).
     pub connect: Option<LatencySummary>,
+    /// `GET /healthz` (answered on the server's event loop) probed 10 times a second during
+    /// the run, on its own keep-alive connection: the loop's responsiveness under this load.
+    pub healthz_probe: Option<LatencySummary>,
     /// request_task replies "the server is currently too busy".
     pub too_busy: u64,
     /// request_task replies with `task_waiting` for another reason (no run needs games).
@@ -724,6 +785,9 @@ mod tests {
         r.task_assigned(sec(1, 10), Some(Duration::from_millis(900)));
         r.sample(sec(1, 50));
         r.task_released();
+        r.games("aa", 8);
+        r.games("bb", 2);
+        r.games("aa", 4);
         let rep = r.summarize(Duration::from_secs(4), 2, ClientCounters::default());
         assert_eq!(rep.calls, 3);
         assert!((rep.calls_per_second - 0.75).abs() < 1e-12);
@@ -734,6 +798,8 @@ mod tests {
         // Digits are dropped so that the same message for different tasks groups together.
         assert_eq!(rep.error_messages["update_task: task  is gone "], 2);
         assert_eq!(rep.too_busy, 1);
+        assert_eq!(rep.tasks.games_reported, 14);
+        assert_eq!(rep.tasks.games_by_run["aa"], 12);
         assert_eq!(rep.timeline.len(), 3);
         assert_eq!(rep.timeline[0].calls, 2);
         assert_eq!(rep.timeline[1].request_task, 1);

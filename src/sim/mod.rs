@@ -223,6 +223,9 @@ pub struct ServerSummary {
     pub request_task_critical_summary: Option<ServerRoute>,
     /// `shoal_http_request_duration_seconds` per worker route, during the fleet phase.
     pub routes: BTreeMap<String, ServerRoute>,
+    /// Other server histograms during the fleet phase: journal commits, write-behind flushes,
+    /// the periodic jobs.
+    pub internals: BTreeMap<String, ServerRoute>,
     pub log_warnings: Option<u64>,
 }
 
@@ -366,6 +369,13 @@ async fn scrape(client: &Client) -> Option<String> {
     setup::get_text(client, "/metrics").await.ok()
 }
 
+/// A server histogram worth reporting: (key in the report, metric name, labels).
+type Internal = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
 const ROUTES: [&str; 6] = [
     "/api/request_version",
     "/api/request_task",
@@ -401,6 +411,33 @@ fn server_numbers(before: Option<&str>, after: Option<&str>, s: &mut ServerSumma
         if let Some(h) = hist("shoal_http_request_duration_seconds", &[("route", route)]) {
             s.routes
                 .insert(route.to_string(), ServerRoute::from_hist(&h));
+        }
+    }
+    let internals: [Internal; 5] = [
+        ("journal_commit", "shoal_journal_commit_seconds", &[]),
+        ("flush", "shoal_flush_seconds", &[]),
+        (
+            "job_flush_buffers",
+            "shoal_job_seconds",
+            &[("job", "flush_buffers")],
+        ),
+        (
+            "job_scavenge_dead_tasks",
+            "shoal_job_seconds",
+            &[("job", "scavenge_dead_tasks")],
+        ),
+        (
+            "job_update_itp",
+            "shoal_job_seconds",
+            &[("job", "update_itp")],
+        ),
+    ];
+    for (key, name, labels) in internals {
+        if let Some(h) = hist(name, labels)
+            && h.count > 0.0
+        {
+            s.internals
+                .insert(key.to_string(), ServerRoute::from_hist(&h));
         }
     }
 }
@@ -566,6 +603,15 @@ async fn run_with_server(
         )));
     }
     let sampler = tokio::spawn(sample_and_report(fleet.clone(), o.workers, o.quiet));
+    let probe_client = Client::new(ClientConfig {
+        server: server.addr,
+        mode: ConnMode::Pooled,
+        sources: Vec::new(),
+        pool_idle: 1,
+        max_open: 2,
+        timeout,
+    });
+    let prober = tokio::spawn(probe_health(fleet.clone(), probe_client));
     tokio::time::sleep_until(deadline.into()).await;
     // In-flight calls finish (each is bounded by the HTTP timeout); then the rest is dropped.
     let grace = Instant::now() + timeout + Duration::from_secs(2);
@@ -578,6 +624,7 @@ async fn run_with_server(
         }
     }
     sampler.abort();
+    prober.abort();
     let wall = deadline.saturating_duration_since(t0);
     let cpu_after = cpu(server.pid.clone()).await;
     let metrics_after = scrape(&setup_client).await;
@@ -732,6 +779,31 @@ async fn sample_and_report(fleet: Arc<Fleet>, workers: usize, quiet: bool) {
     }
 }
 
+/// Probes `GET /healthz` 10 times a second until the deadline: its latency under load, and
+/// the server's pool and gate gauges.
+async fn probe_health(fleet: Arc<Fleet>, client: Client) {
+    for _ in 0..100_000_000u64 {
+        let t = Instant::now();
+        if t >= fleet.deadline {
+            return;
+        }
+        if let Ok(r) = client.call(Method::GET, "/healthz", None).await {
+            let latency = t.elapsed();
+            let gauges = serde_json::from_slice::<Value>(&r.body).ok().map(|v| {
+                let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+                measure::ServerGauges {
+                    pool_in_use: n("/pool/in_use"),
+                    pool_waiting: n("/pool/waiting"),
+                    gate_running: n("/gate/running"),
+                    gate_queued: n("/gate/queued"),
+                }
+            });
+            fleet.rec.probe(Instant::now(), latency, gauges);
+        }
+        tokio::time::sleep_until((t + Duration::from_millis(100)).into()).await;
+    }
+}
+
 fn fmt_lat(l: &LatencySummary) -> String {
     format!(
         "{:>9} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2}",
@@ -772,6 +844,19 @@ pub fn summary(r: &Report) -> String {
     if let Some(c) = &f.connect {
         line(format!("{:<22} {}", "(tcp connect)", fmt_lat(c)));
     }
+    if let Some(c) = &f.healthz_probe {
+        line(format!("{:<22} {}", "(/healthz probe)", fmt_lat(c)));
+    }
+    let peak = |g: fn(&measure::ServerGauges) -> u64| {
+        f.timeline.iter().map(|s| g(&s.server)).max().unwrap_or(0)
+    };
+    line(format!(
+        "server gauges (peak): pool tokens in use {}, waiting for a token {}, gate running {}, queued {}",
+        peak(|g| g.pool_in_use),
+        peak(|g| g.pool_waiting),
+        peak(|g| g.gate_running),
+        peak(|g| g.gate_queued)
+    ));
     line(String::new());
     line(format!(
         "throughput: {:.0} calls/s over {:.0} s; too busy: {}; no task: {}; errors: {}",
@@ -821,6 +906,15 @@ pub fn summary(r: &Report) -> String {
     if let Some(c) = &sv.request_task_critical_summary {
         line(format!(
             "  request_task critical section: {} calls, mean {} ms, p50 <= {} ms, p99 <= {} ms",
+            c.count,
+            opt(c.mean_ms, 3),
+            opt(c.p50_ms_at_most, 3),
+            opt(c.p99_ms_at_most, 3)
+        ));
+    }
+    for (name, c) in sv.routes.iter().chain(sv.internals.iter()) {
+        line(format!(
+            "  server-side {name}: {} observations, mean {} ms, p50 <= {} ms, p99 <= {} ms",
             c.count,
             opt(c.mean_ms, 3),
             opt(c.p50_ms_at_most, 3),
@@ -1015,21 +1109,28 @@ async fn demo_fleet(
     }
     let progress = async {
         let mut tick = tokio::time::interval(Duration::from_secs(10));
+        tick.tick().await;
         for _ in 0..1_000_000u32 {
             tick.tick().await;
             if Instant::now() >= deadline {
                 break;
             }
-            let r = fleet
-                .rec
-                .summarize(t0.elapsed(), o.workers as u64, Default::default());
+            let by_run = fleet.rec.games_by_run();
+            let games: Vec<String> = runs
+                .iter()
+                .map(|id| {
+                    format!(
+                        "{}: {}",
+                        id.get(id.len().saturating_sub(6)..).unwrap_or(id),
+                        by_run.get(id).unwrap_or(&0)
+                    )
+                })
+                .collect();
             println!(
-                "demo t={:>5.0}s: {} workers holding a task, {} tasks done, {} games reported, {} calls",
+                "demo t={:>5.0}s: {} workers holding a task; games reported per run: {}",
                 t0.elapsed().as_secs_f64(),
                 fleet.rec.assigned_now(),
-                r.tasks.completed,
-                r.tasks.games_reported,
-                r.calls
+                games.join(", ")
             );
         }
     };

@@ -436,11 +436,11 @@ impl Worker {
             });
             match self.update(t, &stats, spsa_block.clone()).await? {
                 UpdateOutcome::Alive => {
-                    self.rec().games(this);
+                    self.rec().games(&t.run_id, this);
                     prev_spsa = spsa_block;
                 }
                 UpdateOutcome::Stop => {
-                    self.rec().games(this);
+                    self.rec().games(&t.run_id, this);
                     let e = if played >= remaining {
                         TaskEvent::Completed
                     } else {
