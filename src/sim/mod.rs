@@ -111,7 +111,9 @@ pub struct SimOptions {
     /// Runs to create (default: enough for the fleet and the duration).
     #[arg(long)]
     pub runs: Option<usize>,
-    #[arg(long, value_enum, default_value_t = RunKind::Sprt)]
+    /// Kind of the runs created: fixed-games runs (the default) never end early, so the
+    /// fleet stays busy; SPRT runs may be decided during the simulation.
+    #[arg(long, value_enum, default_value_t = RunKind::Fixed)]
     pub run_kind: RunKind,
     /// Use these existing, approved runs instead of creating runs.
     #[arg(long, value_delimiter = ',')]

@@ -3,7 +3,8 @@
 //! Owns: the worker's lifecycle (credential and version checks, then the main loop:
 //! request_version before every request_task, back-off on no task / too busy / errors, the
 //! task: setup, batches of games, update_task at each batch boundary with cumulative stats,
-//! the heartbeat when 120 simulated seconds pass without an update, request_spsa for SPSA
+//! the heartbeat (a task beside the game loop, as the real worker's thread) when 120 simulated
+//! seconds pass without an update or a beat, request_spsa for SPSA
 //! runs, failed_task at the configured rate or on an update error, upload_pgn at the end of
 //! every non-SPSA task), and how each reply is judged (only the body counts: `duration`,
 //! `error`, `task_waiting`, `task_alive`), including the replies that would make the real
@@ -13,12 +14,14 @@
 //! loop is bounded, and every wait ends at the run's deadline.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hyper::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, oneshot};
 
 use super::client::Client;
 use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
@@ -29,8 +32,8 @@ use crate::rundb::model::Stats;
 
 /// Main-loop iterations per worker, at most (each takes at least one call or one back-off).
 const MAX_ITERATIONS: u32 = 1_000_000;
-/// Heartbeats per wait, at most.
-const MAX_BEATS_PER_WAIT: u32 = 100_000;
+/// Heartbeats per task, at most.
+const MAX_BEATS_PER_TASK: u32 = 1_000_000;
 /// Simulated seconds to build the engines before the first task's bench, and to bench later.
 const FIRST_SETUP_S: (f64, f64) = (60.0, 180.0);
 const LATER_SETUP_S: (f64, f64) = (10.0, 30.0);
@@ -48,6 +51,57 @@ pub struct Fleet {
     /// Probability that a task ends with failed_task.
     pub failed_rate: f64,
     pub seed: u64,
+}
+
+impl Fleet {
+    /// One HTTP call, recorded. Err(Deadline) if the run is over before it starts.
+    async fn call(&self, ep: Endpoint, body: &Value) -> Result<Reply, ExitReason> {
+        if Instant::now() >= self.deadline {
+            return Err(ExitReason::Deadline);
+        }
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let rec = &self.rec;
+        let started = Instant::now();
+        rec.call_started(started);
+        let reply = match self
+            .client
+            .call(Method::POST, ep.path(), Some(bytes.into()))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                rec.error(ep, e.kind(), Instant::now());
+                rec.message(ep, &e.to_string());
+                return Ok(Reply::Failed { no_duration: false });
+            }
+        };
+        rec.reply(ep, started, started.elapsed(), reply.connect);
+        let now = Instant::now();
+        match serde_json::from_slice::<Value>(&reply.body) {
+            Ok(Value::Object(m)) => {
+                if !m.get("duration").is_some_and(Value::is_number) {
+                    rec.error(ep, "no_duration", now);
+                    return Ok(Reply::Failed { no_duration: true });
+                }
+                if let Some(e) = m.get("error") {
+                    let text = e.as_str().map_or_else(|| e.to_string(), str::to_string);
+                    rec.error(ep, &format!("error_{}", reply.status), now);
+                    rec.message(ep, &text);
+                    return Ok(Reply::Error(text));
+                }
+                Ok(Reply::Ok(m))
+            }
+            _ => {
+                let kind = if reply.status >= 500 {
+                    format!("http_{}", reply.status)
+                } else {
+                    "not_json".to_string()
+                };
+                rec.error(ep, &kind, now);
+                Ok(Reply::Failed { no_duration: false })
+            }
+        }
+    }
 }
 
 /// A reply, judged as the official worker judges it.
@@ -100,7 +154,8 @@ pub async fn run(fleet: Arc<Fleet>, index: u32, start: Duration, username: Strin
         rng,
         backoff: Backoff::default(),
         started: now,
-        last_updated: now,
+        last_updated: Arc::new(LastUpdated::new(now)),
+        heart: None,
         had_task: false,
         benched: false,
     };
@@ -111,6 +166,87 @@ pub async fn run(fleet: Arc<Fleet>, index: u32, start: Duration, username: Strin
     w.fleet.rec.worker_exit(reason);
 }
 
+/// The heartbeat's clock, shared by the worker and its heartbeat: when the last update or
+/// beat attempt happened.
+struct LastUpdated {
+    base: Instant,
+    nanos: AtomicU64,
+}
+
+impl LastUpdated {
+    fn new(at: Instant) -> LastUpdated {
+        LastUpdated {
+            base: at,
+            nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self, at: Instant) {
+        let n = at.saturating_duration_since(self.base).as_nanos();
+        self.nanos
+            .store(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Instant {
+        self.base + Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// What the heartbeat of one task tells the game loop.
+struct Heart {
+    /// A beat answered `error` or `task_alive: false`.
+    dropped: AtomicBool,
+    notify: Notify,
+}
+
+/// The heartbeat (worker-protocol §8): runs beside the task, from the request_task reply to
+/// the end of the task's handling, and beats when 120 simulated seconds pass without an update
+/// or a beat — also during a slow update_task, as the real worker's thread does. It sleeps
+/// until the next beat is due rather than waking every second; the real thread's 1 s tick is
+/// kept as up to one second of jitter.
+async fn heartbeat(
+    fleet: Arc<Fleet>,
+    last: Arc<LastUpdated>,
+    heart: Arc<Heart>,
+    body: Value,
+    mut stop: oneshot::Receiver<()>,
+    tick_jitter: f64,
+) {
+    let period = fleet.scale.real(HEARTBEAT_S);
+    let jitter = fleet.scale.real(tick_jitter);
+    for _ in 0..MAX_BEATS_PER_TASK {
+        let due = last.get() + period + jitter;
+        let wake = due.min(fleet.deadline);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake.into()) => {}
+            _ = &mut stop => return,
+        }
+        let now = Instant::now();
+        if now >= fleet.deadline {
+            return;
+        }
+        if now < last.get() + period {
+            continue;
+        }
+        let reply = match fleet.call(Endpoint::Beat, &body).await {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        last.set(Instant::now());
+        fleet.rec.event(TaskEvent::Beat);
+        let alive = match reply {
+            Reply::Ok(m) => m.get("task_alive").and_then(Value::as_bool).unwrap_or(true),
+            Reply::Error(_) => false,
+            Reply::Failed { .. } => true,
+        };
+        if !alive {
+            heart.dropped.store(true, Ordering::Release);
+            heart.notify.notify_one();
+            return;
+        }
+    }
+}
+
 struct Worker {
     fleet: Arc<Fleet>,
     username: String,
@@ -119,7 +255,9 @@ struct Worker {
     backoff: Backoff,
     started: Instant,
     /// Reset by every beat attempt and every successful update (worker-protocol §8).
-    last_updated: Instant,
+    last_updated: Arc<LastUpdated>,
+    /// The current task's heartbeat, while a task is held.
+    heart: Option<Arc<Heart>>,
     had_task: bool,
     benched: bool,
 }
@@ -135,10 +273,6 @@ fn as_u64_lenient(v: Option<&Value>) -> Option<u64> {
 impl Worker {
     fn rec(&self) -> &Recorder {
         &self.fleet.rec
-    }
-
-    fn past_deadline(&self) -> bool {
-        Instant::now() >= self.fleet.deadline
     }
 
     /// Sleeps `sim_s` simulated seconds; Err at the deadline.
@@ -170,52 +304,7 @@ impl Worker {
 
     /// One HTTP call, recorded. Err(Deadline) if the run is over before it starts.
     async fn call(&self, ep: Endpoint, body: &Value) -> Result<Reply, ExitReason> {
-        if self.past_deadline() {
-            return Err(ExitReason::Deadline);
-        }
-        let bytes = serde_json::to_vec(body).unwrap_or_default();
-        let rec = self.rec();
-        let started = Instant::now();
-        rec.call_started(started);
-        let reply = match self
-            .fleet
-            .client
-            .call(Method::POST, ep.path(), Some(bytes.into()))
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                rec.error(ep, e.kind(), Instant::now());
-                rec.message(ep, &e.to_string());
-                return Ok(Reply::Failed { no_duration: false });
-            }
-        };
-        rec.reply(ep, started, started.elapsed(), reply.connect);
-        let now = Instant::now();
-        match serde_json::from_slice::<Value>(&reply.body) {
-            Ok(Value::Object(m)) => {
-                if !m.get("duration").is_some_and(Value::is_number) {
-                    rec.error(ep, "no_duration", now);
-                    return Ok(Reply::Failed { no_duration: true });
-                }
-                if let Some(e) = m.get("error") {
-                    let text = e.as_str().map_or_else(|| e.to_string(), str::to_string);
-                    rec.error(ep, &format!("error_{}", reply.status), now);
-                    rec.message(ep, &text);
-                    return Ok(Reply::Error(text));
-                }
-                Ok(Reply::Ok(m))
-            }
-            _ => {
-                let kind = if reply.status >= 500 {
-                    format!("http_{}", reply.status)
-                } else {
-                    "not_json".to_string()
-                };
-                rec.error(ep, &kind, now);
-                Ok(Reply::Failed { no_duration: false })
-            }
-        }
+        self.fleet.call(ep, body).await
     }
 
     fn version_body(&self) -> Value {
@@ -299,7 +388,24 @@ impl Worker {
         let first_wait = (!self.had_task).then(|| now.saturating_duration_since(self.started));
         self.had_task = true;
         self.rec().task_assigned(now, first_wait);
+        let heart = Arc::new(Heart {
+            dropped: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let (stop, stopped) = oneshot::channel();
+        let jitter = self.rng.random::<f64>();
+        tokio::spawn(heartbeat(
+            self.fleet.clone(),
+            self.last_updated.clone(),
+            heart.clone(),
+            self.task_body(&task, Vec::new()),
+            stopped,
+            jitter,
+        ));
+        self.heart = Some(heart);
         let result = self.play_task(run, &task).await;
+        self.heart = None;
+        drop(stop);
         self.rec().task_released();
         result
     }
@@ -360,7 +466,7 @@ impl Worker {
             FIRST_SETUP_S
         };
         let setup = self.rng.random_range(lo..hi);
-        if let Wake::Dropped = self.wait_playing(setup, t).await? {
+        if let Wake::Dropped = self.wait_playing(setup).await? {
             self.rec().event(TaskEvent::DroppedByServer);
             return Ok(true);
         }
@@ -408,7 +514,7 @@ impl Worker {
             if fail_at == Some(batches) {
                 // fastchess dies halfway through the batch: the half-played games are in the
                 // PGN but never reported.
-                if let Wake::Dropped = self.wait_playing(secs / 2.0, t).await? {
+                if let Wake::Dropped = self.wait_playing(secs / 2.0).await? {
                     self.rec().event(TaskEvent::DroppedByServer);
                     return Ok(true);
                 }
@@ -419,7 +525,7 @@ impl Worker {
                     .fail(t, INJECTED_FAILURE, &partial, &resumed, spsa)
                     .await;
             }
-            if let Wake::Dropped = self.wait_playing(secs, t).await? {
+            if let Wake::Dropped = self.wait_playing(secs).await? {
                 self.rec().event(TaskEvent::DroppedByServer);
                 self.upload_pgn(t, "", &stats, &resumed, spsa).await?;
                 return Ok(true);
@@ -463,43 +569,37 @@ impl Worker {
         Ok(true)
     }
 
-    /// Waits `sim_s` simulated seconds of play, beating whenever 120 s pass without an update.
-    async fn wait_playing(&mut self, sim_s: f64, t: &TaskRef) -> Result<Wake, ExitReason> {
-        let scale = self.fleet.scale;
-        let until = Instant::now() + scale.real(sim_s);
-        for _ in 0..MAX_BEATS_PER_WAIT {
-            let beat_at = self.last_updated + scale.real(HEARTBEAT_S);
-            if until <= beat_at {
-                if until >= self.fleet.deadline {
-                    tokio::time::sleep_until(self.fleet.deadline.into()).await;
-                    return Err(ExitReason::Deadline);
-                }
-                tokio::time::sleep_until(until.into()).await;
-                return Ok(Wake::Done);
-            }
-            if beat_at >= self.fleet.deadline {
-                tokio::time::sleep_until(self.fleet.deadline.into()).await;
-                return Err(ExitReason::Deadline);
-            }
-            tokio::time::sleep_until(beat_at.into()).await;
-            if !self.beat(t).await? {
-                return Ok(Wake::Dropped);
-            }
-        }
-        Ok(Wake::Done)
+    /// Whether the heartbeat has been told that the task is gone.
+    fn dropped(&self) -> bool {
+        self.heart
+            .as_ref()
+            .is_some_and(|h| h.dropped.load(Ordering::Acquire))
     }
 
-    /// One heartbeat: false if the server says the task is gone.
-    async fn beat(&mut self, t: &TaskRef) -> Result<bool, ExitReason> {
-        let body = self.task_body(t, Vec::new());
-        let reply = self.call(Endpoint::Beat, &body).await?;
-        self.last_updated = Instant::now();
-        self.rec().event(TaskEvent::Beat);
-        Ok(match reply {
-            Reply::Ok(m) => m.get("task_alive").and_then(Value::as_bool).unwrap_or(true),
-            Reply::Error(_) => false,
-            Reply::Failed { .. } => true,
-        })
+    /// Plays for `sim_s` simulated seconds, unless the heartbeat learns that the task is gone.
+    async fn wait_playing(&mut self, sim_s: f64) -> Result<Wake, ExitReason> {
+        let until = Instant::now() + self.fleet.scale.real(sim_s);
+        let wake = until.min(self.fleet.deadline);
+        if self.dropped() {
+            return Ok(Wake::Dropped);
+        }
+        match &self.heart {
+            Some(h) => {
+                let h = h.clone();
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake.into()) => {}
+                    () = h.notify.notified() => {}
+                }
+            }
+            None => tokio::time::sleep_until(wake.into()).await,
+        }
+        if self.dropped() {
+            return Ok(Wake::Dropped);
+        }
+        if Instant::now() >= self.fleet.deadline {
+            return Err(ExitReason::Deadline);
+        }
+        Ok(Wake::Done)
     }
 
     /// update_task with the worker's retries: 5 attempts, 15 simulated seconds apart.
@@ -523,7 +623,7 @@ impl Worker {
                     self.rec().event(TaskEvent::Update);
                     return Ok(match m.get("task_alive").and_then(Value::as_bool) {
                         Some(true) => {
-                            self.last_updated = Instant::now();
+                            self.last_updated.set(Instant::now());
                             UpdateOutcome::Alive
                         }
                         Some(false) => UpdateOutcome::Stop,
