@@ -11,6 +11,8 @@
 //! - [`rundb`]: runs, tasks, users and the worker-protocol rules; the run cache and journal.
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
 //! - [`app`]: start-up, serving, orderly shutdown.
+//! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
+//!   internals.
 //!
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
@@ -21,6 +23,7 @@ pub mod http;
 pub mod offload;
 pub mod purge;
 pub mod rundb;
+pub mod sim;
 pub mod spsa;
 pub mod stats;
 pub mod store;

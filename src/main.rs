@@ -44,6 +44,35 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Simulate a fleet of official workers against a server and report what it saw.
+    Sim(Box<shoal::sim::SimOptions>),
+    /// Start a server with a seeded user, a few runs and a small simulated fleet.
+    Demo(shoal::sim::DemoOptions),
+}
+
+/// Runs a client-side future (the simulator, the demo) on a fresh multi-threaded runtime.
+fn run_client<F>(future: F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<(), shoal::sim::SimError>>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("shoal-sim")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shoal: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -284,6 +313,10 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Sim(options) => {
+            run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
+        }
+        Command::Demo(options) => run_client(shoal::sim::demo(options)),
         Command::CheckConfig { config } => match load(config.as_ref()) {
             Ok(c) => {
                 match toml::to_string(&c) {

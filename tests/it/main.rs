@@ -3,6 +3,7 @@
 mod core;
 mod fleet;
 mod harness;
+mod sim;
 mod spsa_props;
 mod stats_corpus;
 mod stats_props;

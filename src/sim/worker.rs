@@ -1,0 +1,889 @@
+//! One simulated worker: the official worker's behaviour (worker-protocol §3–§8) over HTTP.
+//!
+//! Owns: the worker's lifecycle (credential and version checks, then the main loop:
+//! request_version before every request_task, back-off on no task / too busy / errors, the
+//! task: setup, batches of games, update_task at each batch boundary with cumulative stats,
+//! the heartbeat (a task beside the game loop, as the real worker's thread) when 120 simulated
+//! seconds pass without an update or a beat, request_spsa for SPSA
+//! runs, failed_task at the configured rate or on an update error, upload_pgn at the end of
+//! every non-SPSA task), and how each reply is judged (only the body counts: `duration`,
+//! `error`, `task_waiting`, `task_alive`), including the replies that would make the real
+//! worker exit.
+//! Must not: call server internals or fake results: everything it knows about the server
+//! comes from HTTP replies; everything it records goes through `measure::Recorder`. Every
+//! loop is bounded, and every wait ends at the run's deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, oneshot};
+
+use super::client::Client;
+use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
+use super::schedule::{Backoff, HEARTBEAT_S, TimeScale, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
+use super::stats::{GameModel, Identity, game_seconds, games_at_once, pgn_payload, update_batch};
+use crate::rundb::WORKER_VERSION;
+use crate::rundb::model::Stats;
+
+/// Main-loop iterations per worker, at most (each takes at least one call or one back-off).
+const MAX_ITERATIONS: u32 = 1_000_000;
+/// Heartbeats per task, at most.
+const MAX_BEATS_PER_TASK: u32 = 1_000_000;
+/// Simulated seconds to build the engines before the first task's bench, and to bench later.
+const FIRST_SETUP_S: (f64, f64) = (60.0, 180.0);
+const LATER_SETUP_S: (f64, f64) = (10.0, 30.0);
+/// The failure an injected failed_task reports (fastchess dying mid-batch).
+pub const INJECTED_FAILURE: &str = "Fastchess failed with error code 3";
+
+/// What every worker of a fleet shares.
+pub struct Fleet {
+    pub client: Client,
+    pub rec: Recorder,
+    pub scale: TimeScale,
+    pub deadline: Instant,
+    pub password: String,
+    pub model: GameModel,
+    /// Probability that a task ends with failed_task.
+    pub failed_rate: f64,
+    pub seed: u64,
+}
+
+impl Fleet {
+    /// One HTTP call, recorded. Err(Deadline) if the run is over before it starts.
+    async fn call(&self, ep: Endpoint, body: &Value) -> Result<Reply, ExitReason> {
+        if Instant::now() >= self.deadline {
+            return Err(ExitReason::Deadline);
+        }
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let rec = &self.rec;
+        let started = Instant::now();
+        rec.call_started(started);
+        let reply = match self
+            .client
+            .call(Method::POST, ep.path(), Some(bytes.into()))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                rec.error(ep, e.kind(), Instant::now());
+                rec.message(ep, &e.to_string());
+                return Ok(Reply::Failed { no_duration: false });
+            }
+        };
+        rec.reply(ep, started, started.elapsed(), reply.connect);
+        let now = Instant::now();
+        match serde_json::from_slice::<Value>(&reply.body) {
+            Ok(Value::Object(m)) => {
+                if !m.get("duration").is_some_and(Value::is_number) {
+                    rec.error(ep, "no_duration", now);
+                    return Ok(Reply::Failed { no_duration: true });
+                }
+                if let Some(e) = m.get("error") {
+                    let text = e.as_str().map_or_else(|| e.to_string(), str::to_string);
+                    rec.error(ep, &format!("error_{}", reply.status), now);
+                    rec.message(ep, &text);
+                    return Ok(Reply::Error(text));
+                }
+                Ok(Reply::Ok(m))
+            }
+            _ => {
+                let kind = if reply.status >= 500 {
+                    format!("http_{}", reply.status)
+                } else {
+                    "not_json".to_string()
+                };
+                rec.error(ep, &kind, now);
+                Ok(Reply::Failed { no_duration: false })
+            }
+        }
+    }
+}
+
+/// A reply, judged as the official worker judges it.
+enum Reply {
+    /// A JSON object with a numeric `duration` and no `error`.
+    Ok(Map<String, Value>),
+    /// A JSON object with `duration` and an `error` (whatever the HTTP status).
+    Error(String),
+    /// No usable reply: a transport failure, a body that is not a JSON object, or an object
+    /// without `duration`.
+    Failed { no_duration: bool },
+}
+
+/// How a wait during a task ended.
+enum Wake {
+    Done,
+    /// A beat answered `error` or `task_alive: false`: the worker forgets the task.
+    Dropped,
+}
+
+enum UpdateOutcome {
+    Alive,
+    Stop,
+    Error(String),
+    TooManyFailures,
+    /// No `task_alive` in the reply: the real worker posts failed_task and exits.
+    Fatal,
+}
+
+struct TaskRef {
+    run_id: String,
+    task_id: u64,
+}
+
+/// Runs worker `index` of `fleet` from `start` (since the recorder's t0) to the deadline.
+pub async fn run(fleet: Arc<Fleet>, index: u32, start: Duration, username: String) {
+    let seed = fleet.seed ^ u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let id = Identity::generate(index, fleet.seed, &username, &mut rng);
+    let at = fleet.rec.t0() + start;
+    if at >= fleet.deadline {
+        return;
+    }
+    tokio::time::sleep_until(at.into()).await;
+    let now = Instant::now();
+    let mut w = Worker {
+        fleet,
+        username,
+        id,
+        rng,
+        backoff: Backoff::default(),
+        started: now,
+        last_updated: Arc::new(LastUpdated::new(now)),
+        heart: None,
+        had_task: false,
+        benched: false,
+    };
+    let reason = match w.lifecycle().await {
+        Ok(()) => ExitReason::Deadline,
+        Err(r) => r,
+    };
+    w.fleet.rec.worker_exit(reason);
+}
+
+/// The heartbeat's clock, shared by the worker and its heartbeat: when the last update or
+/// beat attempt happened.
+struct LastUpdated {
+    base: Instant,
+    nanos: AtomicU64,
+}
+
+impl LastUpdated {
+    fn new(at: Instant) -> LastUpdated {
+        LastUpdated {
+            base: at,
+            nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self, at: Instant) {
+        let n = at.saturating_duration_since(self.base).as_nanos();
+        self.nanos
+            .store(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Instant {
+        self.base + Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// What the heartbeat of one task tells the game loop.
+struct Heart {
+    /// A beat answered `error` or `task_alive: false`.
+    dropped: AtomicBool,
+    notify: Notify,
+}
+
+/// The heartbeat (worker-protocol §8): runs beside the task, from the request_task reply to
+/// the end of the task's handling, and beats when 120 simulated seconds pass without an update
+/// or a beat — also during a slow update_task, as the real worker's thread does. It sleeps
+/// until the next beat is due rather than waking every second; the real thread's 1 s tick is
+/// kept as up to one second of jitter.
+async fn heartbeat(
+    fleet: Arc<Fleet>,
+    last: Arc<LastUpdated>,
+    heart: Arc<Heart>,
+    body: Value,
+    mut stop: oneshot::Receiver<()>,
+    tick_jitter: f64,
+) {
+    let period = fleet.scale.real(HEARTBEAT_S);
+    let jitter = fleet.scale.real(tick_jitter);
+    for _ in 0..MAX_BEATS_PER_TASK {
+        let due = last.get() + period + jitter;
+        let wake = due.min(fleet.deadline);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake.into()) => {}
+            _ = &mut stop => return,
+        }
+        let now = Instant::now();
+        if now >= fleet.deadline {
+            return;
+        }
+        if now < last.get() + period {
+            continue;
+        }
+        let reply = match fleet.call(Endpoint::Beat, &body).await {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        last.set(Instant::now());
+        fleet.rec.event(TaskEvent::Beat);
+        let alive = match reply {
+            Reply::Ok(m) => m.get("task_alive").and_then(Value::as_bool).unwrap_or(true),
+            Reply::Error(_) => false,
+            Reply::Failed { .. } => true,
+        };
+        if !alive {
+            heart.dropped.store(true, Ordering::Release);
+            heart.notify.notify_one();
+            return;
+        }
+    }
+}
+
+struct Worker {
+    fleet: Arc<Fleet>,
+    username: String,
+    id: Identity,
+    rng: StdRng,
+    backoff: Backoff,
+    started: Instant,
+    /// Reset by every beat attempt and every successful update (worker-protocol §8).
+    last_updated: Arc<LastUpdated>,
+    /// The current task's heartbeat, while a task is held.
+    heart: Option<Arc<Heart>>,
+    had_task: bool,
+    benched: bool,
+}
+
+fn as_u64_lenient(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+impl Worker {
+    fn rec(&self) -> &Recorder {
+        &self.fleet.rec
+    }
+
+    /// Sleeps `sim_s` simulated seconds; Err at the deadline.
+    async fn sleep_sim(&self, sim_s: f64) -> Result<(), ExitReason> {
+        let until = Instant::now() + self.fleet.scale.real(sim_s);
+        if until >= self.fleet.deadline {
+            tokio::time::sleep_until(self.fleet.deadline.into()).await;
+            return Err(ExitReason::Deadline);
+        }
+        tokio::time::sleep_until(until.into()).await;
+        Ok(())
+    }
+
+    fn body(&self, extra: Vec<(&str, Value)>) -> Value {
+        let mut m = Map::new();
+        m.insert("password".into(), json!(self.fleet.password));
+        m.insert("worker_info".into(), Value::Object(self.id.info.clone()));
+        for (k, v) in extra {
+            m.insert(k.into(), v);
+        }
+        Value::Object(m)
+    }
+
+    fn task_body(&self, t: &TaskRef, extra: Vec<(&str, Value)>) -> Value {
+        let mut e = vec![("run_id", json!(t.run_id)), ("task_id", json!(t.task_id))];
+        e.extend(extra);
+        self.body(e)
+    }
+
+    /// One HTTP call, recorded. Err(Deadline) if the run is over before it starts.
+    async fn call(&self, ep: Endpoint, body: &Value) -> Result<Reply, ExitReason> {
+        self.fleet.call(ep, body).await
+    }
+
+    fn version_body(&self) -> Value {
+        json!({"password": self.fleet.password, "worker_info": {"username": self.username}})
+    }
+
+    async fn lifecycle(&mut self) -> Result<(), ExitReason> {
+        self.rec().worker_started();
+        // Credential check: any failure makes the worker exit.
+        match self
+            .call(Endpoint::RequestVersion, &self.version_body())
+            .await?
+        {
+            Reply::Ok(_) => {}
+            Reply::Error(_) | Reply::Failed { .. } => return Err(ExitReason::Credentials),
+        }
+        // Version check: an error exits; a network failure is tolerated.
+        match self
+            .call(Endpoint::RequestVersion, &self.version_body())
+            .await?
+        {
+            Reply::Error(_) => return Err(ExitReason::Credentials),
+            Reply::Failed { no_duration: true } => return Err(ExitReason::Protocol),
+            Reply::Ok(_) | Reply::Failed { .. } => {}
+        }
+        for _ in 0..MAX_ITERATIONS {
+            if self.iteration().await? {
+                self.backoff.success();
+            } else {
+                let delay = self.backoff.failure();
+                self.sleep_sim(delay).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One main-loop iteration: true if it ended well (no back-off).
+    async fn iteration(&mut self) -> Result<bool, ExitReason> {
+        match self
+            .call(Endpoint::RequestVersion, &self.version_body())
+            .await?
+        {
+            Reply::Failed { no_duration: true } => return Err(ExitReason::Protocol),
+            Reply::Failed { .. } => return Ok(false),
+            Reply::Error(_) => return Err(ExitReason::Credentials),
+            Reply::Ok(m) => match m.get("version").and_then(Value::as_u64) {
+                // A newer version would make the real worker update itself and restart.
+                Some(v) if v <= u64::from(WORKER_VERSION) => {}
+                _ => return Err(ExitReason::Protocol),
+            },
+        }
+        let m = match self
+            .call(Endpoint::RequestTask, &self.body(Vec::new()))
+            .await?
+        {
+            Reply::Failed { no_duration: true } => return Err(ExitReason::Protocol),
+            Reply::Failed { .. } | Reply::Error(_) => return Ok(false),
+            Reply::Ok(m) => m,
+        };
+        if m.contains_key("task_waiting") {
+            let info = m.get("info").and_then(Value::as_str).unwrap_or("");
+            if info.contains("too busy") {
+                self.rec().too_busy(Instant::now());
+            } else {
+                self.rec().no_task();
+            }
+            return Ok(false);
+        }
+        let (Some(run), Some(task_id)) = (m.get("run"), m.get("task_id").and_then(Value::as_u64))
+        else {
+            return Err(ExitReason::Protocol);
+        };
+        let Some(run_id) = run.get("_id").and_then(Value::as_str) else {
+            return Err(ExitReason::Protocol);
+        };
+        let task = TaskRef {
+            run_id: run_id.to_string(),
+            task_id,
+        };
+        let now = Instant::now();
+        let first_wait = (!self.had_task).then(|| now.saturating_duration_since(self.started));
+        self.had_task = true;
+        self.rec().task_assigned(now, first_wait);
+        let heart = Arc::new(Heart {
+            dropped: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let (stop, stopped) = oneshot::channel();
+        let jitter = self.rng.random::<f64>();
+        tokio::spawn(heartbeat(
+            self.fleet.clone(),
+            self.last_updated.clone(),
+            heart.clone(),
+            self.task_body(&task, Vec::new()),
+            stopped,
+            jitter,
+        ));
+        self.heart = Some(heart);
+        let result = self.play_task(run, &task).await;
+        self.heart = None;
+        drop(stop);
+        self.rec().task_released();
+        result
+    }
+
+    /// Posts failed_task for an exception that makes the real worker exit, then exits.
+    async fn fatal(&mut self, t: &TaskRef, what: &str) -> Result<bool, ExitReason> {
+        let message = format!("Exception {what} at worker.py WorkerVersion: {WORKER_VERSION}");
+        let body = self.task_body(t, vec![("message", json!(message))]);
+        self.call(Endpoint::FailedTask, &body).await?;
+        Err(ExitReason::Protocol)
+    }
+
+    /// Plays a task to its end. Ok(true): success (no back-off).
+    async fn play_task(&mut self, run: &Value, t: &TaskRef) -> Result<bool, ExitReason> {
+        let args = &run["args"];
+        let my_task = &run["my_task"];
+        let Some(num_games) = my_task.get("num_games").and_then(Value::as_u64) else {
+            return self.fatal(t, "KeyError").await;
+        };
+        let resumed: Stats = match my_task.get("stats") {
+            None | Some(Value::Null) => Stats::default(),
+            Some(s) => match serde_json::from_value(s.clone()) {
+                Ok(s) => s,
+                Err(_) => return self.fatal(t, "KeyError").await,
+            },
+        };
+        if resumed.check().is_err() {
+            return self.fatal(t, "AssertionError").await;
+        }
+        let concurrency = self.id.concurrency;
+        let threads = as_u64_lenient(args.get("threads")).unwrap_or(1).max(1);
+        if threads > u64::from(concurrency) {
+            return self.fatal(t, "ZeroDivisionError").await;
+        }
+        let threads = threads as u32;
+        let tc_text = args.get("tc").and_then(Value::as_str).unwrap_or("");
+        let Some(tc) = crate::rundb::schedule::parse_tc(tc_text) else {
+            return self.fatal(t, "ValueError").await;
+        };
+        let sprt_batch = args
+            .get("sprt")
+            .filter(|s| s.is_object())
+            .map(|s| as_u64_lenient(s.get("batch_size")).unwrap_or(1));
+        let spsa = args.get("spsa").is_some_and(Value::is_object);
+        let remaining = num_games.saturating_sub(resumed.games());
+        let batch = update_batch(&tc, concurrency, threads, sprt_batch, spsa).max(2);
+        if remaining == 0
+            || remaining % 2 != 0
+            || sprt_batch.is_some_and(|b| remaining % (2 * b.max(1)) != 0)
+        {
+            return self.fatal(t, "AssertionError").await;
+        }
+
+        // Engines: built (first task) or cached, then the bench. The heartbeat runs meanwhile.
+        let (lo, hi) = if self.benched {
+            LATER_SETUP_S
+        } else {
+            FIRST_SETUP_S
+        };
+        let setup = self.rng.random_range(lo..hi);
+        if let Wake::Dropped = self.wait_playing(setup).await? {
+            self.rec().event(TaskEvent::DroppedByServer);
+            return Ok(true);
+        }
+        if !self.benched {
+            self.id.after_bench();
+            self.benched = true;
+        }
+        let game_s = game_seconds(tc_text, self.id.bench_nps).unwrap_or(30.0);
+        let at_once = games_at_once(concurrency, threads);
+        let fail_at: Option<u64> = (self.rng.random::<f64>() < self.fleet.failed_rate)
+            .then(|| self.rng.random_range(0..remaining.div_ceil(batch)));
+
+        let mut stats = resumed;
+        let mut played = 0u64;
+        let mut batches = 0u64;
+        let mut sig = 0u64;
+        let mut prev_spsa: Option<Value> = None;
+        while played < remaining {
+            let this = batch.min(remaining - played);
+            if spsa {
+                let mut extra = vec![("stats", json!(stats))];
+                if let Some(p) = prev_spsa.take() {
+                    extra.push(("spsa", p));
+                }
+                let body = self.task_body(t, extra);
+                match self.call(Endpoint::RequestSpsa, &body).await? {
+                    Reply::Ok(m) => match m.get("task_alive").and_then(Value::as_bool) {
+                        Some(true) => sig = m.get("sig").and_then(Value::as_u64).unwrap_or(0),
+                        Some(false) => {
+                            self.rec().event(TaskEvent::DroppedByServer);
+                            return Ok(true);
+                        }
+                        None => return self.fatal(t, "KeyError").await,
+                    },
+                    Reply::Error(e) => return self.fail(t, &e, &stats, &resumed, spsa).await,
+                    Reply::Failed { .. } => {
+                        return self
+                            .fail(t, "request_spsa failed", &stats, &resumed, spsa)
+                            .await;
+                    }
+                }
+            }
+            let rounds = this.div_ceil(at_once) as f64;
+            let secs = rounds * game_s * self.rng.random_range(0.9..1.1);
+            if fail_at == Some(batches) {
+                // fastchess dies halfway through the batch: the half-played games are in the
+                // PGN but never reported.
+                if let Wake::Dropped = self.wait_playing(secs / 2.0).await? {
+                    self.rec().event(TaskEvent::DroppedByServer);
+                    return Ok(true);
+                }
+                let mut partial = stats;
+                let model = self.fleet.model;
+                model.play(&mut partial, (this / 2).max(2), &mut self.rng);
+                return self
+                    .fail(t, INJECTED_FAILURE, &partial, &resumed, spsa)
+                    .await;
+            }
+            if let Wake::Dropped = self.wait_playing(secs).await? {
+                self.rec().event(TaskEvent::DroppedByServer);
+                self.upload_pgn(t, "", &stats, &resumed, spsa).await?;
+                return Ok(true);
+            }
+            let before = stats;
+            let model = self.fleet.model;
+            model.play(&mut stats, this, &mut self.rng);
+            played += this;
+            batches += 1;
+            let spsa_block = spsa.then(|| {
+                let d = stats.delta(&before).unwrap_or_default();
+                json!({"num_games": d.games(), "wins": d.wins, "losses": d.losses,
+                       "draws": d.draws, "sig": sig})
+            });
+            match self.update(t, &stats, spsa_block.clone()).await? {
+                UpdateOutcome::Alive => {
+                    self.rec().games(&t.run_id, this);
+                    prev_spsa = spsa_block;
+                }
+                UpdateOutcome::Stop => {
+                    self.rec().games(&t.run_id, this);
+                    let e = if played >= remaining {
+                        TaskEvent::Completed
+                    } else {
+                        TaskEvent::DroppedByServer
+                    };
+                    self.rec().event(e);
+                    self.upload_pgn(t, "", &stats, &resumed, spsa).await?;
+                    return Ok(true);
+                }
+                UpdateOutcome::Error(e) => return self.fail(t, &e, &stats, &resumed, spsa).await,
+                UpdateOutcome::TooManyFailures => {
+                    let m = "Too many failed update attempts.";
+                    return self.fail(t, m, &stats, &resumed, spsa).await;
+                }
+                UpdateOutcome::Fatal => return self.fatal(t, "KeyError").await,
+            }
+        }
+        self.rec().event(TaskEvent::Completed);
+        self.upload_pgn(t, "", &stats, &resumed, spsa).await?;
+        Ok(true)
+    }
+
+    /// Whether the heartbeat has been told that the task is gone.
+    fn dropped(&self) -> bool {
+        self.heart
+            .as_ref()
+            .is_some_and(|h| h.dropped.load(Ordering::Acquire))
+    }
+
+    /// Plays for `sim_s` simulated seconds, unless the heartbeat learns that the task is gone.
+    async fn wait_playing(&mut self, sim_s: f64) -> Result<Wake, ExitReason> {
+        let until = Instant::now() + self.fleet.scale.real(sim_s);
+        let wake = until.min(self.fleet.deadline);
+        if self.dropped() {
+            return Ok(Wake::Dropped);
+        }
+        match &self.heart {
+            Some(h) => {
+                let h = h.clone();
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake.into()) => {}
+                    () = h.notify.notified() => {}
+                }
+            }
+            None => tokio::time::sleep_until(wake.into()).await,
+        }
+        if self.dropped() {
+            return Ok(Wake::Dropped);
+        }
+        if Instant::now() >= self.fleet.deadline {
+            return Err(ExitReason::Deadline);
+        }
+        Ok(Wake::Done)
+    }
+
+    /// update_task with the worker's retries: 5 attempts, 15 simulated seconds apart.
+    async fn update(
+        &mut self,
+        t: &TaskRef,
+        stats: &Stats,
+        spsa: Option<Value>,
+    ) -> Result<UpdateOutcome, ExitReason> {
+        let mut extra = vec![("stats", json!(stats))];
+        if let Some(s) = spsa {
+            extra.push(("spsa", s));
+        }
+        let body = self.task_body(t, extra);
+        for attempt in 0..UPDATE_ATTEMPTS {
+            if attempt > 0 {
+                self.sleep_sim(UPDATE_RETRY_S).await?;
+            }
+            match self.call(Endpoint::UpdateTask, &body).await? {
+                Reply::Ok(m) => {
+                    self.rec().event(TaskEvent::Update);
+                    return Ok(match m.get("task_alive").and_then(Value::as_bool) {
+                        Some(true) => {
+                            self.last_updated.set(Instant::now());
+                            UpdateOutcome::Alive
+                        }
+                        Some(false) => UpdateOutcome::Stop,
+                        None => UpdateOutcome::Fatal,
+                    });
+                }
+                Reply::Error(e) => return Ok(UpdateOutcome::Error(e)),
+                Reply::Failed { .. } => {}
+            }
+        }
+        Ok(UpdateOutcome::TooManyFailures)
+    }
+
+    /// Ends a task with failed_task (and the partial PGN): an unsuccessful iteration.
+    async fn fail(
+        &mut self,
+        t: &TaskRef,
+        message: &str,
+        stats: &Stats,
+        resumed: &Stats,
+        spsa: bool,
+    ) -> Result<bool, ExitReason> {
+        let body = self.task_body(t, vec![("message", json!(message))]);
+        self.call(Endpoint::FailedTask, &body).await?;
+        self.rec().event(TaskEvent::Failed);
+        self.upload_pgn(t, message, stats, resumed, spsa).await?;
+        Ok(false)
+    }
+
+    /// upload_pgn of the games played in this task (none for SPSA, nor for an empty PGN).
+    async fn upload_pgn(
+        &mut self,
+        t: &TaskRef,
+        message: &str,
+        stats: &Stats,
+        resumed: &Stats,
+        spsa: bool,
+    ) -> Result<(), ExitReason> {
+        let played = stats.delta(resumed).unwrap_or_default();
+        if spsa || played.games() == 0 {
+            return Ok(());
+        }
+        let Ok(pgn) = pgn_payload(&t.run_id, t.task_id, &played) else {
+            return Ok(());
+        };
+        let body = self.task_body(t, vec![("message", json!(message)), ("pgn", json!(pgn))]);
+        if let Reply::Ok(_) = self.call(Endpoint::UploadPgn, &body).await? {
+            self.rec().event(TaskEvent::PgnUploaded);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The worker against a scripted server: the order of calls, the back-off, the
+    //! heartbeat, cumulative stats, and a reply that would kill the real worker.
+
+    use super::*;
+    use crate::sim::client::{ClientConfig, ConnMode};
+    use axum::Json;
+    use axum::extract::State;
+    use axum::routing::post;
+    use parking_lot::Mutex;
+
+    const RUN_ID: &str = "0123456789abcdef01234567";
+    const SCALE: f64 = 600.0;
+    const TASK_GAMES: u64 = 16;
+
+    type Call = (String, Instant, Value);
+
+    #[derive(Default)]
+    struct Script {
+        calls: Vec<Call>,
+        request_tasks: usize,
+        /// Omit `duration` from request_task replies.
+        broken: bool,
+    }
+
+    type Shared = Arc<Mutex<Script>>;
+
+    fn reply(mut v: Value) -> Json<Value> {
+        v["duration"] = json!(0.001);
+        Json(v)
+    }
+
+    fn games(stats: &Value) -> u64 {
+        ["wins", "losses", "draws"]
+            .iter()
+            .map(|k| stats[k].as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    async fn handle(name: &'static str, state: Shared, body: Value) -> Json<Value> {
+        let mut s = state.lock();
+        s.calls
+            .push((name.to_string(), Instant::now(), body.clone()));
+        match name {
+            "request_version" => reply(json!({"version": WORKER_VERSION})),
+            "request_task" => {
+                s.request_tasks += 1;
+                if s.broken {
+                    return Json(json!({"task_waiting": false}));
+                }
+                match s.request_tasks {
+                    1 => reply(json!({"task_waiting": false,
+                        "info": "Request_task: the server is currently too busy..."})),
+                    2 => reply(json!({
+                        "run": {"_id": RUN_ID,
+                                "args": {"tc": "10+0.1", "threads": 1, "sprt": {"batch_size": 2}},
+                                "my_task": {"num_games": TASK_GAMES, "start": 0, "stats": {
+                                    "wins": 0, "losses": 0, "draws": 0, "crashes": 0,
+                                    "time_losses": 0, "pentanomial": [0, 0, 0, 0, 0]}}},
+                        "task_id": 0,
+                    })),
+                    _ => reply(json!({"task_waiting": false})),
+                }
+            }
+            "update_task" => reply(json!({"task_alive": games(&body["stats"]) < TASK_GAMES})),
+            "beat" => reply(json!({"task_alive": true})),
+            _ => reply(json!({})),
+        }
+    }
+
+    /// Runs one worker for `seconds` against the scripted server; returns the calls it made.
+    async fn scripted(broken: bool, seconds: f64) -> (Vec<Call>, Arc<Fleet>) {
+        let state: Shared = Arc::new(Mutex::new(Script {
+            broken,
+            ..Script::default()
+        }));
+        let mut app = axum::Router::new();
+        for name in [
+            "request_version",
+            "request_task",
+            "update_task",
+            "beat",
+            "failed_task",
+            "upload_pgn",
+        ] {
+            app = app.route(
+                &format!("/api/{name}"),
+                post(move |State(s): State<Shared>, Json(b): Json<Value>| handle(name, s, b)),
+            );
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = app.with_state(state.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app.into_make_service()).await;
+        });
+        let t0 = Instant::now();
+        let fleet = Arc::new(Fleet {
+            client: Client::new(ClientConfig {
+                server: addr,
+                mode: ConnMode::Fresh,
+                sources: Vec::new(),
+                pool_idle: 0,
+                max_open: 64,
+                timeout: Duration::from_secs(10),
+            }),
+            rec: Recorder::new(t0).expect("recorder"),
+            scale: TimeScale::new(SCALE).expect("scale"),
+            deadline: t0 + Duration::from_secs_f64(seconds),
+            password: "pw".into(),
+            model: GameModel::new(0.0, 0.5),
+            failed_rate: 0.0,
+            seed: 3,
+        });
+        run(fleet.clone(), 0, Duration::ZERO, "simw00".into()).await;
+        // A heartbeat still in flight finishes by itself.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        server.abort();
+        let calls = state.lock().calls.clone();
+        (calls, fleet)
+    }
+
+    #[tokio::test]
+    async fn follows_the_official_worker() {
+        let (calls, fleet) = scripted(false, 2.0).await;
+        let names: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
+        // Start-up: the credential check and the version check.
+        assert_eq!(&names[..3], &["request_version"; 3], "{names:?}");
+        // request_version before every request_task; request_version carries only the username.
+        for (i, n) in names.iter().enumerate() {
+            if *n == "request_task" {
+                assert_eq!(names[i - 1], "request_version", "{names:?}");
+            }
+        }
+        let rv = &calls[0].2;
+        assert_eq!(rv["worker_info"], json!({"username": "simw00"}));
+        // Every other call carries the full 16-key worker_info.
+        for (name, _, body) in &calls {
+            if name != "request_version" {
+                let wi = body["worker_info"].as_object().expect("worker_info");
+                assert_eq!(wi.len(), 16, "{name}");
+            }
+        }
+        // Too busy: 15 simulated seconds before the next iteration.
+        let rt: Vec<&Call> = calls.iter().filter(|c| c.0 == "request_task").collect();
+        assert!(rt.len() >= 4, "{names:?}");
+        let next_rv = calls
+            .iter()
+            .find(|c| c.0 == "request_version" && c.1 > rt[0].1)
+            .expect("next iteration");
+        let min_gap = Duration::from_secs_f64(15.0 / SCALE);
+        assert!(next_rv.1 - rt[0].1 >= min_gap);
+        // The task: a beat during the engine build (more than 120 s without an update), then
+        // updates at each 4-game batch with cumulative, consistent stats, then the PGN.
+        let task_calls: Vec<&Call> = calls
+            .iter()
+            .filter(|c| c.2.get("run_id").is_some())
+            .collect();
+        assert_eq!(task_calls[0].0, "beat", "{names:?}");
+        let updates: Vec<&Call> = task_calls
+            .iter()
+            .copied()
+            .filter(|c| c.0 == "update_task")
+            .collect();
+        assert_eq!(updates.len() as u64, TASK_GAMES / 4);
+        let mut last = 0;
+        for u in &updates {
+            let stats: Stats = serde_json::from_value(u.2["stats"].clone()).expect("stats");
+            stats.check().expect("consistent");
+            assert_eq!(stats.games(), last + 4);
+            last = stats.games();
+        }
+        let upload = task_calls.last().expect("calls");
+        assert_eq!(upload.0, "upload_pgn");
+        assert_eq!(upload.2["message"], "");
+        // After the task (a success), no back-off; then "no task" replies back off 15, 30,
+        // 60… simulated seconds.
+        let after: Vec<&&Call> = rt.iter().skip(2).collect();
+        for (k, pair) in after.windows(2).enumerate() {
+            let gap = pair[1].1 - pair[0].1;
+            let want = Duration::from_secs_f64(15.0 * 2f64.powi(k as i32) / SCALE);
+            assert!(gap >= want, "gap {k}: {gap:?} < {want:?}");
+        }
+        let r = fleet
+            .rec
+            .summarize(Duration::from_secs(2), 1, Default::default());
+        assert_eq!(r.too_busy, 1);
+        assert_eq!(r.tasks.completed, 1);
+        assert_eq!(r.tasks.games_reported, TASK_GAMES);
+        assert_eq!(r.errors_total, 0);
+        assert_eq!(r.workers.exits.get("deadline"), Some(&1));
+    }
+
+    #[tokio::test]
+    async fn a_reply_without_duration_ends_the_worker() {
+        let (calls, fleet) = scripted(true, 1.0).await;
+        let names: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
+        // The real worker dies with a KeyError on the first request_task: nothing follows.
+        assert_eq!(names.last(), Some(&"request_task"), "{names:?}");
+        assert_eq!(names.iter().filter(|n| **n == "request_task").count(), 1);
+        let r = fleet
+            .rec
+            .summarize(Duration::from_secs(1), 1, Default::default());
+        assert_eq!(r.workers.exits.get("protocol"), Some(&1));
+        assert_eq!(r.errors.get("request_task:no_duration"), Some(&1));
+    }
+}
