@@ -82,7 +82,67 @@ fn main() {
             .run(move || bench(&d))
             .await
             .expect("bench panicked");
+
+        // Write-behind of one big run (a storm's run: thousands of tasks with worker_info).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+        let db = Arc::new(
+            RunDb::open(
+                store,
+                offload.clone(),
+                Books::shipped().expect("books"),
+                RunDbConfig::default(),
+            )
+            .expect("rundb"),
+        );
+        offload
+            .run(move || bench_big_flush(&db))
+            .await
+            .expect("bench panicked");
     });
+}
+
+const BIG_RUN_TASKS: usize = 3_000;
+
+fn bench_big_flush(db: &RunDb) {
+    let user = db
+        .users
+        .add("bench", "pw", "", false, Some(u32::MAX))
+        .expect("user");
+    let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
+    let args: CreateArgs = serde_json::from_value(json!({
+        "base_tag": "master", "new_tag": "big",
+        "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
+        "base_signature": "1", "new_signature": "2",
+        "base_options": "Hash=16", "new_options": "Hash=16",
+        "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
+        "tests_repo": "https://github.com/official-stockfish/Stockfish",
+        "num_games": 3_200_000,
+    }))
+    .expect("args");
+    let id = db.create_run(args, &user).expect("create");
+    db.approve_run(&id, &approver).expect("approve");
+    for n in 0..BIG_RUN_TASKS {
+        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+        assert_eq!(reply["run"]["_id"].as_str(), Some(id.as_str()));
+    }
+    db.flush(true).expect("flush");
+    let stats = Stats {
+        pentanomial: [1, 2, 2, 2, 1],
+        wins: 6,
+        losses: 6,
+        draws: 4,
+        ..Stats::default()
+    };
+    let mut samples = Vec::with_capacity(50);
+    for n in 0..50 {
+        db.update_task(&id, n, stats, None, worker(n))
+            .expect("update_task");
+        let t = Instant::now();
+        assert_eq!(db.flush(true).expect("flush"), 1);
+        samples.push(t.elapsed());
+    }
+    percentiles("flush of one run with 3,000 active tasks", samples);
 }
 
 fn bench(db: &RunDb) {

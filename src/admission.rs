@@ -119,6 +119,43 @@ pub struct GatePermit {
     _running: Tracked,
 }
 
+/// A place in the gate (phase 1), not yet the slot. Dropping it gives the place back.
+#[derive(Debug)]
+pub struct GatePlace {
+    inner: Arc<Inner>,
+    entry: OwnedSemaphorePermit,
+    _queued: Tracked,
+}
+
+impl GatePlace {
+    /// Phase 2: waits patiently, in FIFO order, for a slot. Cancellation-safe: a dropped
+    /// future gives back the place.
+    pub async fn slot(self) -> Result<GatePermit, Rejected> {
+        // The slot semaphore is never closed, so this only fails if that invariant breaks;
+        // treat it as a refusal rather than a panic.
+        let slot = self
+            .inner
+            .slot
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Rejected::Full)?;
+        let GatePlace {
+            inner,
+            entry,
+            _queued,
+        } = self;
+        drop(_queued);
+        inner.counts.admitted.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("shoal_gate_admitted_total", "gate" => inner.config.name).increment(1);
+        Ok(GatePermit {
+            _slot: slot,
+            _entry: entry,
+            _running: Tracked::new(&inner, true),
+        })
+    }
+}
+
 /// Increments a counter + gauge on creation and decrements both on drop.
 #[derive(Debug)]
 struct Tracked {
@@ -191,6 +228,14 @@ impl Gate {
     /// Enters the gate: phase 1 (a place, immediately or within the timeout), then phase 2
     /// (a slot, patiently, in FIFO order). Cancellation-safe at every await.
     pub async fn enter(&self) -> Result<GatePermit, Rejected> {
+        self.admit().await?.slot().await
+    }
+
+    /// Phase 1 alone: a place in the gate (running + queued), immediately or within the
+    /// timeout. The caller may do admission-time work holding it (request_task checks the
+    /// worker's credentials here, before any pool token and outside the critical section),
+    /// then takes the slot with [`GatePlace::slot`]. Dropping the place gives it back.
+    pub async fn admit(&self) -> Result<GatePlace, Rejected> {
         let inner = &self.inner;
         let entry = match inner.config.admission {
             Admission::Immediate => inner.entry.clone().try_acquire_owned().ok(),
@@ -214,22 +259,10 @@ impl Gate {
                 Admission::Within(limit) => Rejected::Timeout(limit),
             });
         };
-        let queued = Tracked::new(inner, false);
-        // The slot semaphore is never closed, so this only fails if that invariant breaks;
-        // treat it as a refusal rather than a panic.
-        let slot = inner
-            .slot
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Rejected::Full)?;
-        drop(queued);
-        inner.counts.admitted.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("shoal_gate_admitted_total", "gate" => inner.config.name).increment(1);
-        Ok(GatePermit {
-            _slot: slot,
-            _entry: entry,
-            _running: Tracked::new(inner, true),
+        Ok(GatePlace {
+            inner: inner.clone(),
+            entry,
+            _queued: Tracked::new(inner, false),
         })
     }
 
@@ -341,6 +374,28 @@ mod tests {
         let a = g.enter().await.expect("admitted");
         drop(a);
         assert_eq!(g.snapshot().running, 0);
+    }
+
+    #[tokio::test]
+    async fn a_place_is_held_between_admission_and_slot_and_given_back_when_dropped() {
+        let g = gate(1, 2, Admission::Immediate);
+        let place = g.admit().await.expect("a place");
+        assert_eq!((g.snapshot().queued, g.snapshot().running), (1, 0));
+        let other = g.admit().await.expect("the second place");
+        assert_eq!(g.admit().await.err(), Some(Rejected::Full));
+        drop(other);
+        let permit = place.slot().await.expect("the slot");
+        assert_eq!((g.snapshot().queued, g.snapshot().running), (0, 1));
+        // A place whose slot wait is cancelled gives the place back too.
+        let waiting = g.admit().await.expect("a place");
+        let wait = tokio::spawn(waiting.slot());
+        settle(|| g.snapshot().queued == 1).await;
+        wait.abort();
+        let _ = wait.await;
+        assert_eq!(g.snapshot().queued, 0);
+        drop(permit);
+        let s = g.snapshot();
+        assert_eq!((s.running, s.queued, s.admitted, s.rejected), (0, 0, 1, 1));
     }
 
     #[derive(Debug, Clone)]

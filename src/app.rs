@@ -126,7 +126,10 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     // The recorder first: the pool and the gate register their series as they are built.
     let metrics = telemetry::metrics_handle();
     let config = Arc::new(config);
-    let offload = Offload::new(config.threadpool_tokens);
+    // Reserved tokens for the serial callers everybody waits on: the request_task slot holder
+    // (one per gate slot) and the journal writer (see `offload`).
+    let reserve = GateConfig::request_task(&config).slots + 1;
+    let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
     let (store, secret, rundb) = offload

@@ -242,8 +242,10 @@ impl Config {
                 "must be set when store = \"mongodb\"",
             ));
         }
-        if !(1..=100_000).contains(&self.threadpool_tokens) {
-            return Err(invalid("threadpool_tokens", "must be between 1 and 100000"));
+        if !(3..=100_000).contains(&self.threadpool_tokens) {
+            // Two tokens are reserved (request_task slot holder, journal writer): at least one
+            // must remain for everything else.
+            return Err(invalid("threadpool_tokens", "must be between 3 and 100000"));
         }
         if !(1..=100_000).contains(&self.task_semaphore_size) {
             return Err(invalid(

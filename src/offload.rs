@@ -2,6 +2,17 @@
 //!
 //! Owns: `threadpool_tokens` permits (a fair, FIFO `tokio::sync::Semaphore`), the only call to
 //! `tokio::task::spawn_blocking` in the code base, and the pool's gauges.
+//!
+//! A few of the tokens can be *reserved* ([`Offload::with_reserved`]) for work that is already
+//! serialised elsewhere and that everybody else waits for: the request_task gate's slot holder
+//! and the journal's group-commit writer take their tokens from the reserve
+//! ([`Offload::run_reserved`]). Otherwise, with the pool saturated, the one caller inside the
+//! scheduler's critical section queued behind thousands of beats and updates for a token while
+//! every other request_task waited on it (measured in the 10k storm before this existed: a
+//! 0.5 ms section held for seconds), and every acknowledgement waited for a journal writer that
+//! waited behind the very requests awaiting it. The reserve is sized to those serial callers
+//! (gate slots + 1), so a reserved token is always free when one asks, give or take the instant
+//! between a previous holder releasing its slot and its token.
 //! Must not: know what the work is (store, lock, CPU), retry, or time out work. A caller that
 //! is cancelled while waiting for a token simply leaves the queue; once a closure has started,
 //! it runs to completion and keeps its token until it returns, whatever happens to the caller.
@@ -36,7 +47,11 @@ tokio::task_local! {
 #[derive(Debug)]
 struct Inner {
     tokens: usize,
+    /// The general tokens (`tokens - reserved`).
     sem: Arc<Semaphore>,
+    /// The reserved tokens (see the module docs), `reserve` of them.
+    reserved: Arc<Semaphore>,
+    reserve: usize,
     in_use: AtomicUsize,
     waiting: AtomicUsize,
 }
@@ -88,14 +103,23 @@ impl Drop for CountGuard {
 }
 
 impl Offload {
-    /// A pool of `tokens` permits. The runtime's `max_blocking_threads` must be at least this
-    /// (see `Config::max_blocking_threads`), so a token always finds a thread.
+    /// A pool of `tokens` permits, none reserved. The runtime's `max_blocking_threads` must be
+    /// at least this (see `Config::max_blocking_threads`), so a token always finds a thread.
     pub fn new(tokens: usize) -> Self {
+        Self::with_reserved(tokens, 0)
+    }
+
+    /// A pool of `tokens` permits of which `reserved` (fewer than `tokens`) are kept for
+    /// [`Offload::run_reserved`].
+    pub fn with_reserved(tokens: usize, reserved: usize) -> Self {
+        let reserved = reserved.min(tokens.saturating_sub(1));
         metrics::gauge!("shoal_pool_tokens_total").set(tokens as f64);
         Offload {
             inner: Arc::new(Inner {
                 tokens,
-                sem: Arc::new(Semaphore::new(tokens)),
+                sem: Arc::new(Semaphore::new(tokens - reserved)),
+                reserved: Arc::new(Semaphore::new(reserved)),
+                reserve: reserved,
                 in_use: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
             }),
@@ -110,11 +134,36 @@ impl Offload {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        self.run_on(&self.inner.sem, work).await
+    }
+
+    /// Like [`Offload::run`], but takes one of the reserved tokens (falling back to the general
+    /// ones when the pool has no reserve). Only for callers that are serialised already (the
+    /// request_task gate's slot holder), so the reserve is never oversubscribed.
+    pub async fn run_reserved<F, R>(&self, work: F) -> Result<R, OffloadError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        if self.inner.reserve == 0 {
+            return self.run(work).await;
+        }
+        self.run_on(&self.inner.reserved, work).await
+    }
+
+    /// Tokens kept for [`Offload::run_reserved`].
+    pub fn reserve(&self) -> usize {
+        self.inner.reserve
+    }
+
+    async fn run_on<F, R>(&self, sem: &Arc<Semaphore>, work: F) -> Result<R, OffloadError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
         let span = tracing::Span::current();
         let waiting = CountGuard::new(&self.inner, Which::Waiting);
-        let permit = self
-            .inner
-            .sem
+        let permit = sem
             .clone()
             .acquire_owned()
             .instrument(span.clone())
@@ -168,6 +217,7 @@ impl Offload {
     /// work finishes normally.
     pub fn close(&self) {
         self.inner.sem.close();
+        self.inner.reserved.close();
     }
 }
 
@@ -224,6 +274,47 @@ mod tests {
             h.await.expect("join").expect("runs");
         }
         assert_eq!((pool.in_use(), pool.waiting()), (0, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reserved_token_is_free_while_general_tokens_are_exhausted() {
+        let pool = Offload::with_reserved(3, 1);
+        assert_eq!((pool.tokens(), pool.reserve()), (3, 1));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = Arc::new(parking_lot::Mutex::new(rx));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let rx = rx.clone();
+            let p = pool.clone();
+            held.push(tokio::spawn(async move {
+                p.run(move || {
+                    let _ = rx.lock().recv();
+                })
+                .await
+            }));
+        }
+        while pool.in_use() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The general tokens are gone: a plain caller waits...
+        let p = pool.clone();
+        let queued = tokio::spawn(async move { p.run(|| "general").await });
+        while pool.waiting() < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // ...but the reserved lane still runs at once, and its token comes back.
+        assert_eq!(pool.run_reserved(|| 7).await.expect("reserved"), 7);
+        assert_eq!(pool.run_reserved(|| 8).await.expect("reserved again"), 8);
+        assert!(!queued.is_finished());
+        tx.send(()).expect("send");
+        tx.send(()).expect("send");
+        assert_eq!(queued.await.expect("join").expect("runs"), "general");
+        for h in held {
+            h.await.expect("join").expect("runs");
+        }
+        assert_eq!((pool.in_use(), pool.waiting()), (0, 0));
+        // Without a reserve, run_reserved is a plain run.
+        assert_eq!(Offload::new(1).run_reserved(|| 9).await.expect("plain"), 9);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

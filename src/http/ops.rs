@@ -24,6 +24,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
         "uptime_s": state.started.elapsed().as_secs_f64(),
         "pool": {
             "tokens": state.offload.tokens(),
+            "reserved": state.offload.reserve(),
             "in_use": state.offload.in_use(),
             "waiting": state.offload.waiting(),
         },

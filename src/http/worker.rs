@@ -304,23 +304,51 @@ pub async fn request_task(
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
     let call = validate(&state, req, peer, &headers, Needs::default())?;
-    // Admission before any pool token (seed 003): refused callers cost nothing.
-    let permit = match state.gate.enter().await {
-        Ok(p) => p,
-        Err(_) => {
-            return Ok(ApiReply::json(
-                json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
-            ));
-        }
+    // Phase 1 of the gate before any pool token (seed 003): a refused caller costs nothing.
+    let Ok(place) = state.gate.admit().await else {
+        return Ok(ApiReply::json(
+            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+        ));
     };
-    let username = call.wi.username.clone();
-    let (reply, ticket) = with_user(&state, username, call.password, move |db, user| {
-        // The permit lives in the closure: the slot is held until the work ends.
-        let _permit = permit;
-        db.request_task(&user, call.wi)
-    })
-    .await?;
+    // Credentials while holding a place, before the slot: a password check (argon2 on a cold
+    // cache) never runs inside the scheduler's critical section, and at most the gate's
+    // capacity of request_task callers are checking at once. (Fishtest validates before its
+    // semaphore too.)
+    let user = authenticate(&state, call.wi.username.clone(), call.password.clone()).await?;
+    // Phase 2: the scheduler slot, in arrival order.
+    let Ok(permit) = place.slot().await else {
+        return Ok(ApiReply::json(
+            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+        ));
+    };
+    let db = rundb(&state);
+    let wi = call.wi;
+    // The slot holder takes the pool's reserved token: it never queues behind other traffic.
+    let (reply, ticket) = state
+        .offload
+        .run_reserved(move || {
+            // The permit lives in the closure: the slot is held until the work ends.
+            let _permit = permit;
+            db.request_task(&user, wi)
+        })
+        .await??;
     durable(reply, ticket).await
+}
+
+/// Checks a worker's credentials: from the credential cache on the event loop when it already
+/// knows this password (one HMAC), else in the pool (store read, argon2, single-flight per
+/// user).
+async fn authenticate(state: &AppState, username: String, password: String) -> ApiResult<User> {
+    let db = rundb(state);
+    if let Some(verdict) = db.users.authenticate_cached(&username, &password) {
+        return Ok(verdict.map_err(RunDbError::from)?);
+    }
+    let user = state
+        .offload
+        .run(move || db.users.authenticate(&username, &password))
+        .await?
+        .map_err(RunDbError::from)?;
+    Ok(user)
 }
 
 /// What a task-bound endpoint does once the caller is authenticated (runs in the pool).

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::offload::Offload;
-use crate::store::{JournalEntry, SharedStore};
+use crate::store::{Doc, JournalEntry, SharedStore};
 
 /// Largest batch written in one transaction.
 const MAX_BATCH: usize = 4096;
@@ -29,8 +29,17 @@ const MAX_ATTEMPTS: u32 = 8;
 pub struct JournalError(pub String);
 
 struct Pending {
-    entry: JournalEntry,
+    item: Item,
     done: oneshot::Sender<Result<(), JournalError>>,
+}
+
+/// What a group commit writes.
+enum Item {
+    /// A run change.
+    Entry(JournalEntry),
+    /// An action document made while a run was locked (failed_task, dead_task, …): written in
+    /// the same commit as the changes around it instead of by a store call under the lock.
+    Action(Doc),
 }
 
 /// Resolves once the change is durable.
@@ -71,8 +80,19 @@ impl Journal {
 
     /// Queues an entry; never blocks.
     pub fn submit(&self, entry: JournalEntry) -> Ticket {
+        self.enqueue(Item::Entry(entry))
+    }
+
+    /// Queues an action document (it must carry its `_id`); never blocks. Items are written
+    /// in submission order, so the ticket of any change submitted after it resolves only
+    /// once the action is durable too.
+    pub fn submit_action(&self, action: Doc) -> Ticket {
+        self.enqueue(Item::Action(action))
+    }
+
+    fn enqueue(&self, item: Item) -> Ticket {
         let (done, rx) = oneshot::channel();
-        if let Err(e) = self.tx.send(Pending { entry, done }) {
+        if let Err(e) = self.tx.send(Pending { item, done }) {
             let _ =
                 e.0.done
                     .send(Err(JournalError("journal writer stopped".into())));
@@ -91,15 +111,29 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Pending>, store: SharedStore, of
                 Err(_) => break,
             }
         }
-        let entries: Arc<Vec<JournalEntry>> =
-            Arc::new(batch.iter().map(|p| p.entry.clone()).collect());
+        let mut entries = Vec::with_capacity(batch.len());
+        let mut actions = Vec::new();
+        for p in &batch {
+            match &p.item {
+                Item::Entry(e) => entries.push(e.clone()),
+                Item::Action(a) => actions.push(a.clone()),
+            }
+        }
+        let entries = Arc::new(entries);
+        let actions = Arc::new(actions);
         let started = Instant::now();
         let mut delay = Duration::from_millis(10);
         let mut outcome = Err(JournalError("not attempted".into()));
         for attempt in 1..=MAX_ATTEMPTS {
             let store = store.clone();
             let entries = entries.clone();
-            match offload.run(move || store.journal_append(&entries)).await {
+            let actions = actions.clone();
+            // A reserved token: the journal writer is one serial task that every acknowledged
+            // change waits for; it must not queue behind the traffic that waits for it.
+            match offload
+                .run_reserved(move || store.journal_append(&entries, &actions))
+                .await
+            {
                 Ok(Ok(())) => {
                     outcome = Ok(());
                     break;

@@ -31,7 +31,9 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value, json};
 
 use crate::offload::Offload;
-use crate::store::{Collection, Cond, Date, Doc, JournalEntry, Query, SharedStore, StoreError};
+use crate::store::{
+    Collection, Cond, Date, Doc, JournalEntry, Query, RunRecord, SharedStore, StoreError,
+};
 use books::Books;
 pub use journal::{JournalError, Ticket};
 use model::{Run, Stats, Task, WorkerInfo};
@@ -188,7 +190,12 @@ pub struct RunDb {
     conns: Mutex<HashMap<String, u32>>,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
+    /// Serialises the read-modify-write of the stored CPU-hour totals.
     cpu_hours_lock: Mutex<()>,
+    /// CPU hours of finished tasks not yet added to the stored totals (username -> hours).
+    /// Tasks finish under their run's lock, where no store write may happen; the write-behind
+    /// job adds these to the store each tick (and at shutdown).
+    cpu_hours_pending: Mutex<HashMap<String, f64>>,
 }
 
 fn now() -> Date {
@@ -205,6 +212,36 @@ fn to_doc<T: serde::Serialize>(v: &T) -> DbResult<Doc> {
         Ok(_) => Err(RunDbError::Corrupt("?".into(), "not an object".into())),
         Err(e) => Err(RunDbError::Corrupt("?".into(), e.to_string())),
     }
+}
+
+/// An action document: `fields` plus the action, the user and the time (seconds since the
+/// epoch, as Fishtest); a message is cut at 5,120 characters.
+fn action_doc(action: &str, username: &str, mut fields: Doc) -> Doc {
+    fields.insert("action".into(), json!(action));
+    fields.insert("username".into(), json!(username));
+    let time = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
+    fields.insert("time".into(), json!(time));
+    if let Some(Value::String(m)) = fields.get_mut("message")
+        && m.chars().count() > 5120
+    {
+        *m = m.chars().take(5120).collect();
+    }
+    fields
+}
+
+/// The write-behind record of a run, serialised straight from the typed run (no intermediate
+/// `Doc`: for a run with thousands of tasks that tree was most of a flush's allocations).
+fn run_record(run: &Run, seq: u64) -> DbResult<RunRecord> {
+    let json = serde_json::to_string(run)
+        .map_err(|e| RunDbError::Corrupt(run.id.clone(), e.to_string()))?;
+    Ok(RunRecord {
+        id: run.id.clone(),
+        json,
+        seq,
+        finished: Some(run.finished),
+        last_updated: Some(run.last_updated.to_iso()),
+        username: Some(run.args.username.clone()),
+    })
 }
 
 fn parse_run(doc: Doc) -> DbResult<Run> {
@@ -306,7 +343,10 @@ impl RunDb {
                 }
             }
             let max_seq = first_seq - 1;
-            let flushed: Vec<(Doc, u64)> = docs.into_values().map(|d| (d, max_seq)).collect();
+            let flushed = docs
+                .values()
+                .map(|d| RunRecord::from_doc(d, max_seq))
+                .collect::<Result<Vec<_>, _>>()?;
             store.flush_runs(&flushed)?;
             tracing::info!(
                 entries = entries.len(),
@@ -327,6 +367,7 @@ impl RunDb {
             conns: Mutex::new(HashMap::new()),
             blocked: RwLock::new(HashSet::new()),
             cpu_hours_lock: Mutex::new(()),
+            cpu_hours_pending: Mutex::new(HashMap::new()),
         };
         if db.cfg.primary {
             db.load_unfinished()?;
@@ -474,38 +515,36 @@ impl RunDb {
     /// Writes a run document now (Fishtest's SAVE_NOW) and folds its journal entries.
     fn save_now(&self, entry: &RunEntry, run: &Run) -> DbResult<()> {
         let seq = entry.seq.load(Ordering::Acquire);
-        self.store.flush_runs(&[(to_doc(run)?, seq)])?;
+        self.store.flush_runs(&[run_record(run, seq)?])?;
         entry.dirty.store(0, Ordering::Release);
         *entry.last_sync.lock() = Instant::now();
         Ok(())
     }
 
-    /// Inserts an action document (spec §2 "actions").
-    pub fn log_action(&self, action: &str, username: &str, mut fields: Doc) -> DbResult<()> {
-        fields.insert("action".into(), json!(action));
-        fields.insert("username".into(), json!(username));
-        let time = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
-        fields.insert("time".into(), json!(time));
-        if let Some(Value::String(m)) = fields.get_mut("message")
-            && m.chars().count() > 5120
-        {
-            *m = m.chars().take(5120).collect();
-        }
-        self.store.insert(Collection::Actions, fields)?;
+    /// Inserts an action document (spec §2 "actions") now.
+    pub fn log_action(&self, action: &str, username: &str, fields: Doc) -> DbResult<()> {
+        self.store
+            .insert(Collection::Actions, action_doc(action, username, fields))?;
         Ok(())
     }
 
+    /// Logs an action about a task. Called with the run locked, so it does not write: the
+    /// document goes to the journal's next group commit, ahead of (and so durable no later
+    /// than) the change that the same request then commits and awaits.
     fn task_action(&self, action: &str, run: &Run, task_id: usize, message: &str) -> DbResult<()> {
         let Some(task) = run.tasks.get(task_id) else {
             return Ok(());
         };
         let mut f = Doc::new();
+        f.insert("_id".into(), json!(crate::store::new_object_id()));
         f.insert("worker".into(), json!(task.worker_info.long_name()));
         f.insert("run_id".into(), json!(run.id));
         f.insert("run".into(), json!(run_label(run)));
         f.insert("task_id".into(), json!(task_id));
         f.insert("message".into(), json!(message));
-        self.log_action(action, &task.worker_info.username, f)
+        let doc = action_doc(action, &task.worker_info.username, f);
+        drop(self.journal.submit_action(doc));
+        Ok(())
     }
 
     /// set_inactive_task (spec §3): the task stops counting towards the run's load.
@@ -534,9 +573,7 @@ impl RunDb {
                 }
             }
         }
-        if let Err(e) = self.add_cpu_hours(run, task_id) {
-            tracing::warn!(error = %e, "cannot record CPU hours");
-        }
+        self.add_cpu_hours(run, task_id);
     }
 
     /// Logs a crash_or_time action if the task's stats say so.
@@ -1002,6 +1039,16 @@ impl RunDb {
 
     /// CPU hours a user has contributed (finished tasks' games × concurrency × game time).
     pub fn cpu_hours(&self, username: &str) -> DbResult<f64> {
+        let pending = self
+            .cpu_hours_pending
+            .lock()
+            .get(username)
+            .copied()
+            .unwrap_or(0.0);
+        Ok(self.stored_cpu_hours(username)? + pending)
+    }
+
+    fn stored_cpu_hours(&self, username: &str) -> DbResult<f64> {
         if let Some(doc) = self
             .store
             .get(Collection::Kvstore, &format!("cpu_hours:{username}"))?
@@ -1012,29 +1059,55 @@ impl RunDb {
     }
 
     /// Adds a finished task's CPU time to its user (games × game duration × threads), the
-    /// figure stop_run's 1000-hour rule reads.
-    fn add_cpu_hours(&self, run: &Run, task_id: usize) -> DbResult<()> {
+    /// figure stop_run's 1000-hour rule reads. In memory: called under the run's lock;
+    /// [`RunDb::persist_cpu_hours`] writes it.
+    fn add_cpu_hours(&self, run: &Run, task_id: usize) {
         let Some(task) = run.tasks.get(task_id) else {
-            return Ok(());
+            return;
         };
         let Some(tc) = schedule::parse_tc(&run.args.tc) else {
-            return Ok(());
+            return;
         };
         let hours =
             task.stats.games() as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads)
                 / 3600.0;
         if hours <= 0.0 {
-            return Ok(());
+            return;
         }
-        let key = format!("cpu_hours:{}", task.worker_info.username);
-        // Read-modify-write of one document: serialise it so no increment is lost.
+        *self
+            .cpu_hours_pending
+            .lock()
+            .entry(task.worker_info.username.clone())
+            .or_insert(0.0) += hours;
+    }
+
+    /// Adds the pending CPU hours to the stored totals (write-behind job, shutdown). A user
+    /// whose write fails keeps its hours pending for the next call.
+    pub fn persist_cpu_hours(&self) -> DbResult<usize> {
+        let pending = std::mem::take(&mut *self.cpu_hours_pending.lock());
+        let mut written = 0;
+        let mut failure = None;
+        // Read-modify-write of one document per user: serialise so no increment is lost.
         let _guard = self.cpu_hours_lock.lock();
-        let total = self.cpu_hours(&task.worker_info.username)? + hours;
-        let mut doc = Doc::new();
-        doc.insert("_id".into(), json!(key));
-        doc.insert("value".into(), json!(total));
-        self.store.put(Collection::Kvstore, &doc)?;
-        Ok(())
+        for (username, hours) in pending {
+            let result = self.stored_cpu_hours(&username).and_then(|total| {
+                let mut doc = Doc::new();
+                doc.insert("_id".into(), json!(format!("cpu_hours:{username}")));
+                doc.insert("value".into(), json!(total + hours));
+                Ok(self.store.put(Collection::Kvstore, &doc)?)
+            });
+            match result {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    *self.cpu_hours_pending.lock().entry(username).or_insert(0.0) += hours;
+                    failure = Some(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
     }
 
     /// stop_run: a worker found a fatal problem with the run (wrong bench, engine bug).
@@ -1303,8 +1376,16 @@ impl RunDb {
     // ----- periodic jobs -------------------------------------------------------------
 
     /// Writes dirty runs behind: up to `flush_runs_per_tick`, most urgent first
-    /// (minimum of last_sync − 60 s · priority, as Fishtest). Returns how many were written.
+    /// (minimum of last_sync − 60 s · priority, as Fishtest), and the pending CPU hours.
+    /// Returns how many runs were written.
     pub fn flush(&self, all: bool) -> DbResult<usize> {
+        let hours = self.persist_cpu_hours();
+        let runs = self.flush_runs(all);
+        hours?;
+        runs
+    }
+
+    fn flush_runs(&self, all: bool) -> DbResult<usize> {
         let entries: Vec<(String, Arc<RunEntry>)> = self
             .cache
             .read()
@@ -1329,14 +1410,21 @@ impl RunDb {
         let mut batch = Vec::new();
         let mut taken = Vec::new();
         for (_, e) in scored.into_iter().take(limit) {
-            // Clone under the lock (cheap), serialise outside it.
-            let (run, seq) = {
+            // Serialise under the lock, straight to text: one pass over the run, cheaper than
+            // the clone it replaces (and no second copy of a run with thousands of tasks).
+            let record = {
                 let run = e.run.lock();
                 let seq = e.seq.load(Ordering::Acquire);
                 e.dirty.store(0, Ordering::Release);
-                (run.clone(), seq)
+                run_record(&run, seq)
             };
-            batch.push((to_doc(&run)?, seq));
+            match record {
+                Ok(r) => batch.push(r),
+                Err(err) => {
+                    e.mark_dirty(Prio::Normal);
+                    return Err(err);
+                }
+            }
             taken.push(e);
         }
         if batch.is_empty() {

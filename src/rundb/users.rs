@@ -120,6 +120,26 @@ struct Cached {
     read_at: Instant,
     /// HMAC of the password that last verified against `user.password`.
     verified: Option<[u8; 32]>,
+    /// HMACs of the last few passwords that failed against `user.password`: a worker fleet
+    /// configured with an old password is refused without an argon2 run per request.
+    rejected: Vec<[u8; 32]>,
+}
+
+/// How many failing passwords a cache entry remembers.
+const REJECTED_KEPT: usize = 4;
+
+impl Cached {
+    /// What the cache already knows of this password: `Some(true)` verified, `Some(false)`
+    /// failed before, `None` unknown.
+    fn verdict(&self, mac: &[u8; 32]) -> Option<bool> {
+        if self.verified.is_some_and(|v| bool::from(v.ct_eq(mac))) {
+            Some(true)
+        } else if self.rejected.iter().any(|r| bool::from(r.ct_eq(mac))) {
+            Some(false)
+        } else {
+            None
+        }
+    }
 }
 
 /// The users collection with its authentication cache.
@@ -128,6 +148,12 @@ pub struct Users {
     /// HMAC-SHA256 keyed with 64 random bytes (one block: the infallible constructor).
     mac_key: Hmac<Sha256>,
     cache: Mutex<HashMap<String, Cached>>,
+    /// One verification lock per username being verified right now (single flight): the
+    /// first requests of a user's hundreds of workers, arriving together on a cold cache, run
+    /// one argon2 verification (19 MiB, tens of ms) instead of one each.
+    verifying: Mutex<HashMap<String, std::sync::Arc<Mutex<()>>>>,
+    /// Slow (argon2) verifications run so far, for metrics and tests.
+    slow_checks: std::sync::atomic::AtomicU64,
 }
 
 impl Users {
@@ -136,6 +162,8 @@ impl Users {
             store,
             mac_key: <Hmac<Sha256> as KeyInit>::new(&rand::random::<[u8; 64]>().into()),
             cache: Mutex::new(HashMap::new()),
+            verifying: Mutex::new(HashMap::new()),
+            slow_checks: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -176,16 +204,19 @@ impl Users {
         let mut cache = self.cache.lock();
         match &user {
             Some(u) => {
-                let verified = cache
-                    .get(username)
+                // What was verified (or refused) against the same password hash still holds.
+                let (verified, rejected) = cache
+                    .get_mut(username)
                     .filter(|c| c.user.password == u.password)
-                    .and_then(|c| c.verified);
+                    .map(|c| (c.verified, std::mem::take(&mut c.rejected)))
+                    .unwrap_or_default();
                 cache.insert(
                     username.to_string(),
                     Cached {
                         user: u.clone(),
                         read_at: Instant::now(),
                         verified,
+                        rejected,
                     },
                 );
             }
@@ -196,46 +227,119 @@ impl Users {
         Ok(user)
     }
 
-    /// Checks credentials as the worker API does. Blocking (may run argon2): call it from
-    /// the offload pool.
+    /// Checks credentials as the worker API does. Blocking (may read the store and run
+    /// argon2): call it from the offload pool. Concurrent calls for one username verify once.
     pub fn authenticate(&self, username: &str, password: &str) -> Result<User, UserError> {
         let Some(user) = self.get(username)? else {
             return Err(UserError::Refused(MSG_INVALID));
         };
         let mac = self.mac(username, password);
-        let fast_ok = self
-            .cache
-            .lock()
-            .get(username)
-            .and_then(|c| c.verified)
-            .is_some_and(|v| bool::from(v.ct_eq(&mac)));
-        if !fast_ok {
-            if !verify_slow(&user.password, password) {
-                return Err(UserError::Refused(MSG_INVALID));
+        let known = |this: &Self| {
+            this.cache
+                .lock()
+                .get(username)
+                .filter(|c| c.user.password == user.password)
+                .and_then(|c| c.verdict(&mac))
+        };
+        match known(self) {
+            Some(true) => {}
+            Some(false) => return Err(UserError::Refused(MSG_INVALID)),
+            None => {
+                let lock = self
+                    .verifying
+                    .lock()
+                    .entry(username.to_string())
+                    .or_default()
+                    .clone();
+                let verdict = {
+                    let _one = lock.lock();
+                    // Whoever held the lock before us may have settled this very password.
+                    match known(self) {
+                        Some(v) => Ok(v),
+                        None => self.verify_and_remember(&user, password, mac),
+                    }
+                };
+                {
+                    // Drop the per-user lock once nobody else holds it (the map and we do).
+                    let mut verifying = self.verifying.lock();
+                    if std::sync::Arc::strong_count(&lock) <= 2 {
+                        verifying.remove(username);
+                    }
+                }
+                if !verdict? {
+                    return Err(UserError::Refused(MSG_INVALID));
+                }
             }
-            let mut user_now = user.clone();
-            if !is_hashed(&user.password) {
-                // A legacy plaintext password: replace it with its hash now.
-                user_now.password = hash_password(password)?;
-                self.save(&user_now)?;
-                tracing::info!(username, "re-hashed a legacy plaintext password");
+        }
+        admit(user)
+    }
+
+    /// The event loop's fast path: the verdict of a fresh cache entry that already knows this
+    /// password, or `None` (cache miss, stale entry, unknown password, or the cache lock busy:
+    /// it is only tried, never waited for). Costs one HMAC over the credentials.
+    pub fn authenticate_cached(
+        &self,
+        username: &str,
+        password: &str,
+    ) -> Option<Result<User, UserError>> {
+        let mac = self.mac(username, password);
+        let cache = self.cache.try_lock()?;
+        let c = cache.get(username)?;
+        if c.read_at.elapsed() >= USER_TTL {
+            return None;
+        }
+        match c.verdict(&mac)? {
+            true => Some(admit(c.user.clone())),
+            false => Some(Err(UserError::Refused(MSG_INVALID))),
+        }
+    }
+
+    /// How many slow (argon2) password checks have run.
+    pub fn slow_checks(&self) -> u64 {
+        self.slow_checks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Runs the slow check and records its verdict in the cache. Returns whether it passed.
+    fn verify_and_remember(
+        &self,
+        user: &User,
+        password: &str,
+        mac: [u8; 32],
+    ) -> Result<bool, UserError> {
+        let username = user.username.as_str();
+        self.slow_checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!("shoal_auth_slow_checks_total").increment(1);
+        if !verify_slow(&user.password, password) {
+            let mut cache = self.cache.lock();
+            if let Some(c) = cache
+                .get_mut(username)
+                .filter(|c| c.user.password == user.password)
+            {
+                if c.rejected.len() >= REJECTED_KEPT {
+                    c.rejected.remove(0);
+                }
+                c.rejected.push(mac);
             }
-            self.cache.lock().insert(
-                username.to_string(),
-                Cached {
-                    user: user_now,
-                    read_at: Instant::now(),
-                    verified: Some(mac),
-                },
-            );
+            return Ok(false);
         }
-        if user.blocked {
-            return Err(UserError::Refused(MSG_BLOCKED));
+        let mut user_now = user.clone();
+        if !is_hashed(&user.password) {
+            // A legacy plaintext password: replace it with its hash now.
+            user_now.password = hash_password(password)?;
+            self.save(&user_now)?;
+            tracing::info!(username, "re-hashed a legacy plaintext password");
         }
-        if user.pending {
-            return Err(UserError::Refused(MSG_PENDING));
-        }
-        Ok(user)
+        self.cache.lock().insert(
+            username.to_string(),
+            Cached {
+                user: user_now,
+                read_at: Instant::now(),
+                verified: Some(mac),
+                rejected: Vec::new(),
+            },
+        );
+        Ok(true)
     }
 
     /// Writes a user document and drops its cache entry.
@@ -310,6 +414,17 @@ impl Users {
     }
 }
 
+/// A user whose password checked out may still be blocked or pending.
+fn admit(user: User) -> Result<User, UserError> {
+    if user.blocked {
+        return Err(UserError::Refused(MSG_BLOCKED));
+    }
+    if user.pending {
+        return Err(UserError::Refused(MSG_PENDING));
+    }
+    Ok(user)
+}
+
 fn to_doc(user: &User) -> Result<Doc, UserError> {
     match serde_json::to_value(user) {
         Ok(Value::Object(m)) => Ok(m),
@@ -352,6 +467,53 @@ mod tests {
         assert!(u.add("alice", "x", "", false, None).is_err());
         assert!(u.add("a", "x", "", false, None).is_err());
         assert!(u.add("al ice", "x", "", false, None).is_err());
+    }
+
+    #[test]
+    fn cold_cache_herd_verifies_once_and_failures_are_remembered() {
+        let (_d, u) = users();
+        u.add("dave", "right one", "", false, None).expect("add");
+        let u = Arc::new(u);
+        assert!(u.authenticate_cached("dave", "right one").is_none(), "cold");
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let u = u.clone();
+                std::thread::spawn(move || u.authenticate("dave", "right one").map(|x| x.username))
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().expect("join").expect("auth"), "dave");
+        }
+        assert_eq!(
+            u.slow_checks(),
+            1,
+            "one argon2 run for eight concurrent first calls"
+        );
+        assert!(matches!(
+            u.authenticate_cached("dave", "right one"),
+            Some(Ok(ref x)) if x.username == "dave"
+        ));
+        // A wrong password: checked slowly once, then refused from the cache.
+        for _ in 0..3 {
+            assert!(matches!(
+                u.authenticate("dave", "old one"),
+                Err(UserError::Refused(MSG_INVALID))
+            ));
+        }
+        assert_eq!(u.slow_checks(), 2);
+        assert!(matches!(
+            u.authenticate_cached("dave", "old one"),
+            Some(Err(UserError::Refused(MSG_INVALID)))
+        ));
+        assert!(u.authenticate_cached("dave", "never tried").is_none());
+        assert!(u.verifying.lock().is_empty(), "per-user locks are dropped");
+        // A password change forgets both verdicts.
+        let mut user = u.load("dave").expect("load").expect("some");
+        user.password = hash_password("old one").expect("hash");
+        u.save(&user).expect("save");
+        u.authenticate("dave", "old one").expect("the new password");
+        assert!(u.authenticate("dave", "right one").is_err());
+        assert_eq!(u.slow_checks(), 4);
     }
 
     #[test]

@@ -211,8 +211,10 @@ pub trait Store: Send + Sync + 'static {
     fn pgn_list_run(&self, run_id: &str) -> StoreResult<Vec<PgnInfo>>;
     /// Up to `len` bytes of a stored PGN from `offset` (empty at the end), for streaming.
     fn pgn_read(&self, handle: i64, offset: u64, len: usize) -> StoreResult<Vec<u8>>;
-    /// Appends journal entries in one commit (the group commit of acknowledged changes).
-    fn journal_append(&self, entries: &[JournalEntry]) -> StoreResult<()>;
+    /// Appends journal entries and writes action documents (each with its `_id`; written
+    /// again on a retry, never twice) in one commit: the group commit of acknowledged changes
+    /// and of the audit records made while a run was locked.
+    fn journal_append(&self, entries: &[JournalEntry], actions: &[Doc]) -> StoreResult<()>;
     /// Every journal entry newer than its run's last flush, in `seq` order (for recovery at
     /// start-up), and the highest seq the store has seen in the journal or in a flush.
     /// An entry that reached the store after a flush that already contained it is skipped:
@@ -220,12 +222,74 @@ pub trait Store: Send + Sync + 'static {
     fn journal_pending(&self) -> StoreResult<(Vec<JournalEntry>, u64)>;
     /// Writes run documents and, in the same commit, records each run's flushed seq and drops
     /// its journal entries up to that seq (they are now part of the document).
-    fn flush_runs(&self, runs: &[(Doc, u64)]) -> StoreResult<()>;
+    fn flush_runs(&self, runs: &[RunRecord]) -> StoreResult<()>;
     /// Makes everything durable and refuses further calls.
     fn close(&self) -> StoreResult<()>;
 }
 
 pub type SharedStore = Arc<dyn Store>;
+
+/// A run document as the write-behind hands it over: serialised once by the caller (straight
+/// from its typed run, with no intermediate [`Doc`]), plus the fields the run queries are
+/// indexed on, so the store neither re-serialises nor re-parses a document that can be
+/// megabytes long (thousands of tasks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// The run's `_id`.
+    pub id: String,
+    /// The whole document as JSON text; it must be a JSON object whose `_id` is `id`.
+    pub json: String,
+    /// The journal seq the document includes (see [`Store::flush_runs`]).
+    pub seq: u64,
+    /// `finished`, when it is a boolean.
+    pub finished: Option<bool>,
+    /// `last_updated` as its ISO string (the `$date`), when it is a date.
+    pub last_updated: Option<String>,
+    /// `args.username`, when it is a string.
+    pub username: Option<String>,
+}
+
+impl RunRecord {
+    /// The record of an untyped document (recovery, tests, `put` of a run).
+    pub fn from_doc(doc: &Doc, seq: u64) -> StoreResult<RunRecord> {
+        let id = doc
+            .get("_id")
+            .and_then(Value::as_str)
+            .ok_or(StoreError::MissingId)?
+            .to_string();
+        let json = serde_json::to_string(doc).map_err(|source| StoreError::Corrupt {
+            collection: Collection::Runs.name(),
+            id: id.clone(),
+            source,
+        })?;
+        let (finished, last_updated, username) = run_index_fields(doc);
+        Ok(RunRecord {
+            id,
+            json,
+            seq,
+            finished,
+            last_updated,
+            username,
+        })
+    }
+}
+
+/// The indexed fields of a run document: `finished`, `last_updated`'s ISO string and
+/// `args.username`.
+pub fn run_index_fields(doc: &Doc) -> (Option<bool>, Option<String>, Option<String>) {
+    let finished = doc.get("finished").and_then(Value::as_bool);
+    let last_updated = doc
+        .get("last_updated")
+        .and_then(|d| d.get("$date"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let username = doc
+        .get("args")
+        .and_then(|a| a.get("username"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    (finished, last_updated, username)
+}
 
 /// A fresh ObjectId-style id: 4 bytes of seconds, 5 random bytes, 3 bytes of counter, in hex.
 /// Sorted by creation time like MongoDB's, so `_id` order is insertion order.
@@ -265,9 +329,12 @@ impl Date {
 
 impl Serialize for Date {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = Map::new();
-        m.insert("$date".into(), Value::String(self.to_iso()));
-        m.serialize(s)
+        // Straight to the serializer: run documents hold thousands of dates, and building a
+        // `Map` per date was a measurable share of the write-behind flush.
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry("$date", &self.to_iso())?;
+        m.end()
     }
 }
 

@@ -66,7 +66,8 @@ async fn unknown_api_path_is_json_404_and_wrong_method_has_json_shape() {
 
 #[tokio::test]
 async fn event_loop_and_light_work_stay_responsive_while_slow_work_holds_tokens() {
-    let server = TestServer::start_with(Opts::new().set("threadpool_tokens", 4)).await;
+    // Six tokens: two reserved (request_task's slot holder, the journal writer), four general.
+    let server = TestServer::start_with(Opts::new().set("threadpool_tokens", 6)).await;
     let mut slow = Vec::new();
     for i in 0..2 {
         let c = server.client.clone();
@@ -94,14 +95,15 @@ async fn event_loop_and_light_work_stay_responsive_while_slow_work_holds_tokens(
         "light work should finish before the slow work"
     );
 
-    // Now hold every token: a no-offload route still answers, and reports the saturation.
+    // Now hold every general token: a no-offload route still answers, and reports the
+    // saturation.
     for i in 0..2 {
         let c = server.client.clone();
         let url = server.url(&format!("/debug/sleep?ms=3000&tag=fill{i}"));
         slow.push(tokio::spawn(async move { c.get(url).send().await }));
     }
     server
-        .wait_health(10, "every token held", |h| h["pool"]["in_use"] == 4)
+        .wait_health(10, "every general token held", |h| h["pool"]["in_use"] == 4)
         .await;
     let c = server.client.clone();
     let url = server.url("/debug/sleep?ms=0&tag=waiter");

@@ -286,6 +286,48 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
         assert_eq!(t.start, start);
         start += t.num_games;
     }
+    // Every finished task's CPU time reached alice's total (kept in memory under the run lock,
+    // written behind within a tick): games × game duration × threads.
+    let tc = shoal::rundb::schedule::parse_tc(&stored.args.tc).expect("tc");
+    let want =
+        2000.0 * shoal::rundb::schedule::tc_duration(&tc) * f64::from(stored.args.threads) / 3600.0;
+    let mut got = 0.0;
+    for _ in 0..50 {
+        use shoal::store::Store as _;
+        let store = shoal::store::sqlite::SqliteStore::open(
+            &server.data_dir,
+            shoal::config::SqliteSync::Normal,
+        )
+        .expect("open");
+        got = store
+            .get(shoal::store::Collection::Kvstore, "cpu_hours:alice")
+            .expect("get")
+            .and_then(|d| d.get("value").and_then(Value::as_f64))
+            .unwrap_or(0.0);
+        if (got - want).abs() < 1e-9 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((got - want).abs() < 1e-9, "cpu hours {got}, want {want}");
+    // The late failed_task calls were logged (through the journal's group commit).
+    let actions = {
+        use shoal::store::Store as _;
+        shoal::store::sqlite::SqliteStore::open(&server.data_dir, shoal::config::SqliteSync::Normal)
+            .expect("open")
+            .count(
+                shoal::store::Collection::Actions,
+                &[shoal::store::Cond::Eq(
+                    "action".into(),
+                    json!("failed_task"),
+                )],
+            )
+            .expect("count")
+    };
+    assert_eq!(
+        actions, 0,
+        "a failed_task on a finished task changes nothing"
+    );
 }
 
 #[tokio::test]
