@@ -170,10 +170,36 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
 }
 
 /// Runs the server until `shutdown` completes, then shuts down in order.
+/// Raises this process's open-files limit towards `want`: the soft limit up to the hard one,
+/// and the hard one too when `raise_hard` and the process may (root). Returns the (soft, hard)
+/// limits in force afterwards. Children started later inherit them.
+pub fn raise_open_files_limit(want: u64, raise_hard: bool) -> std::io::Result<(u64, u64)> {
+    use rlimit::Resource;
+    let (soft, hard) = Resource::NOFILE.get()?;
+    if soft >= want {
+        return Ok((soft, hard));
+    }
+    if raise_hard && want > hard && Resource::NOFILE.set(want, want).is_ok() {
+        return Resource::NOFILE.get();
+    }
+    Resource::NOFILE.set(want.min(hard), hard)?;
+    Resource::NOFILE.get()
+}
+
 pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
+    // Every connection waiting in a storm is a file descriptor: use all the system allows
+    // (the soft limit is often 1,024 while the hard one is far higher).
+    match raise_open_files_limit(u64::MAX, false) {
+        Ok((soft, _)) if soft < 16_384 => tracing::warn!(
+            open_files = soft,
+            "the open-files limit is low for a large fleet: raise it (ulimit -n / LimitNOFILE)"
+        ),
+        Ok((soft, _)) => tracing::info!(open_files = soft, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
     let listener = bind(&config)?;
     let addr = listener.local_addr().map_err(|source| AppError::Io {
         what: "cannot read the bound address".into(),

@@ -292,7 +292,9 @@ pub async fn request_version(
         .and_then(Value::as_str)
         .ok_or_else(|| bad("missing worker_info.username"))?
         .to_string();
-    with_user(&state, username, password, |_, _| Ok(())).await?;
+    // Usually answered from the credential cache on the event loop: request_version is the
+    // most frequent call of a reconnecting fleet (before every request_task).
+    authenticate(&state, username, password).await?;
     Ok(ApiReply::json(json!({"version": WORKER_VERSION})))
 }
 

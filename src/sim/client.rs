@@ -24,7 +24,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpSocket;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How calls get their connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,7 +165,27 @@ impl Client {
         self.idle.lock().clear();
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, CallError> {
+    /// A place for one more open socket. Waits (counted) when `max_open` are open.
+    async fn socket_permit(&self) -> Result<OwnedSemaphorePermit, CallError> {
+        match self.open.clone().try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                self.socket_waits.fetch_add(1, Ordering::Relaxed);
+                self.open
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| CallError::Http(e.to_string()))
+            }
+        }
+    }
+
+    /// Opens a connection. `permit` is held by the connection's task until the socket is
+    /// really closed, so `max_open` bounds file descriptors, not just calls in flight.
+    async fn connect(
+        &self,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<SendRequest<Full<Bytes>>, CallError> {
         let server = self.cfg.server;
         let socket = if server.is_ipv4() {
             TcpSocket::new_v4()
@@ -192,6 +212,7 @@ impl Client {
             .map_err(|e| CallError::Http(e.to_string()))?;
         tokio::spawn(async move {
             let _ = conn.await;
+            drop(permit);
         });
         self.opened.fetch_add(1, Ordering::Relaxed);
         Ok(sender)
@@ -214,17 +235,6 @@ impl Client {
         path: &str,
         body: Option<Bytes>,
     ) -> Result<HttpReply, CallError> {
-        let permit = match self.open.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                self.socket_waits.fetch_add(1, Ordering::Relaxed);
-                self.open
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|e| CallError::Http(e.to_string()))?
-            }
-        };
         let pooled = self.cfg.mode == ConnMode::Pooled;
         // A reused connection the server has just closed fails without a reply: try once
         // more on a new connection.
@@ -240,8 +250,9 @@ impl Client {
                     (s, None)
                 }
                 None => {
+                    let permit = self.socket_permit().await?;
                     let t = Instant::now();
-                    let s = self.connect().await?;
+                    let s = self.connect(permit).await?;
                     (s, Some(t.elapsed()))
                 }
             };
@@ -278,7 +289,6 @@ impl Client {
                             idle.push(sender);
                         }
                     }
-                    drop(permit);
                     return Ok(HttpReply {
                         status,
                         body,

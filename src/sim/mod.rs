@@ -982,6 +982,17 @@ pub async fn write_report(r: &Report, dir: &Path) -> Result<(), SimError> {
 
 /// `shoal sim`: runs, prints the summary, writes the report.
 pub async fn main(o: SimOptions) -> Result<Report, SimError> {
+    // Two sockets per worker at worst (a call and a connection still closing), plus slack;
+    // the server this starts inherits the limit. Raising the hard limit needs root.
+    let want = (o.workers as u64).saturating_mul(2).saturating_add(8192);
+    match crate::app::raise_open_files_limit(want, true) {
+        Ok((soft, _)) if soft < want => eprintln!(
+            "shoal sim: open-files limit {soft} is below the {want} this fleet may need; \
+             calls will queue for sockets (raise it with ulimit -n)"
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("shoal sim: cannot raise the open-files limit: {e}"),
+    }
     let report = run(&o).await?;
     print!("{}", summary(&report));
     write_report(&report, &o.report).await?;
