@@ -803,6 +803,13 @@ async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
         let (_, v) = w.call(&server, "/api/beat", ids.clone()).await;
         assert_eq!(v["task_alive"], true, "{v}");
     }
+    // Beats with a warm credential cache and a free run lock are answered on the event loop.
+    assert!(
+        server
+            .metric("shoal_loop_fast_path_total", &[("route", "beat")])
+            .await
+            >= 1.0
+    );
     // Silence: the scavenger declares it dead, keeping its address and country.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (_, v) = w.call(&server, "/api/beat", ids.clone()).await;
