@@ -58,6 +58,20 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
+/// A run database on a fresh temporary SQLite store (the directory lives as long as the guard).
+fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+    let db = RunDb::open(
+        store,
+        offload.clone(),
+        Books::shipped().expect("books"),
+        RunDbConfig::default(),
+    )
+    .expect("rundb");
+    (dir, Arc::new(db))
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -65,18 +79,8 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
         let offload = Offload::new(16);
-        let db = Arc::new(
-            RunDb::open(
-                store,
-                offload.clone(),
-                Books::shipped().expect("books"),
-                RunDbConfig::default(),
-            )
-            .expect("rundb"),
-        );
+        let (_dir, db) = open_db(&offload);
         let d = db.clone();
         offload
             .run(move || bench(&d))
@@ -84,17 +88,7 @@ fn main() {
             .expect("bench panicked");
 
         // Write-behind of one big run (a storm's run: thousands of tasks with worker_info).
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
-        let db = Arc::new(
-            RunDb::open(
-                store,
-                offload.clone(),
-                Books::shipped().expect("books"),
-                RunDbConfig::default(),
-            )
-            .expect("rundb"),
-        );
+        let (_dir, db) = open_db(&offload);
         offload
             .run(move || bench_big_flush(&db))
             .await

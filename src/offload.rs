@@ -242,13 +242,14 @@ mod tests {
         assert_eq!(pool.run(|| 1).await.expect("token came back"), 1);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tokens_bound_concurrency_and_waiters_are_counted() {
-        let pool = Offload::new(2);
+    type Held = Vec<tokio::task::JoinHandle<Result<(), OffloadError>>>;
+
+    /// Starts `n` pool jobs that hold their general tokens until one `()` each is sent.
+    async fn hold_tokens(pool: &Offload, n: usize) -> (std::sync::mpsc::Sender<()>, Held) {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let rx = Arc::new(parking_lot::Mutex::new(rx));
         let mut held = Vec::new();
-        for _ in 0..2 {
+        for _ in 0..n {
             let rx = rx.clone();
             let p = pool.clone();
             held.push(tokio::spawn(async move {
@@ -258,9 +259,16 @@ mod tests {
                 .await
             }));
         }
-        while pool.in_use() < 2 {
+        while pool.in_use() < n {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        (tx, held)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_bound_concurrency_and_waiters_are_counted() {
+        let pool = Offload::new(2);
+        let (tx, held) = hold_tokens(&pool, 2).await;
         let p = pool.clone();
         let third = tokio::spawn(async move { p.run(|| 3).await });
         while pool.waiting() < 1 {
@@ -280,22 +288,7 @@ mod tests {
     async fn reserved_token_is_free_while_general_tokens_are_exhausted() {
         let pool = Offload::with_reserved(3, 1);
         assert_eq!((pool.tokens(), pool.reserve()), (3, 1));
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let rx = Arc::new(parking_lot::Mutex::new(rx));
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            let rx = rx.clone();
-            let p = pool.clone();
-            held.push(tokio::spawn(async move {
-                p.run(move || {
-                    let _ = rx.lock().recv();
-                })
-                .await
-            }));
-        }
-        while pool.in_use() < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (tx, held) = hold_tokens(&pool, 2).await;
         // The general tokens are gone: a plain caller waits...
         let p = pool.clone();
         let queued = tokio::spawn(async move { p.run(|| "general").await });
