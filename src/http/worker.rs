@@ -380,7 +380,7 @@ async fn task_bound(
     req: WorkerRequest,
     needs: Needs,
     work: TaskWork,
-    fast: Option<FastWork>,
+    fast: Option<(&'static str, FastWork)>,
 ) -> ApiResult {
     let needs = Needs {
         task: true,
@@ -406,13 +406,13 @@ async fn task_bound(
         message: call.message,
         pgn: call.pgn,
     };
-    if let Some(fast) = fast {
+    if let Some((route, fast)) = fast {
         // The event loop's try: a credential-cache hit and work that needs no wait at all.
         let db = rundb(state);
         if let Some(verdict) = db.users.authenticate_cached(&username, &call.password) {
             verdict.map_err(RunDbError::from)?;
             if let Some(result) = fast(&db, &task) {
-                metrics::counter!("shoal_loop_fast_path_total", "route" => "beat").increment(1);
+                metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
                 return Ok(ApiReply::ok(result?));
             }
         }
@@ -460,7 +460,7 @@ pub async fn beat(
         Needs::default(),
         |db, c| db.beat(&c.run_id, c.task_id, &c.wi).map(|r| (r, None)),
         // Usually answered on the event loop: a beat is a timestamp in memory.
-        Some(|db, c| db.try_beat(&c.run_id, c.task_id, &c.wi)),
+        Some(("beat", |db, c| db.try_beat(&c.run_id, c.task_id, &c.wi))),
     )
     .await
 }
