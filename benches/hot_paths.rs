@@ -96,14 +96,20 @@ fn main() {
     });
 }
 
-const BIG_RUN_TASKS: usize = 3_000;
-
-fn bench_big_flush(db: &RunDb) {
+/// A submitter without a machine limit and an approver.
+fn bench_users(db: &RunDb) -> (shoal::rundb::users::User, shoal::rundb::users::User) {
     let user = db
         .users
         .add("bench", "pw", "", false, Some(u32::MAX))
         .expect("user");
     let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
+    (user, approver)
+}
+
+const BIG_RUN_TASKS: usize = 3_000;
+
+fn bench_big_flush(db: &RunDb) {
+    let (user, approver) = bench_users(db);
     let args: CreateArgs = serde_json::from_value(json!({
         "base_tag": "master", "new_tag": "big",
         "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
@@ -140,11 +146,7 @@ fn bench_big_flush(db: &RunDb) {
 }
 
 fn bench(db: &RunDb) {
-    let user = db
-        .users
-        .add("bench", "pw", "", false, Some(u32::MAX))
-        .expect("user");
-    let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
+    let (user, approver) = bench_users(db);
     let started = Instant::now();
     for i in 0..RUNS {
         let args: CreateArgs = serde_json::from_value(json!({
