@@ -15,6 +15,7 @@ use shoal::offload::Offload;
 use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
 use shoal::rundb::model::{Stats, WorkerInfo};
+use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
 use shoal::store::sqlite::SqliteStore;
 
@@ -97,7 +98,7 @@ fn main() {
 }
 
 /// A submitter without a machine limit and an approver.
-fn bench_users(db: &RunDb) -> (shoal::rundb::users::User, shoal::rundb::users::User) {
+fn bench_users(db: &RunDb) -> (User, User) {
     let user = db
         .users
         .add("bench", "pw", "", false, Some(u32::MAX))
@@ -106,34 +107,52 @@ fn bench_users(db: &RunDb) -> (shoal::rundb::users::User, shoal::rundb::users::U
     (user, approver)
 }
 
-const BIG_RUN_TASKS: usize = 3_000;
-
-fn bench_big_flush(db: &RunDb) {
-    let (user, approver) = bench_users(db);
+/// Creates and approves a 10+0.1 fixed-games run; returns its id.
+fn approved_run(
+    db: &RunDb,
+    user: &User,
+    approver: &User,
+    tag: &str,
+    num_games: u64,
+    throughput: usize,
+) -> String {
     let args: CreateArgs = serde_json::from_value(json!({
-        "base_tag": "master", "new_tag": "big",
+        "base_tag": "master", "new_tag": tag,
         "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
         "base_signature": "1", "new_signature": "2",
         "base_options": "Hash=16", "new_options": "Hash=16",
         "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
         "tests_repo": "https://github.com/official-stockfish/Stockfish",
-        "num_games": 3_200_000,
+        "num_games": num_games, "throughput": throughput,
     }))
     .expect("args");
-    let id = db.create_run(args, &user).expect("create");
-    db.approve_run(&id, &approver).expect("approve");
-    for n in 0..BIG_RUN_TASKS {
-        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
-        assert_eq!(reply["run"]["_id"].as_str(), Some(id.as_str()));
-    }
-    db.flush(true).expect("flush");
-    let stats = Stats {
+    let id = db.create_run(args, user).expect("create");
+    db.approve_run(&id, approver).expect("approve");
+    id
+}
+
+/// One 16-game batch (8 game pairs), as a worker reports it.
+fn batch_stats() -> Stats {
+    Stats {
         pentanomial: [1, 2, 2, 2, 1],
         wins: 6,
         losses: 6,
         draws: 4,
         ..Stats::default()
-    };
+    }
+}
+
+const BIG_RUN_TASKS: usize = 3_000;
+
+fn bench_big_flush(db: &RunDb) {
+    let (user, approver) = bench_users(db);
+    let id = approved_run(db, &user, &approver, "big", 3_200_000, 100);
+    for n in 0..BIG_RUN_TASKS {
+        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+        assert_eq!(reply["run"]["_id"].as_str(), Some(id.as_str()));
+    }
+    db.flush(true).expect("flush");
+    let stats = batch_stats();
     let mut samples = Vec::with_capacity(50);
     for n in 0..50 {
         db.update_task(&id, n, stats, None, worker(n))
@@ -149,18 +168,14 @@ fn bench(db: &RunDb) {
     let (user, approver) = bench_users(db);
     let started = Instant::now();
     for i in 0..RUNS {
-        let args: CreateArgs = serde_json::from_value(json!({
-            "base_tag": "master", "new_tag": format!("patch{i}"),
-            "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
-            "base_signature": "1", "new_signature": "2",
-            "base_options": "Hash=16", "new_options": "Hash=16",
-            "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
-            "tests_repo": "https://github.com/official-stockfish/Stockfish",
-            "num_games": 100_000, "throughput": 100 + i % 50,
-        }))
-        .expect("args");
-        let id = db.create_run(args, &user).expect("create");
-        db.approve_run(&id, &approver).expect("approve");
+        approved_run(
+            db,
+            &user,
+            &approver,
+            &format!("patch{i}"),
+            100_000,
+            100 + i % 50,
+        );
     }
     let mut tasks = Vec::with_capacity(ACTIVE_TASKS);
     for n in 0..ACTIVE_TASKS {
@@ -186,13 +201,7 @@ fn bench(db: &RunDb) {
     percentiles("request_task (200 runs, 10k active tasks)", samples);
 
     // update_task: one batch of 16 games on existing tasks.
-    let stats = Stats {
-        pentanomial: [1, 2, 2, 2, 1],
-        wins: 6,
-        losses: 6,
-        draws: 4,
-        ..Stats::default()
-    };
+    let stats = batch_stats();
     let mut samples = Vec::with_capacity(SAMPLES);
     for (run_id, task_id, n) in tasks.iter().take(SAMPLES) {
         let t = Instant::now();

@@ -380,6 +380,18 @@ async fn task_bound(
     req: WorkerRequest,
     needs: Needs,
     work: TaskWork,
+) -> ApiResult {
+    task_bound_or_fast(state, peer, headers, req, needs, work, None).await
+}
+
+/// [`task_bound`], first trying `fast` on the event loop (labelled for metrics).
+async fn task_bound_or_fast(
+    state: &AppState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    req: WorkerRequest,
+    needs: Needs,
+    work: TaskWork,
     fast: Option<(&'static str, FastWork)>,
 ) -> ApiResult {
     let needs = Needs {
@@ -433,15 +445,9 @@ pub async fn update_task(
         stats: true,
         ..Needs::default()
     };
-    task_bound(
-        &state,
-        peer,
-        &headers,
-        req,
-        needs,
-        |db, c| db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi),
-        None,
-    )
+    task_bound(&state, peer, &headers, req, needs, |db, c| {
+        db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi)
+    })
     .await
 }
 
@@ -452,7 +458,7 @@ pub async fn beat(
     headers: HeaderMap,
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
-    task_bound(
+    task_bound_or_fast(
         &state,
         peer,
         &headers,
@@ -472,15 +478,9 @@ pub async fn request_spsa(
     headers: HeaderMap,
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
-    task_bound(
-        &state,
-        peer,
-        &headers,
-        req,
-        Needs::default(),
-        |db, c| db.request_spsa(&c.run_id, c.task_id, &c.wi),
-        None,
-    )
+    task_bound(&state, peer, &headers, req, Needs::default(), |db, c| {
+        db.request_spsa(&c.run_id, c.task_id, &c.wi)
+    })
     .await
 }
 
@@ -491,15 +491,9 @@ pub async fn failed_task(
     headers: HeaderMap,
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
-    task_bound(
-        &state,
-        peer,
-        &headers,
-        req,
-        Needs::default(),
-        |db, c| db.failed_task(&c.run_id, c.task_id, &c.message, &c.wi),
-        None,
-    )
+    task_bound(&state, peer, &headers, req, Needs::default(), |db, c| {
+        db.failed_task(&c.run_id, c.task_id, &c.message, &c.wi)
+    })
     .await
 }
 
@@ -510,15 +504,9 @@ pub async fn stop_run(
     headers: HeaderMap,
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
-    task_bound(
-        &state,
-        peer,
-        &headers,
-        req,
-        Needs::default(),
-        |db, c| db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi),
-        None,
-    )
+    task_bound(&state, peer, &headers, req, Needs::default(), |db, c| {
+        db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi)
+    })
     .await
 }
 
@@ -553,22 +541,14 @@ pub async fn upload_pgn(
     if req.pgn.is_none() {
         return Err(bad("missing pgn"));
     }
-    task_bound(
-        &state,
-        peer,
-        &headers,
-        req,
-        Needs::default(),
-        |db, c| {
-            let gz = base64::engine::general_purpose::STANDARD
-                .decode(c.pgn.unwrap_or_default().as_bytes())
-                .map_err(|e| RunDbError::Invalid(format!("pgn is not valid base64: {e}")))?;
-            check_gzip(&gz).map_err(RunDbError::Invalid)?;
-            db.upload_pgn(&c.run_id, c.task_id, &gz, &c.wi)
-                .map(|r| (r, None))
-        },
-        None,
-    )
+    task_bound(&state, peer, &headers, req, Needs::default(), |db, c| {
+        let gz = base64::engine::general_purpose::STANDARD
+            .decode(c.pgn.unwrap_or_default().as_bytes())
+            .map_err(|e| RunDbError::Invalid(format!("pgn is not valid base64: {e}")))?;
+        check_gzip(&gz).map_err(RunDbError::Invalid)?;
+        db.upload_pgn(&c.run_id, c.task_id, &gz, &c.wi)
+            .map(|r| (r, None))
+    })
     .await
 }
 

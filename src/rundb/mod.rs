@@ -214,6 +214,17 @@ fn to_doc<T: serde::Serialize>(v: &T) -> DbResult<Doc> {
     }
 }
 
+/// The fields of an action about a run: its id and label, and the message if any.
+fn run_fields(run: &Run, message: Option<String>) -> Doc {
+    let mut f = Doc::new();
+    f.insert("run_id".into(), json!(run.id));
+    f.insert("run".into(), json!(run_label(run)));
+    if let Some(m) = message {
+        f.insert("message".into(), json!(m));
+    }
+    f
+}
+
 /// An action document: `fields` plus the action, the user and the time (seconds since the
 /// epoch, as Fishtest); a message is cut at 5,120 characters.
 fn action_doc(action: &str, username: &str, mut fields: Doc) -> Doc {
@@ -528,22 +539,26 @@ impl RunDb {
         Ok(())
     }
 
-    /// Logs an action about a task. Called with the run locked, so it does not write: the
-    /// document goes to the journal's next group commit, ahead of (and so durable no later
-    /// than) the change that the same request then commits and awaits.
+    /// Logs an action from inside a run's lock, where no store write may happen: the document
+    /// goes to the journal's next group commit, ahead of (and so durable no later than) the
+    /// change that the same request then commits and awaits.
+    fn locked_action(&self, action: &str, username: &str, mut fields: Doc) {
+        fields.insert("_id".into(), json!(crate::store::new_object_id()));
+        drop(
+            self.journal
+                .submit_action(action_doc(action, username, fields)),
+        );
+    }
+
+    /// Logs an action about a task (called with the run locked).
     fn task_action(&self, action: &str, run: &Run, task_id: usize, message: &str) -> DbResult<()> {
         let Some(task) = run.tasks.get(task_id) else {
             return Ok(());
         };
-        let mut f = Doc::new();
-        f.insert("_id".into(), json!(crate::store::new_object_id()));
+        let mut f = run_fields(run, Some(message.to_string()));
         f.insert("worker".into(), json!(task.worker_info.long_name()));
-        f.insert("run_id".into(), json!(run.id));
-        f.insert("run".into(), json!(run_label(run)));
         f.insert("task_id".into(), json!(task_id));
-        f.insert("message".into(), json!(message));
-        let doc = action_doc(action, &task.worker_info.username, f);
-        drop(self.journal.submit_action(doc));
+        self.locked_action(action, &task.worker_info.username, f);
         Ok(())
     }
 
@@ -946,24 +961,15 @@ impl RunDb {
             if run.args.auto_purge && run.args.spsa.is_none() {
                 let outcome = self.purge_locked(&entry, &mut run, crate::purge::AUTO_PURGE)?;
                 if !outcome.purged.is_empty() {
-                    let mut f = Doc::new();
-                    f.insert("run_id".into(), json!(run.id));
-                    f.insert("run".into(), json!(run_label(&run)));
-                    f.insert(
-                        "message".into(),
-                        json!(format!("Auto-purged {} tasks", outcome.purged.len())),
-                    );
-                    self.log_action("purge_run", "fishtest.system", f)?;
+                    let message = format!("Auto-purged {} tasks", outcome.purged.len());
+                    let f = run_fields(&run, Some(message));
+                    self.locked_action("purge_run", "fishtest.system", f);
                 }
                 if outcome.revived {
                     return Ok((reply(json!({"task_alive": false})), Some(ticket)));
                 }
             }
-            let summary = format!("{:?}", run.results);
-            let mut f = Doc::new();
-            f.insert("run_id".into(), json!(run.id));
-            f.insert("run".into(), json!(run_label(&run)));
-            f.insert("message".into(), json!(summary));
+            let f = run_fields(&run, Some(format!("{:?}", run.results)));
             let username = run.args.username.clone();
             drop(run);
             self.log_action("finished_run", &username, f)?;
@@ -1230,10 +1236,7 @@ impl RunDb {
         self.save_now(&entry, &run)?;
         self.cache.write().insert(id.clone(), entry);
         self.unfinished.write().push(id.clone());
-        let mut f = Doc::new();
-        f.insert("run_id".into(), json!(id));
-        f.insert("run".into(), json!(run_label(&run)));
-        f.insert("message".into(), json!(run.args.info));
+        let f = run_fields(&run, Some(run.args.info.clone()));
         self.log_action("new_run", &user.username, f)?;
         Ok(id)
     }
@@ -1265,9 +1268,7 @@ impl RunDb {
         run.approved = true;
         run.approver = approver.username.clone();
         self.save_now(&entry, &run)?;
-        let mut f = Doc::new();
-        f.insert("run_id".into(), json!(run.id));
-        f.insert("run".into(), json!(run_label(&run)));
+        let f = run_fields(&run, None);
         drop(run);
         self.log_action("approve_run", &approver.username, f)?;
         Ok(())
@@ -1299,13 +1300,7 @@ impl RunDb {
             ));
         }
         let outcome = self.purge_locked(&entry, &mut run, crate::purge::MANUAL_PURGE)?;
-        let mut f = Doc::new();
-        f.insert("run_id".into(), json!(run.id));
-        f.insert("run".into(), json!(run_label(&run)));
-        f.insert(
-            "message".into(),
-            json!(format!("Purged {} tasks", outcome.purged.len())),
-        );
+        let f = run_fields(&run, Some(format!("Purged {} tasks", outcome.purged.len())));
         drop(run);
         self.log_action("purge_run", &user.username, f)?;
         Ok(outcome)
