@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::serve::ListenerExt as _;
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
@@ -209,17 +208,12 @@ pub async fn serve(
     let grace = state.config.shutdown_grace();
     let app = http::router(state.clone());
 
-    let stop_accepting = Arc::new(Notify::new());
-    let stop = stop_accepting.clone();
-    let listener = listener.tap_io(|tcp| {
-        // Small JSON replies: send them now rather than waiting for Nagle.
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stop.notified().await });
+    let shutdown_conns = http::conn::Shutdown::new();
+    let timeouts = http::conn::ConnTimeouts {
+        header_read: state.config.header_read_timeout(),
+        keepalive: state.config.keepalive_timeout(),
+    };
+    let server = http::conn::serve(listener, app, timeouts, shutdown_conns.clone());
     let mut server = tokio::spawn(async move { server.await });
 
     let upkeep_handle = state.metrics.clone();
@@ -266,7 +260,8 @@ pub async fn serve(
         "shutdown: signal received; no longer accepting connections, answering 503 to new requests"
     );
     state.draining.store(true, Ordering::Release);
-    stop_accepting.notify_one();
+    // Stop accepting; idle connections and those still sending a header close at once.
+    shutdown_conns.trigger();
     match tokio::time::timeout(grace, &mut server).await {
         Ok(_) => tracing::info!("shutdown: all in-flight requests finished"),
         Err(_) => {

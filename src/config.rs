@@ -31,6 +31,15 @@ pub const KEYS: &[&str] = &[
     "worker_threads",
     "api_body_limit_bytes",
     "pgn_body_limit_bytes",
+    "pgn_inflated_limit_bytes",
+    "pgn_upload_concurrency",
+    "header_read_timeout_s",
+    "body_read_timeout_s",
+    "keepalive_timeout_s",
+    "auth_throttle_window_s",
+    "auth_throttle_per_user_ip",
+    "auth_throttle_per_ip",
+    "auth_throttle_per_user",
     "shutdown_grace_s",
     "books_file",
     "nn_url",
@@ -80,6 +89,15 @@ pub struct Config {
     pub worker_threads: Option<usize>,
     pub api_body_limit_bytes: usize,
     pub pgn_body_limit_bytes: usize,
+    pub pgn_inflated_limit_bytes: u64,
+    pub pgn_upload_concurrency: usize,
+    pub header_read_timeout_s: f64,
+    pub body_read_timeout_s: f64,
+    pub keepalive_timeout_s: f64,
+    pub auth_throttle_window_s: f64,
+    pub auth_throttle_per_user_ip: u32,
+    pub auth_throttle_per_ip: u32,
+    pub auth_throttle_per_user: u32,
     pub shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
     pub nn_url: Option<String>,
@@ -110,11 +128,20 @@ impl Default for Config {
             listen_backlog: 16384,
             worker_threads: None,
             api_body_limit_bytes: 1024 * 1024,
-            pgn_body_limit_bytes: 200 * 1024 * 1024,
+            pgn_body_limit_bytes: 32 * 1024 * 1024,
+            pgn_inflated_limit_bytes: 512 * 1024 * 1024,
+            pgn_upload_concurrency: 4,
+            header_read_timeout_s: 10.0,
+            body_read_timeout_s: 60.0,
+            keepalive_timeout_s: 30.0,
+            auth_throttle_window_s: 300.0,
+            auth_throttle_per_user_ip: 10,
+            auth_throttle_per_ip: 100,
+            auth_throttle_per_user: 100,
             shutdown_grace_s: 10.0,
             books_file: None,
             nn_url: None,
-            trusted_proxies: vec!["127.0.0.1".into(), "::1".into()],
+            trusted_proxies: Vec::new(),
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
             flush_runs_per_tick: 8,
@@ -293,6 +320,34 @@ impl Config {
         if self.pgn_body_limit_bytes < 1024 {
             return Err(invalid("pgn_body_limit_bytes", "must be at least 1024"));
         }
+        if self.pgn_inflated_limit_bytes < 1024 {
+            return Err(invalid("pgn_inflated_limit_bytes", "must be at least 1024"));
+        }
+        if !(1..=10_000).contains(&self.pgn_upload_concurrency) {
+            return Err(invalid(
+                "pgn_upload_concurrency",
+                "must be between 1 and 10000",
+            ));
+        }
+        for (key, value) in [
+            ("header_read_timeout_s", self.header_read_timeout_s),
+            ("body_read_timeout_s", self.body_read_timeout_s),
+            ("keepalive_timeout_s", self.keepalive_timeout_s),
+            ("auth_throttle_window_s", self.auth_throttle_window_s),
+        ] {
+            if !value.is_finite() || !(0.1..=86_400.0).contains(&value) {
+                return Err(invalid(key, "must be a number of seconds in [0.1, 86400]"));
+            }
+        }
+        for (key, value) in [
+            ("auth_throttle_per_user_ip", self.auth_throttle_per_user_ip),
+            ("auth_throttle_per_ip", self.auth_throttle_per_ip),
+            ("auth_throttle_per_user", self.auth_throttle_per_user),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
         if !self.shutdown_grace_s.is_finite()
             || self.shutdown_grace_s < 0.0
             || self.shutdown_grace_s > 3600.0
@@ -363,6 +418,22 @@ impl Config {
 
     pub fn admission_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.admission_timeout_s)
+    }
+
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.header_read_timeout_s)
+    }
+
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.body_read_timeout_s)
+    }
+
+    pub fn keepalive_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.keepalive_timeout_s)
+    }
+
+    pub fn auth_throttle_window(&self) -> Duration {
+        Duration::from_secs_f64(self.auth_throttle_window_s)
     }
 
     pub fn shutdown_grace(&self) -> Duration {

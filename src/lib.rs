@@ -8,6 +8,7 @@
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
+//! - [`throttle`]: failed-authentication counters (password spraying), no I/O.
 //! - [`rundb`]: runs, tasks, users and the worker-protocol rules; the run cache and journal.
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
 //! - [`app`]: start-up, serving, orderly shutdown.
@@ -28,3 +29,4 @@ pub mod spsa;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
+pub mod throttle;

@@ -1,7 +1,7 @@
 //! Extractors for API bodies: read within the route's size limit, parse strictly.
 //!
 //! Owns: [`ApiJson`], which turns every malformed body into the API's JSON error shape
-//! (413 over the limit, 400 for invalid JSON, a wrong type or an unknown field) before a
+//! (413 over the limit, 408 past `body_read_timeout_s`, 400 for invalid JSON, a wrong type or an unknown field) before a
 //! handler runs, so handlers only ever see valid input.
 //! Must not: do blocking work. Parsing small JSON bodies on the event loop is allowed by the
 //! execution-domain contract (DESIGN.md); the body limit keeps them small.
@@ -28,10 +28,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(usize::MAX, |l| l.0);
+        let limit = req.extensions().get::<BodyLimit>().copied();
         let bytes = read_body(req.into_body(), limit).await?;
         let value = serde_json::from_slice::<T>(&bytes)
             .map_err(|e| ApiError::BadRequest(format!("invalid request body: {e}")))?;
@@ -39,8 +36,25 @@ where
     }
 }
 
-/// Reads a whole body, mapping an exceeded limit to 413 and a broken stream to 400.
-pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+/// Reads a whole body, mapping an exceeded limit to 413, a body that has not arrived by the
+/// deadline to 408, and a broken stream to 400.
+pub async fn read_body(
+    body: Body,
+    limit: Option<BodyLimit>,
+) -> Result<axum::body::Bytes, ApiError> {
+    let Some(l) = limit else {
+        return collect(body, usize::MAX).await;
+    };
+    match tokio::time::timeout_at(l.deadline, collect(body, l.bytes)).await {
+        Ok(read) => read,
+        Err(_) => {
+            metrics::counter!("shoal_body_timeouts_total").increment(1);
+            Err(ApiError::BodyTimeout(l.timeout_s))
+        }
+    }
+}
+
+async fn collect(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let mut source = e.source();
         while let Some(s) = source {

@@ -5,7 +5,8 @@
 //!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics.
 //! 2. **shutdown guard**: an empty 503 while draining (an empty body makes the official worker
 //!    retry later; a JSON `error` would make it fail its task or exit).
-//! 3. **primary only**: the eight primary-only worker paths answer 503 JSON on a secondary.
+//! 3. **primary only**: the primary-only paths (worker calls but upload_pgn, run mutations)
+//!    answer 503 JSON on a secondary.
 //! 4. **HEAD as GET**.
 //! 5. **concurrency cap** (only if `max_concurrent_requests` is set): excess requests *wait*;
 //!    nothing is refused at the front door.
@@ -34,7 +35,9 @@ use serde_json::Value;
 use super::AppState;
 use super::reply::{ApiError, ApiReply, PendingJson, RawBody};
 
-/// The worker paths that only the primary instance serves (all but upload_pgn).
+/// The paths that only the primary instance serves: the worker paths (all but upload_pgn)
+/// and every run mutation. Runs live in the primary's cache and journal; a secondary that
+/// changed a run would write a private copy that the primary's write-behind overwrites.
 pub const PRIMARY_ONLY: &[&str] = &[
     "/api/request_version",
     "/api/request_task",
@@ -44,11 +47,19 @@ pub const PRIMARY_ONLY: &[&str] = &[
     "/api/failed_task",
     "/api/stop_run",
     "/api/worker_log",
+    "/api/create_run",
+    "/api/approve_run",
+    "/api/purge_run",
 ];
 
-/// The body limit that applies to this request, for extractors.
+/// The body limit that applies to this request, and the moment by which its body must have
+/// arrived (`body_read_timeout_s` after the request reached the stack), for extractors.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
+pub struct BodyLimit {
+    pub bytes: usize,
+    pub deadline: tokio::time::Instant,
+    pub timeout_s: f64,
+}
 
 /// The matched route template, carried from the router to the envelope for metrics labels.
 #[derive(Debug, Clone)]
@@ -222,7 +233,11 @@ async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next
         return response;
     }
     let (mut parts, body) = req.into_parts();
-    parts.extensions.insert(BodyLimit(limit));
+    parts.extensions.insert(BodyLimit {
+        bytes: limit,
+        deadline: tokio::time::Instant::now() + state.config.body_read_timeout(),
+        timeout_s: state.config.body_read_timeout_s,
+    });
     let body = Body::new(http_body_util::Limited::new(body, limit));
     next.run(Request::from_parts(parts, body)).await
 }

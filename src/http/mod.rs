@@ -8,6 +8,7 @@
 //! across an `.await`, or build a JSON reply without [`reply::ApiReply`] (which guarantees
 //! `duration`).
 
+pub mod conn;
 pub mod debug;
 pub mod extract;
 pub mod middleware;

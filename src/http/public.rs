@@ -70,14 +70,26 @@ fn cors(reply: ApiReply) -> Response {
     r
 }
 
+/// The largest count calc_elo accepts per cell (each cell is exact in an f64 far beyond it).
+const MAX_GAMES: u64 = crate::rundb::model::MAX_GAMES;
+
+/// The last page of finished_runs that may be asked for (50 runs a page: 50 million runs).
+const MAX_PAGE: u64 = 1_000_000;
+
 fn count(params: &HashMap<String, String>, key: &str) -> Result<Option<f64>, ApiError> {
     match params.get(key) {
         None => Ok(None),
         Some(v) => v
             .trim()
             .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_GAMES)
             .map(|n| Some(n as f64))
-            .map_err(|_| bad(format!("{key} must be a non-negative integer"))),
+            .ok_or_else(|| {
+                bad(format!(
+                    "{key} must be an integer between 0 and {MAX_GAMES}"
+                ))
+            }),
     }
 }
 
@@ -286,8 +298,8 @@ pub async fn finished_runs(
         Some(p) => p
             .parse()
             .ok()
-            .filter(|p| *p >= 1)
-            .ok_or_else(|| bad("page must be a positive integer"))?,
+            .filter(|p| (1..=MAX_PAGE).contains(p))
+            .ok_or_else(|| bad(format!("page must be an integer between 1 and {MAX_PAGE}")))?,
     };
     let flag = |k: &str| {
         params
@@ -298,7 +310,7 @@ pub async fn finished_runs(
         .with(Cond::Eq("finished".into(), json!(true)))
         .with(Cond::Ne("deleted".into(), json!(true)))
         .sort("last_updated", Order::Desc)
-        .skip((page - 1) * 50)
+        .skip((page - 1).saturating_mul(50))
         .limit(50);
     if let Some(u) = params.get("username").filter(|u| !u.is_empty()) {
         q = q.with(Cond::Eq("args.username".into(), json!(u)));

@@ -91,6 +91,16 @@ pub enum ApiError {
     /// 413: body over the route's limit.
     #[error("request body is too large (limit {limit} bytes)")]
     TooLarge { limit: usize },
+    /// 408: the client did not send its body within `body_read_timeout_s`.
+    #[error("request body not received within {0} s")]
+    BodyTimeout(f64),
+    /// 429: too many failed authentications for this user or address; retry after the
+    /// given number of seconds (also sent as `Retry-After`).
+    #[error("too many failed authentications; try again in {retry_after_s} s")]
+    Throttled { retry_after_s: u64 },
+    /// 503: a bounded resource (PGN upload slots) stayed busy; retry later.
+    #[error("{0}")]
+    Busy(String),
     /// 503 on a secondary instance for the primary-only worker paths.
     #[error("primary instance required")]
     PrimaryRequired,
@@ -106,6 +116,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PrimaryRequired => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -129,7 +142,25 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
-        ApiReply::error(self.status(), self.to_string()).into_response()
+        let retry_after = match &self {
+            ApiError::Throttled { retry_after_s } => Some(*retry_after_s),
+            ApiError::Busy(_) => Some(5),
+            _ => None,
+        };
+        let mut response = ApiReply::error(self.status(), self.to_string()).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        if matches!(self, ApiError::BodyTimeout(_)) {
+            // The rest of the body may never come: do not keep the connection.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 

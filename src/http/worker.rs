@@ -33,6 +33,7 @@ impl From<RunDbError> for ApiError {
             RunDbError::Invalid(m) => ApiError::BadRequest(m),
             RunDbError::Unauthorized(m) => ApiError::Unauthorized(m),
             RunDbError::NotFound(m) => ApiError::NotFound(m),
+            RunDbError::NotPrimary => ApiError::PrimaryRequired,
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -67,6 +68,23 @@ pub struct SpsaBlock {
     losses: u64,
     draws: u64,
     sig: u64,
+}
+
+/// Bounds on what a worker may say about itself (docs/security.md lists them). Each is far
+/// above anything the official worker sends and far below what could cost the server.
+pub mod limits {
+    /// Cores per worker (the largest machines today have a few hundred hardware threads).
+    pub const MAX_CONCURRENCY: u32 = 1024;
+    /// `max_memory`, in MiB (16 TiB).
+    pub const MAX_MEMORY_MIB: u64 = 1 << 24;
+    /// Each part of `python_version` / `gcc_version`.
+    pub const MAX_VERSION_PART: i64 = 100_000;
+    /// Nodes per second per thread.
+    pub const MAX_NPS: f64 = 1e12;
+    /// Characters of `uname`, `ARCH`, `worker_arch`, `username` and each `architecture` part.
+    pub const MAX_INFO_TEXT: usize = 256;
+    /// Characters of a failed_task / stop_run / worker_log / upload_pgn `message`.
+    pub const MAX_MESSAGE: usize = 4096;
 }
 
 fn bad(m: impl Into<String>) -> ApiError {
@@ -109,11 +127,51 @@ pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError
             "worker_info: python_version and gcc_version must be lists of three integers",
         ));
     }
-    if wi.concurrency == 0 {
-        return Err(bad("worker_info: concurrency must be positive"));
+    if !(1..=limits::MAX_CONCURRENCY).contains(&wi.concurrency) {
+        return Err(bad(format!(
+            "worker_info: concurrency must be between 1 and {}",
+            limits::MAX_CONCURRENCY
+        )));
     }
-    if wi.min_threads == 0 {
-        return Err(bad("worker_info: min_threads must be positive"));
+    if wi.min_threads == 0 || wi.min_threads > limits::MAX_CONCURRENCY {
+        return Err(bad(format!(
+            "worker_info: min_threads must be between 1 and {}",
+            limits::MAX_CONCURRENCY
+        )));
+    }
+    if wi.max_memory > limits::MAX_MEMORY_MIB {
+        return Err(bad(format!(
+            "worker_info: max_memory must be at most {} MiB",
+            limits::MAX_MEMORY_MIB
+        )));
+    }
+    if wi
+        .python_version
+        .iter()
+        .chain(&wi.gcc_version)
+        .any(|v| !(0..=limits::MAX_VERSION_PART).contains(v))
+    {
+        return Err(bad(format!(
+            "worker_info: version numbers must be between 0 and {}",
+            limits::MAX_VERSION_PART
+        )));
+    }
+    let texts = [
+        ("uname", wi.uname.as_str()),
+        ("ARCH", wi.arch.as_str()),
+        ("worker_arch", wi.worker_arch.as_str()),
+        ("username", wi.username.as_str()),
+    ];
+    let parts = wi.architecture.iter().map(|a| ("architecture", a.as_str()));
+    if let Some((key, _)) = texts
+        .into_iter()
+        .chain(parts)
+        .find(|(_, v)| v.chars().count() > limits::MAX_INFO_TEXT)
+    {
+        return Err(bad(format!(
+            "worker_info: {key} is longer than {} characters",
+            limits::MAX_INFO_TEXT
+        )));
     }
     if wi.compiler != "g++" && wi.compiler != "clang++" {
         return Err(bad("worker_info: compiler must be g++ or clang++"));
@@ -129,8 +187,11 @@ pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError
             wi.worker_arch
         )));
     }
-    if !wi.nps.is_finite() || wi.nps < 0.0 {
-        return Err(bad("worker_info: nps must be a non-negative number"));
+    if !wi.nps.is_finite() || !(0.0..=limits::MAX_NPS).contains(&wi.nps) {
+        return Err(bad(format!(
+            "worker_info: nps must be a number between 0 and {:e}",
+            limits::MAX_NPS
+        )));
     }
     if !crate::rundb::users::valid_username(&wi.username) {
         return Err(bad("worker_info: invalid username"));
@@ -221,7 +282,13 @@ fn validate(
         s.check().map_err(|e| bad(format!("stats: {e}")))?;
     }
     if let Some(s) = &req.spsa
-        && (s.wins + s.losses + s.draws != s.num_games || s.num_games % 2 != 0)
+        && (s
+            .wins
+            .checked_add(s.losses)
+            .and_then(|n| n.checked_add(s.draws))
+            != Some(s.num_games)
+            || s.num_games % 2 != 0
+            || s.num_games > crate::rundb::model::MAX_GAMES)
     {
         return Err(bad(
             "spsa: num_games must be even and equal wins + losses + draws",
@@ -229,6 +296,16 @@ fn validate(
     }
     if needs.message && req.message.is_none() {
         return Err(bad("missing message"));
+    }
+    if req
+        .message
+        .as_ref()
+        .is_some_and(|m| m.chars().count() > limits::MAX_MESSAGE)
+    {
+        return Err(bad(format!(
+            "message is longer than {} characters",
+            limits::MAX_MESSAGE
+        )));
     }
     Ok(Call {
         password: req.password,

@@ -266,6 +266,12 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
     if let Some(f) = &args.arch_filter
         && !f.is_empty()
     {
+        if f.len() > super::schedule::MAX_ARCH_FILTER_LEN {
+            return Err(format!(
+                "arch_filter is longer than {} characters",
+                super::schedule::MAX_ARCH_FILTER_LEN
+            ));
+        }
         match ArchFilter::compile(f) {
             ArchFilter::Regex(re) => {
                 if !SUPPORTED_ARCHES.iter().any(|a| re.is_match(a)) {

@@ -88,6 +88,9 @@ pub enum RunDbError {
     Store(#[from] StoreError),
     #[error("corrupt run document {0}: {1}")]
     Corrupt(String, String),
+    /// 503: a run mutation asked of a secondary instance (only the primary changes runs).
+    #[error("primary instance required")]
+    NotPrimary,
 }
 
 impl From<users::UserError> for RunDbError {
@@ -135,12 +138,19 @@ pub struct RunEntry {
 
 impl RunEntry {
     fn new(run: Run) -> Arc<RunEntry> {
+        // The filter is compiled here, when a run enters the cache (creation, start-up, a
+        // cache miss), never inside request_task's critical section.
+        let arch = run
+            .args
+            .arch_filter
+            .as_ref()
+            .map(|p| (p.clone(), ArchFilter::compile(p)));
         Arc::new(RunEntry {
             run: Mutex::new(run),
             dirty: AtomicU8::new(0),
             seq: AtomicU64::new(0),
             last_sync: Mutex::new(Instant::now()),
-            arch: Mutex::new(None),
+            arch: Mutex::new(arch),
         })
     }
 
@@ -878,10 +888,21 @@ impl RunDb {
             let info = format!("Update_task: task {run_id}/{task_id} is not active");
             return Ok((reply(json!({"task_alive": false, "info": info})), None));
         }
+        // Impossible counts are refused outright and change nothing (not even the task):
+        // they are a broken or hostile client, not a result.
+        stats
+            .check()
+            .map_err(|e| RunDbError::Invalid(format!("stats: {e}")))?;
+        let (g_new, size) = (stats.games(), task.num_games);
+        if g_new > size {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: {g_new} games reported, but the task has only {size}"
+            )));
+        }
         wi.remote_addr = task.worker_info.remote_addr.clone();
         wi.country_code = task.worker_info.country_code.clone();
         let old = task.stats;
-        let (g_old, g_new) = (old.games(), stats.games());
+        let g_old = old.games();
         let is_spsa = run.args.spsa.is_some();
         let batch = run.batch_games();
         let rejection = if g_new < g_old {
@@ -904,6 +925,15 @@ impl RunDb {
         } else {
             None
         };
+        if let (None, Some(result)) = (&rejection, &spsa)
+            && result.num_games > g_new.saturating_sub(g_old)
+        {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: the spsa block counts {} games, but only {} were added",
+                result.num_games,
+                g_new.saturating_sub(g_old)
+            )));
+        }
         let delta = match (rejection, stats.delta(&old)) {
             (None, Some(d)) => d,
             (rejection, _) => {
@@ -918,7 +948,12 @@ impl RunDb {
                 ));
             }
         };
-        run.results.add(&delta);
+        let Some(results) = run.results.checked_add(&delta) else {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: the run's totals would overflow"
+            )));
+        };
+        run.results = results;
         {
             let task = &mut run.tasks[task_id];
             task.stats = stats;
@@ -1229,6 +1264,9 @@ impl RunDb {
 
     /// Creates a run from validated arguments; returns its id.
     pub fn create_run(&self, args: create::CreateArgs, user: &User) -> DbResult<String> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
         let run =
             create::build_run(args, &user.username, &self.books).map_err(RunDbError::Invalid)?;
         let id = run.id.clone();
@@ -1243,6 +1281,9 @@ impl RunDb {
 
     /// Approves a run: approvers only, never the submitter, only once.
     pub fn approve_run(&self, run_id: &str, approver: &User) -> DbResult<()> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
         if !approver.is_approver() {
             return Err(RunDbError::Unauthorized(
                 "Only approvers can approve runs.".into(),
@@ -1279,6 +1320,9 @@ impl RunDb {
     /// The manual purge (spec §3 "Dead tasks and purge"): run owner or approver; only
     /// finished, non-failed runs started within 30 days.
     pub fn purge_run(&self, run_id: &str, user: &User) -> DbResult<PurgeOutcome> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
         let entry = self
             .entry(run_id)?
             .ok_or_else(|| RunDbError::NotFound(format!("Unknown run {run_id}")))?;

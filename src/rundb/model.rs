@@ -28,23 +28,47 @@ pub struct Stats {
     pub pentanomial: [u64; 5],
 }
 
+/// The most games one stats block may count (2^40, about 10^12): far above any real task or
+/// run, far below where sums of counts could overflow. Client counts above it are refused.
+pub const MAX_GAMES: u64 = 1 << 40;
+
 impl Stats {
-    /// Games played.
+    /// Games played (saturating: counts from a client are bounded by [`Stats::check`] first).
     pub fn games(&self) -> u64 {
-        self.wins + self.losses + self.draws
+        self.wins
+            .saturating_add(self.losses)
+            .saturating_add(self.draws)
     }
 
-    /// The consistency rules between the trinomial and the pentanomial counts (spec §2).
+    /// The consistency rules between the trinomial and the pentanomial counts (spec §2), and
+    /// the bounds that keep every later sum exact. Computed in 128 bits: no count a client can
+    /// send overflows here.
     pub fn check(&self) -> Result<(), String> {
-        let p = self.pentanomial;
-        let pairs: u64 = p.iter().sum();
-        if self.games() != 2 * pairs {
+        let p = self.pentanomial.map(u128::from);
+        let (w, l, d) = (
+            u128::from(self.wins),
+            u128::from(self.losses),
+            u128::from(self.draws),
+        );
+        let games = w + l + d;
+        if games > u128::from(MAX_GAMES) {
             return Err(format!(
-                "wins + losses + draws ({}) must be twice the pentanomial total ({pairs})",
-                self.games()
+                "wins + losses + draws ({games}) is more than {MAX_GAMES} games"
             ));
         }
-        let lhs = self.wins as i128 - self.losses as i128;
+        let pairs: u128 = p.iter().sum();
+        if games != 2 * pairs {
+            return Err(format!(
+                "wins + losses + draws ({games}) must be twice the pentanomial total ({pairs})"
+            ));
+        }
+        if u128::from(self.crashes) > games || u128::from(self.time_losses) > games {
+            return Err(format!(
+                "crashes ({}) and time_losses ({}) cannot exceed the games played ({games})",
+                self.crashes, self.time_losses
+            ));
+        }
+        let lhs = w as i128 - l as i128;
         let rhs = 2 * p[4] as i128 + p[3] as i128 - p[1] as i128 - 2 * p[0] as i128;
         if lhs != rhs {
             return Err(format!(
@@ -53,7 +77,8 @@ impl Stats {
         }
         let lo = p[1] + p[3];
         let hi = p[1] + 2 * p[2] + p[3];
-        if self.draws < lo || self.draws > hi {
+        let draws = d;
+        if draws < lo || draws > hi {
             return Err(format!(
                 "draws ({}) must lie between p1 + p3 ({lo}) and p1 + 2*p2 + p3 ({hi})",
                 self.draws
@@ -78,14 +103,32 @@ impl Stats {
         })
     }
 
+    /// `self + d`, field by field; `None` (and `self` unchanged) if any sum overflows.
+    pub fn checked_add(&self, d: &Stats) -> Option<Stats> {
+        let mut pentanomial = [0u64; 5];
+        for (i, cell) in pentanomial.iter_mut().enumerate() {
+            *cell = self.pentanomial[i].checked_add(d.pentanomial[i])?;
+        }
+        Some(Stats {
+            wins: self.wins.checked_add(d.wins)?,
+            losses: self.losses.checked_add(d.losses)?,
+            draws: self.draws.checked_add(d.draws)?,
+            crashes: self.crashes.checked_add(d.crashes)?,
+            time_losses: self.time_losses.checked_add(d.time_losses)?,
+            pentanomial,
+        })
+    }
+
+    /// Adds `d` into `self`, saturating at `u64::MAX` (for totals rebuilt from stored,
+    /// already-validated tasks; request paths use [`Stats::checked_add`]).
     pub fn add(&mut self, d: &Stats) {
-        self.wins += d.wins;
-        self.losses += d.losses;
-        self.draws += d.draws;
-        self.crashes += d.crashes;
-        self.time_losses += d.time_losses;
+        self.wins = self.wins.saturating_add(d.wins);
+        self.losses = self.losses.saturating_add(d.losses);
+        self.draws = self.draws.saturating_add(d.draws);
+        self.crashes = self.crashes.saturating_add(d.crashes);
+        self.time_losses = self.time_losses.saturating_add(d.time_losses);
         for i in 0..5 {
-            self.pentanomial[i] += d.pentanomial[i];
+            self.pentanomial[i] = self.pentanomial[i].saturating_add(d.pentanomial[i]);
         }
     }
 

@@ -183,6 +183,9 @@ pub struct Candidate {
     pub in_worker_runs: bool,
 }
 
+/// The longest `arch_filter` accepted (real ones are a few alternatives: "avx2|bmi2|vnni").
+pub const MAX_ARCH_FILTER_LEN: usize = 256;
+
 /// A compiled `arch_filter`. An invalid pattern excludes nothing (Fishtest logs and ignores it).
 #[derive(Debug, Clone)]
 pub enum ArchFilter {
@@ -194,9 +197,13 @@ impl ArchFilter {
     /// Compiles with a size limit: the `regex` crate matches in linear time, and the limit
     /// stops a hostile pattern from costing memory at compile time.
     pub fn compile(pattern: &str) -> ArchFilter {
+        if pattern.len() > MAX_ARCH_FILTER_LEN {
+            tracing::warn!(len = pattern.len(), "over-long arch_filter ignored");
+            return ArchFilter::Invalid;
+        }
         match regex::RegexBuilder::new(pattern)
-            .size_limit(1 << 20)
-            .dfa_size_limit(1 << 20)
+            .size_limit(1 << 18)
+            .dfa_size_limit(1 << 18)
             .build()
         {
             Ok(r) => ArchFilter::Regex(r),

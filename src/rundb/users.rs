@@ -128,6 +128,22 @@ struct Cached {
 /// How many failing passwords a cache entry remembers.
 const REJECTED_KEPT: usize = 4;
 
+/// How many (unknown user, password) attempts are remembered, and for how long: a repeated
+/// attempt for a user that does not exist is refused as fast as a repeated wrong password of
+/// one that does, so timing tells nothing (and costs no second argon2 run).
+const UNKNOWN_KEPT: usize = 4096;
+const UNKNOWN_TTL: Duration = Duration::from_secs(60);
+
+/// An argon2 hash of a random password, made once: unknown users are checked against it so
+/// that their refusal costs the same time as a wrong password of a real user.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| {
+        hash_password(&hex::encode(rand::random::<[u8; 16]>()))
+            .unwrap_or_else(|_| "$argon2id$v=19$m=19456,t=2,p=1$invalid".to_string())
+    })
+}
+
 impl Cached {
     /// What the cache already knows of this password: `Some(true)` verified, `Some(false)`
     /// failed before, `None` unknown.
@@ -152,6 +168,8 @@ pub struct Users {
     /// first requests of a user's hundreds of workers, arriving together on a cold cache, run
     /// one argon2 verification (19 MiB, tens of ms) instead of one each.
     verifying: Mutex<HashMap<String, std::sync::Arc<Mutex<()>>>>,
+    /// Recently refused (unknown user, password) MACs, oldest first.
+    unknown: Mutex<std::collections::VecDeque<([u8; 32], Instant)>>,
     /// Slow (argon2) verifications run so far, for metrics and tests.
     slow_checks: std::sync::atomic::AtomicU64,
 }
@@ -163,6 +181,7 @@ impl Users {
             mac_key: <Hmac<Sha256> as KeyInit>::new(&rand::random::<[u8; 64]>().into()),
             cache: Mutex::new(HashMap::new()),
             verifying: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(std::collections::VecDeque::new()),
             slow_checks: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -230,10 +249,32 @@ impl Users {
     /// Checks credentials as the worker API does. Blocking (may read the store and run
     /// argon2): call it from the offload pool. Concurrent calls for one username verify once.
     pub fn authenticate(&self, username: &str, password: &str) -> Result<User, UserError> {
+        let mac = self.mac(username, password);
+        if self
+            .unknown
+            .lock()
+            .iter()
+            .any(|(m, at)| at.elapsed() < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
+        {
+            return Err(UserError::Refused(MSG_INVALID));
+        }
         let Some(user) = self.get(username)? else {
+            // As slow as a wrong password of a real user: no enumeration by timing.
+            self.slow_checks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = verify_slow(dummy_hash(), password);
+            let mut unknown = self.unknown.lock();
+            let now = Instant::now();
+            while unknown
+                .front()
+                .is_some_and(|(_, at)| now.duration_since(*at) >= UNKNOWN_TTL)
+                || unknown.len() >= UNKNOWN_KEPT
+            {
+                unknown.pop_front();
+            }
+            unknown.push_back((mac, now));
             return Err(UserError::Refused(MSG_INVALID));
         };
-        let mac = self.mac(username, password);
         let known = |this: &Self| {
             this.cache
                 .lock()
@@ -284,7 +325,15 @@ impl Users {
     ) -> Option<Result<User, UserError>> {
         let mac = self.mac(username, password);
         let cache = self.cache.try_lock()?;
-        let c = cache.get(username)?;
+        let Some(c) = cache.get(username) else {
+            // A remembered unknown user: refused as fast as a remembered wrong password.
+            let unknown = self.unknown.try_lock()?;
+            let now = Instant::now();
+            return unknown
+                .iter()
+                .any(|(m, at)| now.duration_since(*at) < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
+                .then_some(Err(UserError::Refused(MSG_INVALID)));
+        };
         if c.read_at.elapsed() >= USER_TTL {
             return None;
         }

@@ -1,0 +1,270 @@
+//! Throttling of failed authentications (password spraying, user enumeration).
+//!
+//! Owns: failure counters in fixed windows for three keys — a (user, client address) pair, a
+//! client address, a user — and the verdict for the next attempt. A pair or an address over its
+//! limit is refused outright until its window ends; a user over its limit (failures from many
+//! addresses) is only allowed passwords the credential cache has already verified, so a
+//! distributed spray costs no argon2 work while the real fleet keeps working.
+//! Refused attempts are not counted: an attacker who keeps trying does not extend the window.
+//!
+//! Must not: do I/O, know HTTP, or hold its lock for more than a few hash-map operations (it
+//! is called on the event loop; the lock is never held across anything that can wait).
+//! Memory is bounded: each map keeps at most [`MAX_KEYS`] entries, expired ones first out.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// Most entries per key kind; beyond it expired entries are dropped, then the oldest.
+pub const MAX_KEYS: usize = 100_000;
+
+/// The limits, from settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ThrottleConfig {
+    pub window: Duration,
+    pub per_user_ip: u32,
+    pub per_ip: u32,
+    pub per_user: u32,
+}
+
+/// What the next attempt may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Check the password as usual.
+    Allow,
+    /// Accept only a password the credential cache already knows to be right; refuse the
+    /// rest without a slow check. `retry_after` is when the user's window ends.
+    VerifiedOnly { retry_after: Duration },
+    /// Refuse at once.
+    Refuse { retry_after: Duration },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    failures: u32,
+}
+
+impl Window {
+    fn live(&self, now: Instant, window: Duration) -> bool {
+        now.saturating_duration_since(self.start) < window
+    }
+
+    /// Time left in the window when it is over `limit`.
+    fn over(&self, now: Instant, window: Duration, limit: u32) -> Option<Duration> {
+        (self.live(now, window) && self.failures >= limit)
+            .then(|| (self.start + window).saturating_duration_since(now))
+    }
+}
+
+struct Counters<K> {
+    map: HashMap<K, Window>,
+}
+
+impl<K: Hash + Eq + Clone> Counters<K> {
+    fn new() -> Self {
+        Counters {
+            map: HashMap::new(),
+        }
+    }
+
+    fn over(&self, key: &K, now: Instant, window: Duration, limit: u32) -> Option<Duration> {
+        self.map.get(key).and_then(|w| w.over(now, window, limit))
+    }
+
+    fn fail(&mut self, key: &K, now: Instant, window: Duration) {
+        if let Some(w) = self.map.get_mut(key) {
+            if w.live(now, window) {
+                w.failures = w.failures.saturating_add(1);
+            } else {
+                *w = Window {
+                    start: now,
+                    failures: 1,
+                };
+            }
+            return;
+        }
+        if self.map.len() >= MAX_KEYS {
+            self.map.retain(|_, w| w.live(now, window));
+        }
+        if self.map.len() >= MAX_KEYS
+            && let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, w)| w.start)
+                .map(|(k, _)| k.clone())
+        {
+            self.map.remove(&oldest);
+        }
+        self.map.insert(
+            key.clone(),
+            Window {
+                start: now,
+                failures: 1,
+            },
+        );
+    }
+}
+
+struct State {
+    pairs: Counters<(String, String)>,
+    ips: Counters<String>,
+    users: Counters<String>,
+}
+
+/// The failure counters of one server process.
+pub struct AuthThrottle {
+    cfg: ThrottleConfig,
+    state: Mutex<State>,
+}
+
+impl AuthThrottle {
+    pub fn new(cfg: ThrottleConfig) -> Self {
+        AuthThrottle {
+            cfg,
+            state: Mutex::new(State {
+                pairs: Counters::new(),
+                ips: Counters::new(),
+                users: Counters::new(),
+            }),
+        }
+    }
+
+    /// The verdict for an attempt by `user` from `ip`.
+    pub fn check(&self, user: &str, ip: &str) -> Verdict {
+        self.check_at(user, ip, Instant::now())
+    }
+
+    fn check_at(&self, user: &str, ip: &str, now: Instant) -> Verdict {
+        let c = self.cfg;
+        let s = self.state.lock();
+        let pair = (user.to_string(), ip.to_string());
+        let refused = [
+            s.pairs.over(&pair, now, c.window, c.per_user_ip),
+            s.ips.over(&pair.1, now, c.window, c.per_ip),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        if let Some(retry_after) = refused {
+            return Verdict::Refuse { retry_after };
+        }
+        match s.users.over(&pair.0, now, c.window, c.per_user) {
+            Some(retry_after) => Verdict::VerifiedOnly { retry_after },
+            None => Verdict::Allow,
+        }
+    }
+
+    /// Records a wrong password (or an unknown user) for `user` from `ip`.
+    pub fn failed(&self, user: &str, ip: &str) {
+        self.failed_at(user, ip, Instant::now());
+    }
+
+    fn failed_at(&self, user: &str, ip: &str, now: Instant) {
+        let w = self.cfg.window;
+        let mut s = self.state.lock();
+        s.pairs.fail(&(user.to_string(), ip.to_string()), now, w);
+        s.ips.fail(&ip.to_string(), now, w);
+        s.users.fail(&user.to_string(), now, w);
+        metrics::counter!("shoal_auth_failures_total").increment(1);
+    }
+
+    /// Records a successful authentication: the pair's failures are forgiven (a volunteer who
+    /// fixed a typo is not held to them); the address and user counters keep theirs.
+    pub fn succeeded(&self, user: &str, ip: &str) {
+        let mut s = self.state.lock();
+        s.pairs.map.remove(&(user.to_string(), ip.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn throttle() -> AuthThrottle {
+        AuthThrottle::new(ThrottleConfig {
+            window: Duration::from_secs(60),
+            per_user_ip: 3,
+            per_ip: 5,
+            per_user: 4,
+        })
+    }
+
+    #[test]
+    fn pair_limit_refuses_that_pair_only_until_the_window_ends() {
+        let t = throttle();
+        let now = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(t.check_at("alice", "10.0.0.1", now), Verdict::Allow);
+            t.failed_at("alice", "10.0.0.1", now);
+        }
+        assert!(matches!(
+            t.check_at("alice", "10.0.0.1", now),
+            Verdict::Refuse { retry_after } if retry_after == Duration::from_secs(60)
+        ));
+        // Another address, another user: unaffected.
+        assert_eq!(t.check_at("alice", "10.0.0.2", now), Verdict::Allow);
+        assert_eq!(t.check_at("bob", "10.0.0.1", now), Verdict::Allow);
+        // The window ends.
+        let later = now + Duration::from_secs(61);
+        assert_eq!(t.check_at("alice", "10.0.0.1", later), Verdict::Allow);
+    }
+
+    #[test]
+    fn address_limit_covers_every_user_name() {
+        let t = throttle();
+        let now = Instant::now();
+        for i in 0..5 {
+            t.failed_at(&format!("user{i}"), "10.0.0.9", now);
+        }
+        assert!(matches!(
+            t.check_at("carol", "10.0.0.9", now),
+            Verdict::Refuse { .. }
+        ));
+        assert_eq!(t.check_at("carol", "10.0.0.8", now), Verdict::Allow);
+    }
+
+    #[test]
+    fn user_limit_across_addresses_allows_only_verified_passwords() {
+        let t = throttle();
+        let now = Instant::now();
+        for i in 0..4 {
+            t.failed_at("dave", &format!("10.1.0.{i}"), now);
+        }
+        assert!(matches!(
+            t.check_at("dave", "10.2.0.1", now),
+            Verdict::VerifiedOnly { .. }
+        ));
+        assert_eq!(t.check_at("erin", "10.2.0.1", now), Verdict::Allow);
+    }
+
+    #[test]
+    fn success_forgives_the_pair() {
+        let t = throttle();
+        let now = Instant::now();
+        for _ in 0..3 {
+            t.failed_at("frank", "10.0.0.3", now);
+        }
+        t.succeeded("frank", "10.0.0.3");
+        assert_eq!(t.check_at("frank", "10.0.0.3", now), Verdict::Allow);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let t = AuthThrottle::new(ThrottleConfig {
+            window: Duration::from_secs(60),
+            per_user_ip: 1_000_000,
+            per_ip: 1_000_000,
+            per_user: 1_000_000,
+        });
+        let now = Instant::now();
+        for i in 0..(MAX_KEYS + 10) {
+            t.failed_at(&format!("u{i}"), "10.0.0.1", now);
+        }
+        let s = t.state.lock();
+        assert!(s.users.map.len() <= MAX_KEYS);
+        assert!(s.pairs.map.len() <= MAX_KEYS);
+    }
+}
