@@ -150,6 +150,15 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
+    let throttle = Arc::new(crate::throttle::AuthThrottle::new(
+        crate::throttle::ThrottleConfig {
+            window: config.auth_throttle_window(),
+            per_user_ip: config.auth_throttle_per_user_ip,
+            per_ip: config.auth_throttle_per_ip,
+            per_user: config.auth_throttle_per_user,
+        },
+    ));
+    let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
     Ok(Arc::new(AppState {
         primary: config.is_primary(),
         request_cap: config
@@ -164,6 +173,8 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         draining: Default::default(),
         started: Instant::now(),
         secret,
+        throttle,
+        pgn_uploads,
         debug: Default::default(),
     }))
 }
@@ -214,7 +225,7 @@ pub async fn serve(
         keepalive: state.config.keepalive_timeout(),
     };
     let server = http::conn::serve(listener, app, timeouts, shutdown_conns.clone());
-    let mut server = tokio::spawn(async move { server.await });
+    let mut server = tokio::spawn(server);
 
     let upkeep_handle = state.metrics.clone();
     let upkeep = tokio::spawn(async move {

@@ -15,6 +15,7 @@ pub mod middleware;
 pub mod ops;
 pub mod public;
 pub mod reply;
+pub mod upload;
 pub mod worker;
 
 use std::sync::Arc;
@@ -53,6 +54,10 @@ pub struct AppState {
     /// `max_concurrent_requests`, if set: a waiting (never rejecting) cap.
     pub request_cap: Option<Arc<Semaphore>>,
     pub started: Instant,
+    /// Failed-authentication counters (password spraying).
+    pub throttle: Arc<crate::throttle::AuthThrottle>,
+    /// Turns for reading large PGN upload bodies (`pgn_upload_concurrency`).
+    pub pgn_uploads: Arc<Semaphore>,
     /// Key for signing cookies (loaded or generated at start).
     pub secret: Vec<u8>,
     /// Debug routes' bookkeeping.
@@ -72,7 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/failed_task", post(worker::failed_task))
         .route("/api/stop_run", post(worker::stop_run))
         .route("/api/worker_log", post(worker::worker_log))
-        .route("/api/upload_pgn", post(worker::upload_pgn))
+        .route("/api/upload_pgn", post(upload::upload_pgn))
         .route("/api/create_run", post(worker::create_run))
         .route("/api/approve_run", post(worker::approve_run))
         .route("/api/purge_run", post(worker::purge_run))

@@ -7,7 +7,6 @@
 //! token and no gate slot) -> reply. request_task enters the admission gate first.
 //! Must not: contain scheduling rules (that is `rundb`) or reply without `ApiReply`.
 
-use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -15,7 +14,6 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -24,8 +22,9 @@ use super::TOO_BUSY_INFO;
 use super::extract::ApiJson;
 use super::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::model::{Stats, WorkerInfo};
-use crate::rundb::users::User;
+use crate::rundb::users::{MSG_INVALID, User, UserError};
 use crate::rundb::{Reply, RunDb, RunDbError, Ticket, WORKER_VERSION};
+use crate::throttle::{AuthThrottle, Verdict};
 
 impl From<RunDbError> for ApiError {
     fn from(e: RunDbError) -> Self {
@@ -49,8 +48,10 @@ pub struct WorkerRequest {
     run_id: Option<String>,
     #[serde(default)]
     task_id: Option<u64>,
-    #[serde(default)]
-    pgn: Option<String>,
+    /// Accepted in every body for the schema's sake; only upload_pgn (which reads its body
+    /// itself, see `upload`) uses it, so it is skipped, not kept.
+    #[serde(default, rename = "pgn")]
+    _pgn: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
@@ -237,14 +238,27 @@ struct Needs {
 }
 
 /// A validated worker request.
-struct Call {
-    password: String,
-    wi: WorkerInfo,
-    task: Option<(String, usize)>,
+pub(super) struct Call {
+    pub(super) password: String,
+    pub(super) wi: WorkerInfo,
+    pub(super) task: Option<(String, usize)>,
     stats: Option<Stats>,
     message: String,
     spsa: Option<SpsaBlock>,
-    pgn: Option<String>,
+}
+
+/// Validates upload_pgn's members (all but `pgn`): a task-bound worker request.
+pub(super) fn validate_upload(
+    state: &AppState,
+    req: WorkerRequest,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<Call, ApiError> {
+    let needs = Needs {
+        task: true,
+        ..Needs::default()
+    };
+    validate(state, req, peer, headers, needs)
 }
 
 fn validate(
@@ -314,7 +328,6 @@ fn validate(
         stats: req.stats,
         message: req.message.unwrap_or_default(),
         spsa: req.spsa,
-        pgn: req.pgn,
     })
 }
 
@@ -322,23 +335,122 @@ fn rundb(state: &AppState) -> Arc<RunDb> {
     state.rundb.clone()
 }
 
-/// Authenticates in the pool (argon2 on a cache miss), then runs `work`.
-async fn with_user<T, F>(
-    state: &AppState,
-    username: String,
-    password: String,
-    work: F,
-) -> ApiResult<T>
+/// The credentials of one request and where they come from.
+pub(super) struct Login {
+    pub(super) ip: String,
+    pub(super) username: String,
+    pub(super) password: String,
+}
+
+impl Login {
+    fn new(
+        state: &AppState,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+        username: String,
+        password: String,
+    ) -> Self {
+        Login {
+            ip: client_addr(state, peer, headers),
+            username,
+            password,
+        }
+    }
+}
+
+/// What the event loop can settle about a login without waiting: refused by the throttle,
+/// or known to the credential cache (`Some`); `None` sends the check to the pool.
+fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<Option<User>> {
+    let throttled = |retry_after: std::time::Duration| {
+        metrics::counter!("shoal_auth_throttled_total").increment(1);
+        ApiError::Throttled {
+            retry_after_s: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        }
+    };
+    let cached = state
+        .rundb
+        .users
+        .authenticate_cached(&login.username, &login.password);
+    match state.throttle.check(&login.username, &login.ip) {
+        Verdict::Refuse { retry_after } => Err(throttled(retry_after)),
+        // A user sprayed from many addresses: only passwords already verified pass.
+        Verdict::VerifiedOnly { retry_after } => match cached {
+            Some(Ok(user)) => Ok(Some(user)),
+            Some(Err(UserError::Refused(m))) if m != MSG_INVALID => {
+                Err(RunDbError::from(UserError::Refused(m)).into())
+            }
+            _ => Err(throttled(retry_after)),
+        },
+        Verdict::Allow => match cached {
+            Some(Ok(user)) => Ok(Some(user)),
+            Some(Err(e)) => record_login(&state.throttle, login, &Err(e)).map(Some),
+            None => Ok(None),
+        },
+    }
+}
+
+/// Records the outcome of a password check with the throttle and turns it into the reply's
+/// error. Only a wrong password or an unknown user counts as a failure (a blocked or pending
+/// account gave the right password).
+fn record_login(
+    throttle: &AuthThrottle,
+    login: &Login,
+    verdict: &Result<User, UserError>,
+) -> ApiResult<User> {
+    match verdict {
+        Ok(user) => {
+            throttle.succeeded(&login.username, &login.ip);
+            Ok(user.clone())
+        }
+        Err(UserError::Refused(m)) => {
+            if *m == MSG_INVALID {
+                throttle.failed(&login.username, &login.ip);
+            }
+            Err(RunDbError::Unauthorized(m.to_string()).into())
+        }
+        Err(UserError::Invalid(m)) => Err(RunDbError::Invalid(m.clone()).into()),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// Checks a login: throttle and credential cache on the event loop, else the pool (store
+/// read, argon2, single flight per user).
+pub(super) async fn credentials(state: &AppState, login: Login) -> ApiResult<User> {
+    if let Some(user) = login_on_loop(state, &login)? {
+        return Ok(user);
+    }
+    let db = rundb(state);
+    let throttle = state.throttle.clone();
+    state
+        .offload
+        .run(move || {
+            let verdict = db.users.authenticate(&login.username, &login.password);
+            record_login(&throttle, &login, &verdict)
+        })
+        .await?
+}
+
+/// Checks the login, then runs `work` in the pool: one pool job when the credential cache
+/// settles the login on the loop, and also one (check and work together) when it does not.
+async fn with_user<T, F>(state: &AppState, login: Login, work: F) -> ApiResult<T>
 where
     T: Send + 'static,
     F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
 {
+    let known = login_on_loop(state, &login)?;
     let db = rundb(state);
+    let throttle = state.throttle.clone();
     let out = state
         .offload
-        .run(move || {
-            let user = db.users.authenticate(&username, &password)?;
-            work(&db, user)
+        .run(move || -> ApiResult<T> {
+            let user = match known {
+                Some(user) => user,
+                None => {
+                    let verdict = db.users.authenticate(&login.username, &login.password);
+                    record_login(&throttle, &login, &verdict)?
+                }
+            };
+            Ok(work(&db, user)?)
         })
         .await??;
     Ok(out)
@@ -356,6 +468,8 @@ async fn durable(reply: Map<String, Value>, ticket: Option<Ticket>) -> ApiResult
 /// POST /api/request_version: `{version}`; lenient body (password + worker_info.username).
 pub async fn request_version(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult {
     let password = body
@@ -371,7 +485,11 @@ pub async fn request_version(
         .to_string();
     // Usually answered from the credential cache on the event loop: request_version is the
     // most frequent call of a reconnecting fleet (before every request_task).
-    authenticate(&state, username, password).await?;
+    credentials(
+        &state,
+        Login::new(&state, peer, &headers, username, password),
+    )
+    .await?;
     Ok(ApiReply::json(json!({"version": WORKER_VERSION})))
 }
 
@@ -383,17 +501,21 @@ pub async fn request_task(
     ApiJson(req): ApiJson<WorkerRequest>,
 ) -> ApiResult {
     let call = validate(&state, req, peer, &headers, Needs::default())?;
+    // Credentials before the gate: a caller with a wrong password (a spray) never takes a
+    // place a real worker needs, and a password check (argon2 on a cold cache) never runs
+    // inside the scheduler's critical section. (Fishtest validates before its semaphore too.)
+    let login = Login {
+        ip: call.wi.remote_addr.clone(),
+        username: call.wi.username.clone(),
+        password: call.password.clone(),
+    };
+    let user = credentials(&state, login).await?;
     // Phase 1 of the gate before any pool token (seed 003): a refused caller costs nothing.
     let Ok(place) = state.gate.admit().await else {
         return Ok(ApiReply::json(
             json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
         ));
     };
-    // Credentials while holding a place, before the slot: a password check (argon2 on a cold
-    // cache) never runs inside the scheduler's critical section, and at most the gate's
-    // capacity of request_task callers are checking at once. (Fishtest validates before its
-    // semaphore too.)
-    let user = authenticate(&state, call.wi.username.clone(), call.password.clone()).await?;
     // Phase 2: the scheduler slot, in arrival order.
     let Ok(permit) = place.slot().await else {
         return Ok(ApiReply::json(
@@ -414,22 +536,6 @@ pub async fn request_task(
     durable(reply, ticket).await
 }
 
-/// Checks a worker's credentials: from the credential cache on the event loop when it already
-/// knows this password (one HMAC), else in the pool (store read, argon2, single-flight per
-/// user).
-async fn authenticate(state: &AppState, username: String, password: String) -> ApiResult<User> {
-    let db = rundb(state);
-    if let Some(verdict) = db.users.authenticate_cached(&username, &password) {
-        return Ok(verdict.map_err(RunDbError::from)?);
-    }
-    let user = state
-        .offload
-        .run(move || db.users.authenticate(&username, &password))
-        .await?
-        .map_err(RunDbError::from)?;
-    Ok(user)
-}
-
 /// What a task-bound endpoint does once the caller is authenticated (runs in the pool).
 type TaskWork = fn(&RunDb, TaskCall) -> Result<(Reply, Option<Ticket>), RunDbError>;
 
@@ -445,7 +551,6 @@ struct TaskCall {
     stats: Stats,
     spsa: Option<crate::spsa::SpsaResult>,
     message: String,
-    pgn: Option<String>,
 }
 
 /// The common path of the task-bound endpoints: validate on the loop, authenticate and work in
@@ -493,21 +598,23 @@ async fn task_bound_or_fast(
             sig: s.sig,
         }),
         message: call.message,
-        pgn: call.pgn,
     };
-    if let Some((route, fast)) = fast {
+    let login = Login {
+        ip: task.wi.remote_addr.clone(),
+        username,
+        password: call.password,
+    };
+    if let Some((route, fast)) = fast
+        && let Some(_user) = login_on_loop(state, &login)?
+    {
         // The event loop's try: a credential-cache hit and work that needs no wait at all.
         let db = rundb(state);
-        if let Some(verdict) = db.users.authenticate_cached(&username, &call.password) {
-            verdict.map_err(RunDbError::from)?;
-            if let Some(result) = fast(&db, &task) {
-                metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
-                return Ok(ApiReply::ok(result?));
-            }
+        if let Some(result) = fast(&db, &task) {
+            metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
+            return Ok(ApiReply::ok(result?));
         }
     }
-    let (reply, ticket) =
-        with_user(state, username, call.password, move |db, _| work(db, task)).await?;
+    let (reply, ticket) = with_user(state, login, move |db, _| work(db, task)).await?;
     durable(reply, ticket).await
 }
 
@@ -601,48 +708,16 @@ pub async fn worker_log(
     let call = validate(&state, req, peer, &headers, needs)?;
     let username = call.wi.username.clone();
     let (wi, message, task) = (call.wi, call.message, call.task);
-    let reply = with_user(&state, username, call.password, move |db, _| {
+    let login = Login {
+        ip: wi.remote_addr.clone(),
+        username,
+        password: call.password,
+    };
+    let reply = with_user(&state, login, move |db, _| {
         db.worker_log(&message, task.as_ref().map(|(r, t)| (r.as_str(), *t)), &wi)
     })
     .await?;
     Ok(ApiReply::ok(reply))
-}
-
-/// POST /api/upload_pgn: base64 of a gzip stream, checked (decompressed) in the pool.
-pub async fn upload_pgn(
-    State(state): State<Arc<AppState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    ApiJson(req): ApiJson<WorkerRequest>,
-) -> ApiResult {
-    if req.pgn.is_none() {
-        return Err(bad("missing pgn"));
-    }
-    task_bound(&state, peer, &headers, req, Needs::default(), |db, c| {
-        let gz = base64::engine::general_purpose::STANDARD
-            .decode(c.pgn.unwrap_or_default().as_bytes())
-            .map_err(|e| RunDbError::Invalid(format!("pgn is not valid base64: {e}")))?;
-        check_gzip(&gz).map_err(RunDbError::Invalid)?;
-        db.upload_pgn(&c.run_id, c.task_id, &gz, &c.wi)
-            .map(|r| (r, None))
-    })
-    .await
-}
-
-/// A PGN must be a complete gzip stream: check the magic, then decompress it to the end.
-fn check_gzip(gz: &[u8]) -> Result<(), String> {
-    if gz.len() < 18 || gz[0] != 0x1f || gz[1] != 0x8b {
-        return Err("pgn is not gzip data".into());
-    }
-    let mut decoder = flate2::read::MultiGzDecoder::new(gz);
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        match decoder.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("pgn is not valid gzip: {e}")),
-        }
-    }
 }
 
 /// The body of the run-submission endpoints.
@@ -657,12 +732,16 @@ pub struct CreateRunRequest {
 /// POST /api/create_run: `{run_id}`.
 pub async fn create_run(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CreateRunRequest>,
 ) -> ApiResult {
     let args = req.args;
-    let run_id = with_user(&state, req.username, req.password, move |db, user| {
-        db.create_run(args, &user)
-    })
+    let run_id = with_user(
+        &state,
+        Login::new(&state, peer, &headers, req.username, req.password),
+        move |db, user| db.create_run(args, &user),
+    )
     .await?;
     Ok(ApiReply::json(json!({"run_id": run_id})))
 }
@@ -678,15 +757,19 @@ pub struct ApproveRunRequest {
 /// POST /api/approve_run.
 pub async fn approve_run(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
     if !is_hex(&req.run_id, 24) {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
     }
     let run_id = req.run_id.clone();
-    with_user(&state, req.username, req.password, move |db, user| {
-        db.approve_run(&run_id, &user)
-    })
+    with_user(
+        &state,
+        Login::new(&state, peer, &headers, req.username, req.password),
+        move |db, user| db.approve_run(&run_id, &user),
+    )
     .await?;
     Ok(ApiReply::json(
         json!({"run_id": req.run_id, "approved": true}),
@@ -696,15 +779,19 @@ pub async fn approve_run(
 /// POST /api/purge_run: the manual purge (run owner or approver), as the run page's button.
 pub async fn purge_run(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
     if !is_hex(&req.run_id, 24) {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
     }
     let run_id = req.run_id.clone();
-    let outcome = with_user(&state, req.username, req.password, move |db, user| {
-        db.purge_run(&run_id, &user)
-    })
+    let outcome = with_user(
+        &state,
+        Login::new(&state, peer, &headers, req.username, req.password),
+        move |db, user| db.purge_run(&run_id, &user),
+    )
     .await?;
     Ok(ApiReply::json(json!({
         "run_id": req.run_id,
@@ -892,16 +979,5 @@ mod tests {
         assert!(!valid_unique_key("ab12cd34x-1111-4222-8333-444455556666"));
         assert!(!valid_unique_key("ab12cd34-1111-4222-8333"));
         assert!(!valid_unique_key("ab12cd34-111g-4222-8333-444455556666"));
-    }
-
-    #[test]
-    fn gzip_check() {
-        use std::io::Write as _;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(b"[Event \"x\"]\n1. e4 e5 *\n").expect("write");
-        let gz = e.finish().expect("finish");
-        assert!(check_gzip(&gz).is_ok());
-        assert!(check_gzip(&gz[..gz.len() - 4]).is_err());
-        assert!(check_gzip(b"plain text, not gzip at all").is_err());
     }
 }

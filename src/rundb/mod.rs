@@ -1246,18 +1246,23 @@ impl RunDb {
         gz: &[u8],
         wi: &WorkerInfo,
     ) -> DbResult<Reply> {
-        let entry = self.run_entry(run_id)?;
-        {
-            let run = entry.run.lock();
-            // A secondary sees the primary's runs through the store, which may not hold a
-            // task handed out in the last second yet: accept such a task there.
-            let unseen = !self.cfg.primary && task_id >= run.tasks.len();
-            if !unseen {
-                self.task_of(&run, task_id, wi)?;
-            }
-        }
+        self.check_upload(run_id, task_id, wi)?;
         self.store.pgn_put(&format!("{run_id}-{task_id}"), gz)?;
         Ok(Reply::new())
+    }
+
+    /// Whether this worker may upload the PGN of this task: the run exists and the task is
+    /// the worker's (active or not). Checked before an upload's body is read.
+    pub fn check_upload(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<()> {
+        let entry = self.run_entry(run_id)?;
+        let run = entry.run.lock();
+        // A secondary sees the primary's runs through the store, which may not hold a
+        // task handed out in the last second yet: accept such a task there.
+        let unseen = !self.cfg.primary && task_id >= run.tasks.len();
+        if !unseen {
+            self.task_of(&run, task_id, wi)?;
+        }
+        Ok(())
     }
 
     // ----- runs: creation, approval --------------------------------------------------
