@@ -1,11 +1,16 @@
 //! Throttling of failed authentications (password spraying, user enumeration).
 //!
 //! Owns: failure counters in fixed windows for three keys — a (user, client address) pair, a
-//! client address, a user — and the verdict for the next attempt. A pair or an address over its
-//! limit is refused outright until its window ends; a user over its limit (failures from many
-//! addresses) is only allowed passwords the credential cache has already verified, so a
-//! distributed spray costs no argon2 work while the real fleet keeps working.
-//! Refused attempts are not counted: an attacker who keeps trying does not extend the window.
+//! client address, a user — and the verdict for the next attempt:
+//! - a pair over its limit is refused outright until its window ends (at most
+//!   `per_user_ip` guesses at one user's password per address and window);
+//! - an address over its limit (spraying many user names) or a user over its limit (sprayed
+//!   from many addresses) is allowed only passwords the credential cache has already
+//!   verified: guesses are refused without argon2 work, and still count against their pair,
+//!   while the real workers behind that address or of that user keep working.
+//!
+//! Refused attempts are not counted again: an attacker who keeps trying does not extend the
+//! window, and cannot fill the counters of other keys.
 //!
 //! Must not: do I/O, know HTTP, or hold its lock for more than a few hash-map operations (it
 //! is called on the event loop; the lock is never held across anything that can wait).
@@ -141,17 +146,17 @@ impl AuthThrottle {
         let c = self.cfg;
         let s = self.state.lock();
         let pair = (user.to_string(), ip.to_string());
-        let refused = [
-            s.pairs.over(&pair, now, c.window, c.per_user_ip),
+        if let Some(retry_after) = s.pairs.over(&pair, now, c.window, c.per_user_ip) {
+            return Verdict::Refuse { retry_after };
+        }
+        let limited = [
             s.ips.over(&pair.1, now, c.window, c.per_ip),
+            s.users.over(&pair.0, now, c.window, c.per_user),
         ]
         .into_iter()
         .flatten()
         .max();
-        if let Some(retry_after) = refused {
-            return Verdict::Refuse { retry_after };
-        }
-        match s.users.over(&pair.0, now, c.window, c.per_user) {
+        match limited {
             Some(retry_after) => Verdict::VerifiedOnly { retry_after },
             None => Verdict::Allow,
         }
@@ -168,7 +173,28 @@ impl AuthThrottle {
         s.pairs.fail(&(user.to_string(), ip.to_string()), now, w);
         s.ips.fail(&ip.to_string(), now, w);
         s.users.fail(&user.to_string(), now, w);
-        metrics::counter!("shoal_auth_failures_total").increment(1);
+    }
+
+    /// Counts an attempt whose password is about to be checked in the pool as a failure in
+    /// advance, so that concurrent guesses cannot all pass the check before the first one
+    /// fails. [`AuthThrottle::release`] takes it back when the password was right.
+    pub fn reserve(&self, user: &str, ip: &str) {
+        self.failed_at(user, ip, Instant::now());
+    }
+
+    /// Takes back a [`AuthThrottle::reserve`] whose password was right.
+    pub fn release(&self, user: &str, ip: &str) {
+        let mut s = self.state.lock();
+        let pair = (user.to_string(), ip.to_string());
+        if let Some(w) = s.pairs.map.get_mut(&pair) {
+            w.failures = w.failures.saturating_sub(1);
+        }
+        if let Some(w) = s.ips.map.get_mut(ip) {
+            w.failures = w.failures.saturating_sub(1);
+        }
+        if let Some(w) = s.users.map.get_mut(user) {
+            w.failures = w.failures.saturating_sub(1);
+        }
     }
 
     /// Records a successful authentication: the pair's failures are forgiven (a volunteer who
@@ -213,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn address_limit_covers_every_user_name() {
+    fn address_limit_allows_only_verified_passwords_for_every_user_name() {
         let t = throttle();
         let now = Instant::now();
         for i in 0..5 {
@@ -221,7 +247,7 @@ mod tests {
         }
         assert!(matches!(
             t.check_at("carol", "10.0.0.9", now),
-            Verdict::Refuse { .. }
+            Verdict::VerifiedOnly { .. }
         ));
         assert_eq!(t.check_at("carol", "10.0.0.8", now), Verdict::Allow);
     }
@@ -238,6 +264,21 @@ mod tests {
             Verdict::VerifiedOnly { .. }
         ));
         assert_eq!(t.check_at("erin", "10.2.0.1", now), Verdict::Allow);
+    }
+
+    #[test]
+    fn reservations_count_until_released() {
+        let t = throttle();
+        let now = Instant::now();
+        for _ in 0..3 {
+            t.reserve("gina", "10.0.0.4");
+        }
+        assert!(matches!(
+            t.check_at("gina", "10.0.0.4", now),
+            Verdict::Refuse { .. }
+        ));
+        t.release("gina", "10.0.0.4");
+        assert_eq!(t.check_at("gina", "10.0.0.4", now), Verdict::Allow);
     }
 
     #[test]

@@ -87,7 +87,7 @@ fn count(params: &HashMap<String, String>, key: &str) -> Result<Option<f64>, Api
             .map(|n| Some(n as f64))
             .ok_or_else(|| {
                 bad(format!(
-                    "{key} must be an integer between 0 and {MAX_GAMES}"
+                    "{key} must be a non-negative integer of at most {MAX_GAMES}"
                 ))
             }),
     }

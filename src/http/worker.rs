@@ -358,75 +358,119 @@ impl Login {
     }
 }
 
+/// How a login that the event loop could not settle is checked in the pool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PoolCheck {
+    /// The full check: store read, argon2 on a new password.
+    Full,
+    /// Throttled key: only a password the cache has already verified passes (a store read
+    /// at most, never argon2); the `Duration` is the Retry-After of a refusal.
+    KnownOnly(std::time::Duration),
+}
+
+/// What the event loop settled about a login.
+enum OnLoop {
+    Known(User),
+    Pool(PoolCheck),
+}
+
+fn throttled(retry_after: std::time::Duration) -> ApiError {
+    metrics::counter!("shoal_auth_throttled_total").increment(1);
+    ApiError::Throttled {
+        retry_after_s: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+    }
+}
+
 /// What the event loop can settle about a login without waiting: refused by the throttle,
-/// or known to the credential cache (`Some`); `None` sends the check to the pool.
-fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<Option<User>> {
-    let throttled = |retry_after: std::time::Duration| {
-        metrics::counter!("shoal_auth_throttled_total").increment(1);
-        ApiError::Throttled {
-            retry_after_s: retry_after.as_secs_f64().ceil().max(1.0) as u64,
-        }
-    };
+/// or known to the credential cache; otherwise which check the pool must make.
+fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<OnLoop> {
     let cached = state
         .rundb
         .users
         .authenticate_cached(&login.username, &login.password);
-    match state.throttle.check(&login.username, &login.ip) {
-        Verdict::Refuse { retry_after } => Err(throttled(retry_after)),
-        // A user sprayed from many addresses: only passwords already verified pass.
-        Verdict::VerifiedOnly { retry_after } => match cached {
-            Some(Ok(user)) => Ok(Some(user)),
-            Some(Err(UserError::Refused(m))) if m != MSG_INVALID => {
-                Err(RunDbError::from(UserError::Refused(m)).into())
-            }
-            _ => Err(throttled(retry_after)),
-        },
-        Verdict::Allow => match cached {
-            Some(Ok(user)) => Ok(Some(user)),
-            Some(Err(e)) => record_login(&state.throttle, login, &Err(e)).map(Some),
-            None => Ok(None),
-        },
+    let check = match state.throttle.check(&login.username, &login.ip) {
+        Verdict::Refuse { retry_after } => return Err(throttled(retry_after)),
+        Verdict::VerifiedOnly { retry_after } => PoolCheck::KnownOnly(retry_after),
+        Verdict::Allow => PoolCheck::Full,
+    };
+    match cached {
+        Some(verdict) => {
+            record_login(&state.throttle, login, check, false, verdict).map(OnLoop::Known)
+        }
+        None => {
+            // Counted before the check, so concurrent guesses cannot all slip through.
+            state.throttle.reserve(&login.username, &login.ip);
+            Ok(OnLoop::Pool(check))
+        }
     }
+}
+
+/// The pool's part of a login check.
+fn login_in_pool(
+    db: &RunDb,
+    throttle: &AuthThrottle,
+    login: &Login,
+    check: PoolCheck,
+) -> ApiResult<User> {
+    let verdict = match check {
+        PoolCheck::Full => db.users.authenticate(&login.username, &login.password),
+        PoolCheck::KnownOnly(_) => db
+            .users
+            .authenticate_known(&login.username, &login.password)
+            .unwrap_or(Err(UserError::Refused(MSG_INVALID))),
+    };
+    record_login(throttle, login, check, true, verdict)
 }
 
 /// Records the outcome of a password check with the throttle and turns it into the reply's
 /// error. Only a wrong password or an unknown user counts as a failure (a blocked or pending
-/// account gave the right password).
+/// account gave the right password); a throttled key's failure is answered 429.
 fn record_login(
     throttle: &AuthThrottle,
     login: &Login,
-    verdict: &Result<User, UserError>,
+    check: PoolCheck,
+    reserved: bool,
+    verdict: Result<User, UserError>,
 ) -> ApiResult<User> {
+    let wrong = matches!(&verdict, Err(UserError::Refused(m)) if *m == MSG_INVALID);
+    if wrong {
+        metrics::counter!("shoal_auth_failures_total").increment(1);
+        if !reserved {
+            throttle.failed(&login.username, &login.ip);
+        }
+    } else if reserved {
+        throttle.release(&login.username, &login.ip);
+    }
     match verdict {
         Ok(user) => {
             throttle.succeeded(&login.username, &login.ip);
-            Ok(user.clone())
+            Ok(user)
         }
         Err(UserError::Refused(m)) => {
-            if *m == MSG_INVALID {
-                throttle.failed(&login.username, &login.ip);
+            if m != MSG_INVALID {
+                return Err(RunDbError::Unauthorized(m.to_string()).into());
             }
-            Err(RunDbError::Unauthorized(m.to_string()).into())
+            match check {
+                PoolCheck::KnownOnly(retry_after) => Err(throttled(retry_after)),
+                PoolCheck::Full => Err(RunDbError::Unauthorized(m.to_string()).into()),
+            }
         }
-        Err(UserError::Invalid(m)) => Err(RunDbError::Invalid(m.clone()).into()),
-        Err(e) => Err(ApiError::Internal(e.to_string())),
+        Err(e) => Err(RunDbError::from(e).into()),
     }
 }
 
 /// Checks a login: throttle and credential cache on the event loop, else the pool (store
 /// read, argon2, single flight per user).
 pub(super) async fn credentials(state: &AppState, login: Login) -> ApiResult<User> {
-    if let Some(user) = login_on_loop(state, &login)? {
-        return Ok(user);
-    }
+    let check = match login_on_loop(state, &login)? {
+        OnLoop::Known(user) => return Ok(user),
+        OnLoop::Pool(check) => check,
+    };
     let db = rundb(state);
     let throttle = state.throttle.clone();
     state
         .offload
-        .run(move || {
-            let verdict = db.users.authenticate(&login.username, &login.password);
-            record_login(&throttle, &login, &verdict)
-        })
+        .run(move || login_in_pool(&db, &throttle, &login, check))
         .await?
 }
 
@@ -437,18 +481,15 @@ where
     T: Send + 'static,
     F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
 {
-    let known = login_on_loop(state, &login)?;
+    let on_loop = login_on_loop(state, &login)?;
     let db = rundb(state);
     let throttle = state.throttle.clone();
     let out = state
         .offload
         .run(move || -> ApiResult<T> {
-            let user = match known {
-                Some(user) => user,
-                None => {
-                    let verdict = db.users.authenticate(&login.username, &login.password);
-                    record_login(&throttle, &login, &verdict)?
-                }
+            let user = match on_loop {
+                OnLoop::Known(user) => user,
+                OnLoop::Pool(check) => login_in_pool(&db, &throttle, &login, check)?,
             };
             Ok(work(&db, user)?)
         })
@@ -605,7 +646,7 @@ async fn task_bound_or_fast(
         password: call.password,
     };
     if let Some((route, fast)) = fast
-        && let Some(_user) = login_on_loop(state, &login)?
+        && let OnLoop::Known(_user) = login_on_loop(state, &login)?
     {
         // The event loop's try: a credential-cache hit and work that needs no wait at all.
         let db = rundb(state);

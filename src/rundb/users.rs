@@ -262,6 +262,7 @@ impl Users {
             // As slow as a wrong password of a real user: no enumeration by timing.
             self.slow_checks
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics::counter!("shoal_auth_slow_checks_total").increment(1);
             let _ = verify_slow(dummy_hash(), password);
             let mut unknown = self.unknown.lock();
             let now = Instant::now();
@@ -341,6 +342,34 @@ impl Users {
             true => Some(admit(c.user.clone())),
             false => Some(Err(UserError::Refused(MSG_INVALID))),
         }
+    }
+
+    /// Checks credentials without a slow check: a fresh user document (read from the store
+    /// when the cached one is stale) and a password this cache has already verified or
+    /// refused. `None`: the password is not known either way (or the user does not exist).
+    /// Blocking (may read the store): call it from the offload pool.
+    pub fn authenticate_known(
+        &self,
+        username: &str,
+        password: &str,
+    ) -> Option<Result<User, UserError>> {
+        let user = match self.get(username) {
+            Ok(Some(user)) => user,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let mac = self.mac(username, password);
+        let verdict = self
+            .cache
+            .lock()
+            .get(username)
+            .filter(|c| c.user.password == user.password)
+            .and_then(|c| c.verdict(&mac))?;
+        Some(if verdict {
+            admit(user)
+        } else {
+            Err(UserError::Refused(MSG_INVALID))
+        })
     }
 
     /// How many slow (argon2) password checks have run.

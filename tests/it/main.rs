@@ -2,6 +2,7 @@
 
 mod core;
 mod fleet;
+mod hardening;
 mod harness;
 mod sim;
 mod spsa_props;

@@ -29,8 +29,10 @@ async fn a_short_storm_assigns_every_worker_without_errors() {
         "300",
         "--storm",
         "1",
+        // Long enough that every worker is assigned even when the machine is busy with the
+        // rest of the suite (the storm itself is 1 s; the run ends at the deadline).
         "--duration",
-        "10",
+        "30",
         "--time-scale",
         "600",
         "--fresh-connections",
