@@ -222,6 +222,47 @@ fn bench(db: &RunDb) {
     }
     percentiles("beat (10k active tasks)", samples);
 
+    // The login of every worker call: the credential cache (one HMAC), alone and behind the
+    // throttle's verdict and bookkeeping (what `http::worker` does on the event loop).
+    db.users.authenticate("bench", "pw").expect("warm the cache");
+    let throttle = shoal::throttle::AuthThrottle::new(shoal::throttle::ThrottleConfig {
+        window: Duration::from_secs(300),
+        per_user_ip: 10,
+        per_ip: 100,
+        per_user: 100,
+    });
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let t = Instant::now();
+        let user = db.users.authenticate_cached("bench", "pw");
+        samples.push(t.elapsed());
+        assert!(matches!(user, Some(Ok(_))));
+    }
+    percentiles("login: credential cache hit", samples);
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for n in 0..SAMPLES {
+        let ip = worker(n).remote_addr;
+        let t = Instant::now();
+        let verdict = throttle.check("bench", &ip);
+        let user = db.users.authenticate_cached("bench", "pw");
+        throttle.succeeded("bench", &ip);
+        samples.push(t.elapsed());
+        assert_eq!(verdict, shoal::throttle::Verdict::Allow);
+        assert!(matches!(user, Some(Ok(_))));
+    }
+    percentiles("login: throttle verdict + cache hit", samples);
+    for _ in 0..10 {
+        throttle.failed("bench", "10.9.9.9");
+    }
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let t = Instant::now();
+        let verdict = throttle.check("bench", "10.9.9.9");
+        samples.push(t.elapsed());
+        assert!(matches!(verdict, shoal::throttle::Verdict::Refuse { .. }));
+    }
+    percentiles("login: a throttled guess refused", samples);
+
     let t = Instant::now();
     let flushed = db.flush(true).expect("flush");
     println!(
