@@ -425,7 +425,7 @@ mod tests {
     fn check_model(elo: f64, draw: f64) {
         let m = GameModel::new(elo, draw);
         assert!((m.win + m.draw + m.loss - 1.0).abs() < 1e-12);
-        assert!(m.pentanomial().iter().sum::<f64>() - 1.0 < 1e-12);
+        assert!((m.pentanomial().iter().sum::<f64>() - 1.0).abs() < 1e-12);
         let mut rng = StdRng::seed_from_u64(elo.to_bits() ^ draw.to_bits());
         let mut stats = Stats::default();
         for batch in 0..200 {

@@ -403,20 +403,99 @@ mod tests {
         assert_eq!(s, before);
     }
 
+    /// The keys of a serialized JSON object, sorted.
+    fn keys(v: &serde_json::Value) -> Vec<String> {
+        let mut k: Vec<String> = v
+            .as_object()
+            .expect("a JSON object")
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    }
+
+    fn sorted(names: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn serde_names_are_fishtests() {
+        // Fishtest's `SPRT(...)` dict, key for key (stat_util.py).
         let s = fresh(8);
-        let names = [
-            "elo_model",
-            "lower_bound",
-            "upper_bound",
-            "overshoot",
-            "batch_size",
-        ];
-        let dbg = format!("{s:?}");
-        for n in names {
-            assert!(dbg.contains(n));
+        let v = serde_json::to_value(&s).expect("serialize");
+        assert_eq!(
+            keys(&v),
+            sorted(&[
+                "alpha",
+                "beta",
+                "elo0",
+                "elo1",
+                "elo_model",
+                "state",
+                "llr",
+                "batch_size",
+                "lower_bound",
+                "upper_bound",
+                "overshoot",
+            ])
+        );
+        assert_eq!(
+            keys(&v["overshoot"]),
+            sorted(&[
+                "last_update",
+                "skipped_updates",
+                "ref0",
+                "m0",
+                "sq0",
+                "ref1",
+                "m1",
+                "sq1",
+            ])
+        );
+        assert_eq!(v["elo_model"], "logistic");
+        assert_eq!(v["state"], "");
+        assert_eq!(v["batch_size"], 8);
+        for (model, name) in [
+            (EloModel::BayesElo, "BayesElo"),
+            (EloModel::Logistic, "logistic"),
+            (EloModel::Normalized, "normalized"),
+        ] {
+            assert_eq!(serde_json::to_value(model).expect("model"), name);
         }
+        for (state, name) in [
+            (SprtState::Running, ""),
+            (SprtState::Accepted, "accepted"),
+            (SprtState::Rejected, "rejected"),
+        ] {
+            assert_eq!(serde_json::to_value(state).expect("state"), name);
+        }
+        // The audit fields appear under their Fishtest names once set, and `overshoot` goes.
+        let mut s = fresh(2);
+        update_sprt(&penta([1, 1, 1, 0, 0]), &mut s).unwrap();
+        let v = serde_json::to_value(&s).expect("serialize");
+        assert!(v.get("illegal_update").is_some(), "{v}");
+        assert!(v.get("overshoot").is_none(), "{v}");
+        let mut s = fresh(1);
+        update_sprt(&penta([1, 2, 3, 2, 1]), &mut s).unwrap();
+        update_sprt(&penta([1, 2, 2, 2, 1]), &mut s).unwrap();
+        let v = serde_json::to_value(&s).expect("serialize");
+        assert_eq!(v["lost_samples"], 1, "{v}");
+        // A record as Fishtest stores it reads back (llr as the integer 0, as SPRT() writes).
+        let stored = serde_json::json!({
+            "alpha": 0.05, "beta": 0.05, "elo0": 0.0, "elo1": 2.0, "elo_model": "normalized",
+            "state": "rejected", "llr": 0, "batch_size": 8,
+            "lower_bound": -2.944_438_979_166_440_3, "upper_bound": 2.944_438_979_166_440_3,
+            "overshoot": {"last_update": 0, "skipped_updates": 0, "ref0": 0, "m0": 0,
+                          "sq0": 0, "ref1": 0, "m1": 0, "sq1": 0},
+        });
+        let r: SprtRecord = serde_json::from_value(stored).expect("Fishtest's record parses");
+        assert_eq!(r.elo_model, EloModel::Normalized);
+        assert_eq!(r.state, SprtState::Rejected);
+        assert_eq!(r.batch_size, 8);
+        assert_eq!(r.overshoot, Some(Overshoot::default()));
         assert_eq!(EloModel::parse("BayesElo"), Some(EloModel::BayesElo));
         assert_eq!(EloModel::parse("nope"), None);
         assert_eq!(SprtState::Running.as_str(), "");

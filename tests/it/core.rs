@@ -2,12 +2,17 @@
 //! secondaries, shutdown, configuration errors.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Opts, TestServer, run_bin};
+use crate::fleet::{
+    PASSWORD, add_user, approve, create_run, fixed_args, key, user_cli, worker_info,
+};
+use crate::harness::{Opts, TestServer, metric_sum, run_bin};
 
 const TOO_BUSY: &str = "Request_task: the server is currently too busy...";
 
@@ -25,12 +30,260 @@ fn raw_request(addr: std::net::SocketAddr, request: &str) -> TcpStream {
     s
 }
 
+/// Reads one reply: up to the end of its body (by Content-Length) or until the server closes
+/// the connection.
 fn read_all(mut s: TcpStream) -> String {
-    s.set_read_timeout(Some(Duration::from_secs(20)))
+    // Long enough for the longest hold (`HOLD_MS`) to end.
+    s.set_read_timeout(Some(Duration::from_secs(120)))
         .expect("timeout");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&out[..end]).to_ascii_lowercase();
+            let length = head.lines().find_map(|l| {
+                l.strip_prefix("content-length:")
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+            });
+            if length.is_some_and(|n| out.len() >= end + 4 + n) {
+                break;
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How long a test holds the gate's slot or pool tokens, attempt after attempt: a test whose
+/// observations did not all fit inside the hold (a slow or busy machine) tries again with a
+/// longer one, so a slow machine makes it slower but cannot make it fail. Only the last
+/// attempt's outcome is final.
+const HOLD_MS: [u64; 4] = [3_000, 10_000, 30_000, 60_000];
+
+/// Runs `attempt(ms, last)` with the holds of [`HOLD_MS`] until one attempt completes
+/// (returns true). An attempt returns false only when its hold ended before it could observe
+/// what it needed (see [`too_slow`]); the last attempt never does.
+async fn with_growing_holds<F, Fut>(server: &TestServer, mut attempt: F)
+where
+    F: FnMut(u64, bool) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for (i, ms) in HOLD_MS.into_iter().enumerate() {
+        if attempt(ms, i + 1 == HOLD_MS.len()).await {
+            return;
+        }
+        wait_idle(server, "gate and pool idle before trying again").await;
+    }
+    unreachable!("the last attempt is final");
+}
+
+/// Gives up an attempt whose hold ended before `what` could be observed; on the last attempt
+/// (the longest hold) that is a failure.
+fn too_slow(last: bool, what: &str) -> bool {
+    eprintln!("hold ended before {what} was observed: trying again with a longer one");
+    assert!(
+        !last,
+        "{what}: not observed within the longest hold ({} ms)",
+        HOLD_MS[HOLD_MS.len() - 1]
+    );
+    false
+}
+
+/// Whether the server has answered `s` (or closed it) yet, without waiting.
+fn replied(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 1];
+    let r = s.peek(&mut b);
+    s.set_nonblocking(false).expect("blocking");
+    !matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Goes away in the middle of a request the server is still working on: closes our side and
+/// waits until the server notices and closes the connection. Returns what the server had sent
+/// (empty when it dropped the request without answering). Panics if the server never notices.
+fn hang_up(mut s: TcpStream) -> String {
+    let _ = s.shutdown(Shutdown::Write);
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("the server did not notice a client going away: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Polls the health document until `cond` holds, while `held()` says the work that makes the
+/// state reachable (a slot holder, token holders) is still running. `Some(snapshot)` when
+/// `cond` held while that work still ran; `None` when the work ended first (the caller tries
+/// again with a longer hold). Panics only if neither happens within two minutes.
+async fn poll_held(
+    server: &TestServer,
+    what: &str,
+    held: impl Fn() -> bool,
+    cond: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let h = server.health().await;
+        let ok = cond(&h);
+        // Checked after the snapshot: if the work still runs now, it ran when `h` was taken.
+        if !held() {
+            return None;
+        }
+        if ok {
+            return Some(h);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `/metrics` until `cond` holds (or panics after two minutes).
+async fn wait_metrics(server: &TestServer, what: &str, cond: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = server.metrics().await;
+        if cond(&m) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (generously) until the gate and the pool are idle: nothing running, queued, in use
+/// or waiting. Background jobs take tokens now and then, so this polls for a quiet moment.
+async fn wait_idle(server: &TestServer, what: &str) {
+    server
+        .wait_health(120, what, |h| {
+            h["gate"]["running"] == 0
+                && h["gate"]["queued"] == 0
+                && h["pool"]["in_use"] == 0
+                && h["pool"]["waiting"] == 0
+        })
+        .await;
+}
+
+fn gate_request(ms: u64, tag: &str) -> String {
+    format!("POST /debug/gate?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+}
+
+fn sleep_request(ms: u64, tag: &str) -> String {
+    format!("GET /debug/sleep?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\n\r\n")
+}
+
+/// A real `/api/request_task` of worker `n` of `user` (valid credentials).
+fn task_request(user: &str, n: u32) -> String {
+    let body =
+        json!({"password": PASSWORD, "worker_info": worker_info(user, 1, &key(n))}).to_string();
+    format!(
+        "POST /api/request_task HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The JSON body of a raw HTTP reply.
+fn reply_json(reply: &str) -> Value {
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"))
+}
+
+/// Fills the gate: a holder inside the critical section for `ms`, then `capacity - 1` quick
+/// callers queued behind it, all observed at once. `None` when the holder finished before
+/// that could be observed (the connections are then drained).
+async fn fill_gate(
+    server: &TestServer,
+    capacity: usize,
+    ms: u64,
+) -> Option<(TcpStream, Vec<TcpStream>)> {
+    let holder = raw_request(server.addr, &gate_request(ms, "holder"));
+    let mut queued = Vec::new();
+    let mut ok = poll_held(
+        server,
+        "holder inside",
+        || !replied(&holder),
+        |h| h["gate"]["running"] == 1,
+    )
+    .await
+    .is_some();
+    if ok {
+        for i in 1..capacity {
+            queued.push(raw_request(server.addr, &gate_request(0, &format!("q{i}"))));
+        }
+        ok = poll_held(
+            server,
+            "the gate full",
+            || !replied(&holder),
+            |h| h["gate"]["running"] == 1 && h["gate"]["queued"] == capacity - 1,
+        )
+        .await
+        .is_some();
+    }
+    if ok {
+        return Some((holder, queued));
+    }
+    read_all(holder);
+    for q in queued {
+        read_all(q);
+    }
+    None
+}
+
+/// The gate admits exactly `capacity` callers at once (fast-reject mode): `capacity` are
+/// held at the same moment, one more is refused, and every admitted one is served.
+async fn gate_is_whole(server: &TestServer, capacity: usize, ms: u64, last: bool) -> bool {
+    let Some((holder, queued)) = fill_gate(server, capacity, ms).await else {
+        return too_slow(last, "the gate full");
+    };
+    let (status, v) = server
+        .post_json("/debug/gate?ms=0&tag=extra", &json!({}))
+        .await;
+    let in_time = !replied(&holder);
+    let replies: Vec<String> = std::iter::once(holder)
+        .chain(queued)
+        .map(read_all)
+        .collect();
+    if !in_time {
+        return too_slow(last, "one caller more than the capacity");
+    }
+    assert_eq!(status, 200);
+    assert_eq!(v["info"], TOO_BUSY, "one more than the capacity: {v}");
+    for r in &replies {
+        assert!(reply_json(r).get("seq").is_some(), "{r}");
+    }
+    true
+}
+
+type Pending = tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>;
+
+fn all_running(calls: &[Pending]) -> bool {
+    calls.iter().all(|c| !c.is_finished())
+}
+
+async fn drain(calls: Vec<Pending>) {
+    for c in calls {
+        let _ = c.await;
+    }
 }
 
 #[tokio::test]
@@ -68,84 +321,124 @@ async fn unknown_api_path_is_json_404_and_wrong_method_has_json_shape() {
 async fn event_loop_and_light_work_stay_responsive_while_slow_work_holds_tokens() {
     // Six tokens: two reserved (request_task's slot holder, the journal writer), four general.
     let server = TestServer::start_with(Opts::new().set("threadpool_tokens", 6)).await;
-    let mut slow = Vec::new();
-    for i in 0..2 {
+    with_growing_holds(&server, |ms, last| {
+        light_work_passes_slow_work(&server, ms, last)
+    })
+    .await;
+}
+
+/// One attempt of the test above, with slow work of `ms`.
+async fn light_work_passes_slow_work(server: &TestServer, ms: u64, last: bool) -> bool {
+    let sleep = |ms: u64, tag: String| {
         let c = server.client.clone();
-        let url = server.url(&format!("/debug/sleep?ms=4000&tag=slow{i}"));
-        slow.push(tokio::spawn(async move { c.get(url).send().await }));
+        let url = server.url(&format!("/debug/sleep?ms={ms}&tag={tag}"));
+        tokio::spawn(async move { c.get(url).send().await })
+    };
+    let slow: Vec<Pending> = (0..2).map(|i| sleep(ms, format!("slow{i}"))).collect();
+    if poll_held(
+        server,
+        "two slow jobs in the pool",
+        || all_running(&slow),
+        |h| h["pool"]["in_use"] == 2,
+    )
+    .await
+    .is_none()
+    {
+        drain(slow).await;
+        return too_slow(last, "two slow jobs in the pool");
     }
-    server
-        .wait_health(10, "two slow jobs in the pool", |h| {
-            h["pool"]["in_use"] == 2
-        })
-        .await;
     // Many light offloaded requests complete while the slow ones still hold their tokens.
-    let mut light = Vec::new();
-    for i in 0..40 {
-        let c = server.client.clone();
-        let url = server.url(&format!("/debug/sleep?ms=0&tag=l{i}"));
-        light.push(tokio::spawn(async move { c.get(url).send().await }));
-    }
+    let light: Vec<Pending> = (0..40).map(|i| sleep(0, format!("l{i}"))).collect();
     for l in light {
         let r = l.await.expect("join").expect("light request");
         assert_eq!(r.status(), 200);
     }
-    assert!(
-        slow.iter().all(|s| !s.is_finished()),
-        "light work should finish before the slow work"
-    );
+    if !all_running(&slow) {
+        drain(slow).await;
+        return too_slow(last, "light work should finish before the slow work");
+    }
 
     // Now hold every general token: a no-offload route still answers, and reports the
     // saturation.
-    for i in 0..2 {
-        let c = server.client.clone();
-        let url = server.url(&format!("/debug/sleep?ms=3000&tag=fill{i}"));
-        slow.push(tokio::spawn(async move { c.get(url).send().await }));
+    let fill: Vec<Pending> = (0..2).map(|i| sleep(ms, format!("fill{i}"))).collect();
+    let held = || all_running(&slow) && all_running(&fill);
+    if poll_held(server, "every general token held", held, |h| {
+        h["pool"]["in_use"] == 4
+    })
+    .await
+    .is_none()
+    {
+        drain(slow).await;
+        drain(fill).await;
+        return too_slow(last, "every general token held");
     }
-    server
-        .wait_health(10, "every general token held", |h| h["pool"]["in_use"] == 4)
-        .await;
-    let c = server.client.clone();
-    let url = server.url("/debug/sleep?ms=0&tag=waiter");
-    let waiter = tokio::spawn(async move { c.get(url).send().await });
-    server
-        .wait_health(10, "a request waiting for a token", |h| {
-            h["pool"]["waiting"].as_u64() >= Some(1)
-        })
-        .await;
+    let waiter = sleep(0, "waiter".into());
+    let waiting = poll_held(server, "a request waiting for a token", held, |h| {
+        h["pool"]["waiting"].as_u64() >= Some(1)
+    })
+    .await;
     // (Background jobs use the pool too, so "at least".)
-    assert_eq!(server.metric("shoal_pool_tokens_in_use", &[]).await, 4.0);
-    assert!(server.metric("shoal_pool_tokens_waiting", &[]).await >= 1.0);
-    assert!(!waiter.is_finished());
+    let in_use = server.metric("shoal_pool_tokens_in_use", &[]).await;
+    let waiting_metric = server.metric("shoal_pool_tokens_waiting", &[]).await;
+    let waiter_done = waiter.is_finished();
+    if waiting.is_none() || !held() {
+        drain(slow).await;
+        drain(fill).await;
+        let _ = waiter.await;
+        return too_slow(last, "a request waiting for a token");
+    }
+    assert_eq!(in_use, 4.0);
+    assert!(waiting_metric >= 1.0);
+    assert!(!waiter_done);
     waiter.await.expect("join").expect("waiter finishes");
-    for s in slow {
+    for s in slow.into_iter().chain(fill) {
         assert_eq!(s.await.expect("join").expect("slow").status(), 200);
     }
-    server
-        .wait_health(5, "pool idle", |h| {
-            h["pool"]["in_use"] == 0 && h["pool"]["waiting"] == 0
-        })
-        .await;
+    wait_idle(server, "pool idle").await;
+    true
 }
 
 #[tokio::test]
 async fn fast_reject_answers_excess_at_once_without_pool_tokens() {
     let server = TestServer::start_with(Opts::new().set("task_semaphore_size", 3)).await;
+    with_growing_holds(&server, |ms, last| fast_reject_attempt(&server, ms, last)).await;
+}
+
+/// One attempt of the test above: a caller holds the critical section for `ms` while eleven
+/// more arrive.
+async fn fast_reject_attempt(server: &TestServer, ms: u64, last: bool) -> bool {
     let by_gate = [("caller", "/debug/gate")];
+    let fast_reject = [("gate", "request_task"), ("mode", "fast_reject")];
     let acquired_before = server.metric("shoal_pool_acquired_total", &by_gate).await;
-    let mut calls = Vec::new();
-    for i in 0..12 {
+    let rejected_before = server
+        .metric("shoal_gate_rejected_total", &fast_reject)
+        .await;
+    let call = |ms: u64, tag: String| {
         let c = server.client.clone();
-        let url = server.url(&format!("/debug/gate?ms=1500&tag={i}"));
-        calls.push(tokio::spawn(async move {
+        let url = server.url(&format!("/debug/gate?ms={ms}&tag={tag}"));
+        tokio::spawn(async move {
             let r = c.post(url).send().await.expect("gate call");
             let v: Value = r.json().await.expect("json");
-            (v, std::time::Instant::now())
-        }));
+            (v, Instant::now())
+        })
+    };
+    let holder = call(ms, "holder".into());
+    if poll_held(
+        server,
+        "holder inside",
+        || !holder.is_finished(),
+        |h| h["gate"]["running"] == 1,
+    )
+    .await
+    .is_none()
+    {
+        let _ = holder.await;
+        return too_slow(last, "holder inside");
     }
+    let calls: Vec<_> = (0..11).map(|i| call(0, i.to_string())).collect();
     let mut admitted = Vec::new();
     let mut rejected = Vec::new();
-    for c in calls {
+    for c in std::iter::once(holder).chain(calls) {
         let (v, at) = c.await.expect("join");
         assert!(has_duration(&v), "{v}");
         if v.get("task_waiting").is_some() {
@@ -156,26 +449,30 @@ async fn fast_reject_answers_excess_at_once_without_pool_tokens() {
             admitted.push((v["seq"].as_u64().expect("seq"), at));
         }
     }
-    assert_eq!(admitted.len(), 3, "exactly the gate's capacity is admitted");
-    assert_eq!(rejected.len(), 9);
     // Every refusal came back before the first admitted caller had finished its work.
     let first_done = admitted.iter().map(|(_, at)| *at).min().expect("some");
-    assert!(rejected.iter().all(|at| *at < first_done));
+    if !rejected.iter().all(|at| *at < first_done) {
+        return too_slow(
+            last,
+            "every refusal before the first admitted caller finished",
+        );
+    }
+    assert_eq!(admitted.len(), 3, "exactly the gate's capacity is admitted");
+    assert_eq!(rejected.len(), 9);
     // Refused callers never took a pool token: only the three admitted ones did.
     let acquired = server.metric("shoal_pool_acquired_total", &by_gate).await - acquired_before;
     assert_eq!(acquired, 3.0);
     let rejected_metric = server
-        .metric(
-            "shoal_gate_rejected_total",
-            &[("gate", "request_task"), ("mode", "fast_reject")],
-        )
-        .await;
+        .metric("shoal_gate_rejected_total", &fast_reject)
+        .await
+        - rejected_before;
     assert_eq!(rejected_metric, 9.0);
     let h = server.health().await;
     assert_eq!(
         (h["gate"]["running"].as_u64(), h["gate"]["queued"].as_u64()),
         (Some(0), Some(0))
     );
+    true
 }
 
 #[tokio::test]
@@ -190,29 +487,66 @@ async fn queue_mode_admits_up_to_capacity_in_fifo_order_and_times_out_the_rest()
     let h = server.health().await;
     assert_eq!(h["gate"]["mode"], "queue");
     assert_eq!(h["gate"]["capacity"], 4);
-    let mut calls = Vec::new();
-    for i in 0..7u64 {
+    with_growing_holds(&server, |ms, last| queue_mode_attempt(&server, ms, last)).await;
+}
+
+/// One attempt of the test above: caller 0 holds the critical section for `ms`, callers 1-3
+/// queue behind it, callers 4-6 find the gate full and must time out (after 1 s) while it is.
+async fn queue_mode_attempt(server: &TestServer, ms: u64, last: bool) -> bool {
+    let rejected_before = server
+        .metric("shoal_gate_rejected_total", &[("mode", "queue")])
+        .await;
+    let call = |ms: u64, tag: u64| {
         let c = server.client.clone();
-        let url = server.url(&format!("/debug/gate?ms=1500&tag={i}"));
-        calls.push(tokio::spawn(async move {
+        let url = server.url(&format!("/debug/gate?ms={ms}&tag={tag}"));
+        tokio::spawn(async move {
             let r = c.post(url).send().await.expect("gate call");
-            r.json::<Value>().await.expect("json")
-        }));
-        // Known arrival order.
-        let expect_admitted = (i + 1).min(4);
-        server
-            .wait_health(5, "arrival", |h| {
-                h["gate"]["running"].as_u64().unwrap_or(0)
-                    + h["gate"]["queued"].as_u64().unwrap_or(0)
-                    == expect_admitted
-            })
-            .await;
-        tokio::time::sleep(Duration::from_millis(30)).await;
+            (r.json::<Value>().await.expect("json"), Instant::now())
+        })
+    };
+    let holder = call(ms, 0);
+    let mut calls = Vec::new();
+    let mut in_order = true;
+    for i in 1..7u64 {
+        // Known arrival order of the callers that get a place.
+        let arrived = |n: u64| {
+            poll_held(
+                server,
+                "arrival",
+                || !holder.is_finished(),
+                move |h| {
+                    h["gate"]["running"].as_u64().unwrap_or(0)
+                        + h["gate"]["queued"].as_u64().unwrap_or(0)
+                        == n
+                },
+            )
+        };
+        if i == 1 && arrived(1).await.is_none() {
+            in_order = false;
+            break;
+        }
+        calls.push(call(10, i));
+        if i < 4 && arrived(i + 1).await.is_none() {
+            in_order = false;
+            break;
+        }
+    }
+    let (v0, holder_done) = holder.await.expect("join");
+    let mut replies = vec![(v0, holder_done)];
+    for c in calls {
+        replies.push(c.await.expect("join"));
+    }
+    if !in_order {
+        return too_slow(last, "four callers admitted in a known order");
+    }
+    // The refusals are timeouts only if they came while every place was taken, that is
+    // before caller 0 finished its work.
+    if replies[4..].iter().any(|(_, at)| *at >= holder_done) {
+        return too_slow(last, "callers 4-6 timing out while the gate is full");
     }
     let mut served = Vec::new();
-    for (i, c) in calls.into_iter().enumerate() {
-        let v = c.await.expect("join");
-        assert!(has_duration(&v), "{v}");
+    for (i, (v, _)) in replies.iter().enumerate() {
+        assert!(has_duration(v), "{v}");
         if i < 4 {
             assert!(
                 v.get("task_waiting").is_none(),
@@ -228,52 +562,291 @@ async fn queue_mode_admits_up_to_capacity_in_fifo_order_and_times_out_the_rest()
     assert_eq!(order, vec![0, 1, 2, 3], "served in arrival order");
     let rejected = server
         .metric("shoal_gate_rejected_total", &[("mode", "queue")])
-        .await;
+        .await
+        - rejected_before;
     assert_eq!(rejected, 3.0);
+    true
 }
 
 #[tokio::test]
 async fn disconnected_clients_give_back_every_permit() {
     let server = TestServer::start_with(Opts::new().set("task_semaphore_size", 4)).await;
-    let request = |ms: u64, tag: &str| {
-        format!(
-            "POST /debug/gate?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
-        )
-    };
+    with_growing_holds(&server, |ms, last| {
+        queued_callers_go_away(&server, ms, last)
+    })
+    .await;
+    // And the gate is whole again: capacity callers are admitted (at once, and no more).
+    with_growing_holds(&server, |ms, last| gate_is_whole(&server, 4, ms, last)).await;
+}
+
+/// One attempt of the test above, with a holder of `ms`.
+async fn queued_callers_go_away(server: &TestServer, ms: u64, last: bool) -> bool {
+    let admitted_before = server.health().await["gate"]["admitted"]
+        .as_u64()
+        .expect("admitted");
     // One caller inside the critical section, then two queued behind it.
-    let holder = raw_request(server.addr, &request(3000, "holder"));
-    server
-        .wait_health(5, "holder inside", |h| h["gate"]["running"] == 1)
-        .await;
-    let q1 = raw_request(server.addr, &request(10, "q1"));
-    let q2 = raw_request(server.addr, &request(10, "q2"));
-    server
-        .wait_health(5, "two queued", |h| h["gate"]["queued"] == 2)
-        .await;
+    let holder = raw_request(server.addr, &gate_request(ms, "holder"));
+    let held = || !replied(&holder);
+    if poll_held(server, "holder inside", held, |h| h["gate"]["running"] == 1)
+        .await
+        .is_none()
+    {
+        read_all(holder);
+        return too_slow(last, "holder inside");
+    }
+    let q1 = raw_request(server.addr, &gate_request(10, "q1"));
+    let q2 = raw_request(server.addr, &gate_request(10, "q2"));
+    if poll_held(server, "two queued", held, |h| h["gate"]["queued"] == 2)
+        .await
+        .is_none()
+    {
+        read_all(holder);
+        read_all(q1);
+        read_all(q2);
+        return too_slow(last, "two queued");
+    }
     // The queued clients go away: their places come back while the holder still works.
-    drop(q1);
-    drop(q2);
-    server
-        .wait_health(5, "queue emptied by disconnects", |h| {
-            h["gate"]["queued"] == 0 && h["gate"]["running"] == 1
-        })
-        .await;
+    let (r1, r2) = (hang_up(q1), hang_up(q2));
+    let Some(h) = poll_held(server, "queue emptied by disconnects", held, |h| {
+        h["gate"]["queued"] == 0 && h["gate"]["running"] == 1
+    })
+    .await
+    else {
+        read_all(holder);
+        return too_slow(last, "queue emptied by disconnects");
+    };
+    // Neither was answered nor ever entered the critical section: only the holder did.
+    assert_eq!((r1.as_str(), r2.as_str()), ("", ""));
+    assert_eq!(h["gate"]["admitted"].as_u64(), Some(admitted_before + 1));
     // The holder goes away too: its slot stays held until its work really ends, then frees.
     drop(holder);
-    server
-        .wait_health(10, "everything released", |h| {
-            h["gate"]["running"] == 0
-                && h["gate"]["queued"] == 0
-                && h["pool"]["in_use"] == 0
-                && h["pool"]["waiting"] == 0
-        })
-        .await;
-    // And the gate is whole again: capacity callers are admitted.
-    let (status, v) = server
-        .post_json("/debug/gate?ms=0&tag=after", &json!({}))
-        .await;
-    assert_eq!(status, 200);
-    assert!(v.get("seq").is_some(), "{v}");
+    wait_idle(server, "everything released").await;
+    true
+}
+
+/// The real request_task path, not the `/debug` routes: callers that go away while they wait
+/// (for a pool token to check their password, for a gate place, for the scheduler slot) give
+/// back every place and token, and the next request_task is served normally. The
+/// observations hold whether a caller's credentials are checked before or after it takes its
+/// gate place.
+#[tokio::test]
+async fn request_task_callers_that_go_away_give_back_every_place_and_token() {
+    // Queue mode, 2 + 1 places; 4 tokens, 2 of them reserved (slot holder, journal writer).
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("task_semaphore_size", 2)
+            .set("admission_queue", 1)
+            .set("admission_timeout_s", 600)
+            .set("threadpool_tokens", 4),
+    )
+    .await;
+    let h = server.health().await;
+    assert_eq!(h["gate"]["mode"], "queue");
+    assert_eq!(h["gate"]["capacity"], 3);
+    assert_eq!(h["pool"]["reserved"], 2);
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    add_user(&server, "bob", &[]);
+    // Attempts that have to be repeated on a slow machine leave tasks behind.
+    user_cli(&server, &["set", "alice", "--machine-limit", "1000"]);
+    let run = create_run(&server, "alice", fixed_args(100_000)).await;
+    approve(&server, "boss", &run).await;
+    let workers = AtomicU32::new(0);
+    let next = || workers.fetch_add(1, Ordering::Relaxed) + 1;
+    // alice's credentials are known to the server, and request_task works.
+    let v = reply_json(&read_all(raw_request(
+        server.addr,
+        &task_request("alice", next()),
+    )));
+    assert_eq!(v["run"]["_id"], run.as_str(), "{v}");
+
+    // 1. Waiting for a pool token to check a password: bob's credentials are not in the
+    // cache, so checking them takes a general token, and both are held.
+    with_growing_holds(&server, |ms, last| {
+        password_checks_go_away(&server, &next, ms, last)
+    })
+    .await;
+    // 2. Waiting for the scheduler slot, and for a gate place.
+    with_growing_holds(&server, |ms, last| {
+        gate_waiters_go_away(&server, &next, ms, last)
+    })
+    .await;
+
+    // Every place and token is back, in /healthz and in the gauges of /metrics.
+    wait_idle(&server, "every place and token back").await;
+    wait_metrics(&server, "the gauges at zero", |m| {
+        let gate = [("gate", "request_task")];
+        metric_sum(m, "shoal_gate_running", &gate) == 0.0
+            && metric_sum(m, "shoal_gate_queued", &gate) == 0.0
+            && metric_sum(m, "shoal_pool_tokens_in_use", &[]) == 0.0
+            && metric_sum(m, "shoal_pool_tokens_waiting", &[]) == 0.0
+    })
+    .await;
+    // And request_task serves both users normally; bob's password is checked now.
+    let slow_checks = server.metric("shoal_auth_slow_checks_total", &[]).await;
+    for user in ["bob", "alice"] {
+        let v = reply_json(&read_all(raw_request(
+            server.addr,
+            &task_request(user, next()),
+        )));
+        assert_eq!(v["run"]["_id"], run.as_str(), "{user}: {v}");
+    }
+    assert!(server.metric("shoal_auth_slow_checks_total", &[]).await > slow_checks);
+    wait_idle(&server, "idle at the end").await;
+}
+
+/// Part 1 of the test above, with the general tokens held for `ms`.
+async fn password_checks_go_away(
+    server: &TestServer,
+    next: &impl Fn() -> u32,
+    ms: u64,
+    last: bool,
+) -> bool {
+    let by_task = [("caller", "/api/request_task")];
+    let by_sleep = [("caller", "/debug/sleep")];
+    let acquired_before = server.metric("shoal_pool_acquired_total", &by_task).await;
+    let slow_before = server.metric("shoal_auth_slow_checks_total", &[]).await;
+    let sleeps_before = server.metric("shoal_pool_acquired_total", &by_sleep).await;
+    // Both general tokens held.
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|i| raw_request(server.addr, &sleep_request(ms, &format!("hold{i}"))))
+        .collect();
+    let held = || holders.iter().all(|h| !replied(h));
+    let give_up = |holders: Vec<TcpStream>, what: &str| {
+        for h in holders {
+            read_all(h);
+        }
+        too_slow(last, what)
+    };
+    wait_metrics(server, "both general tokens held", |m| {
+        metric_sum(m, "shoal_pool_acquired_total", &by_sleep) == sleeps_before + 2.0 || !held()
+    })
+    .await;
+    let Some(h) = poll_held(server, "tokens held", held, |_| true).await else {
+        return give_up(holders, "both general tokens held");
+    };
+    // Nothing leaves the general queue while both are held, so two more waiters are bob's.
+    let before = h["pool"]["waiting"].as_u64().expect("waiting");
+    let bob: Vec<TcpStream> = (0..2)
+        .map(|_| raw_request(server.addr, &task_request("bob", next())))
+        .collect();
+    if poll_held(server, "two password checks waiting", held, |h| {
+        h["pool"]["waiting"].as_u64() >= Some(before + 2)
+    })
+    .await
+    .is_none()
+    {
+        for b in bob {
+            read_all(b);
+        }
+        return give_up(holders, "two password checks waiting");
+    }
+    // They go away.
+    let replies: Vec<String> = bob.into_iter().map(hang_up).collect();
+    if !held() {
+        return give_up(
+            holders,
+            "the password checks gone while the tokens are held",
+        );
+    }
+    assert_eq!(replies, ["", ""], "a caller that went away was answered");
+    // The tokens come free: the checks of the callers that went away never run.
+    for h in holders {
+        read_all(h);
+    }
+    wait_idle(server, "the pool idle again").await;
+    assert_eq!(
+        server.metric("shoal_pool_acquired_total", &by_task).await,
+        acquired_before,
+        "a request_task that went away took a token"
+    );
+    assert_eq!(
+        server.metric("shoal_auth_slow_checks_total", &[]).await,
+        slow_before,
+        "a password check ran for a caller that went away"
+    );
+    true
+}
+
+/// Part 2 of the test above, with the scheduler slot held for `ms` (by `/debug/gate`, which
+/// enters the same gate).
+async fn gate_waiters_go_away(
+    server: &TestServer,
+    next: &impl Fn() -> u32,
+    ms: u64,
+    last: bool,
+) -> bool {
+    let admitted_before = server.health().await["gate"]["admitted"]
+        .as_u64()
+        .expect("admitted");
+    let holder = raw_request(server.addr, &gate_request(ms, "holder"));
+    let held = || !replied(&holder);
+    let give_up = |holder: TcpStream, waiting: Vec<TcpStream>, what: &str| {
+        read_all(holder);
+        for w in waiting {
+            read_all(w);
+        }
+        too_slow(last, what)
+    };
+    if poll_held(server, "holder inside", held, |h| h["gate"]["running"] == 1)
+        .await
+        .is_none()
+    {
+        return give_up(holder, Vec::new(), "holder inside");
+    }
+    // Two callers take the other two places and wait for the slot.
+    let slot_waiters: Vec<TcpStream> = (0..2)
+        .map(|_| raw_request(server.addr, &task_request("alice", next())))
+        .collect();
+    if poll_held(server, "two callers waiting for the slot", held, |h| {
+        h["gate"]["running"] == 1 && h["gate"]["queued"] == 2
+    })
+    .await
+    .is_none()
+    {
+        return give_up(holder, slot_waiters, "two callers waiting for the slot");
+    }
+    // Two more find the gate full and wait for a place.
+    let place_waiters: Vec<TcpStream> = (0..2)
+        .map(|_| raw_request(server.addr, &task_request("alice", next())))
+        .collect();
+    // The slot waiters go away; the place waiters take their places.
+    let mut replies: Vec<String> = slot_waiters.into_iter().map(hang_up).collect();
+    if poll_held(server, "the place waiters in the gate", held, |h| {
+        h["gate"]["running"] == 1 && h["gate"]["queued"] == 2
+    })
+    .await
+    .is_none()
+    {
+        return give_up(holder, place_waiters, "the place waiters in the gate");
+    }
+    // They go away too.
+    replies.extend(place_waiters.into_iter().map(hang_up));
+    // The gate is whole: its full capacity is taken at once by new callers.
+    let fresh: Vec<TcpStream> = (0..2)
+        .map(|_| raw_request(server.addr, &task_request("alice", next())))
+        .collect();
+    let Some(h) = poll_held(server, "the gate full again", held, |h| {
+        h["gate"]["running"] == 1 && h["gate"]["queued"] == 2
+    })
+    .await
+    else {
+        return give_up(holder, fresh, "the gate full again");
+    };
+    // Nobody who went away was answered or ever had the slot: only the holder did.
+    assert_eq!(
+        replies,
+        ["", "", "", ""],
+        "a caller that went away was answered"
+    );
+    assert_eq!(h["gate"]["admitted"].as_u64(), Some(admitted_before + 1));
+    // The holder finishes, and the new callers are served in turn.
+    assert!(reply_json(&read_all(holder)).get("seq").is_some());
+    for f in fresh {
+        let v = reply_json(&read_all(f));
+        assert!(v.get("run").is_some(), "{v}");
+    }
+    true
 }
 
 #[tokio::test]
@@ -300,8 +873,13 @@ async fn secondary_refuses_primary_only_paths_in_json_shape() {
         );
         assert!(has_duration(&body));
     }
+    // upload_pgn is served by secondaries: an empty body is refused as invalid, not redirected
+    // to the primary.
     let (status, body) = server.post_json("/api/upload_pgn", &json!({})).await;
-    assert_ne!(status, 503, "upload_pgn is served by secondaries: {body}");
+    assert_eq!(status, 400, "upload_pgn is served by secondaries: {body}");
+    let e = body["error"].as_str().unwrap_or_default();
+    assert!(e.starts_with("/api/upload_pgn: "), "{body}");
+    assert!(!e.contains("primary instance required"), "{body}");
     assert!(has_duration(&body));
 }
 
@@ -420,9 +998,11 @@ async fn sigterm_under_load_exits_cleanly_and_keeps_every_acknowledged_write() {
     let data = dir.path().join("data");
     let mut server = TestServer::start_with(Opts::new().data_dir(&data)).await;
     let mut writers = Vec::new();
+    let acked_so_far = Arc::new(AtomicUsize::new(0));
     for w in 0..8 {
         let c = server.client.clone();
         let base = server.url("/debug/kv/");
+        let acked_so_far = acked_so_far.clone();
         writers.push(tokio::spawn(async move {
             let mut acked = Vec::new();
             for n in 0.. {
@@ -437,6 +1017,7 @@ async fn sigterm_under_load_exits_cleanly_and_keeps_every_acknowledged_write() {
                         let v: Value = r.json().await.unwrap_or(Value::Null);
                         if v["ok"] == true {
                             acked.push((key, n));
+                            acked_so_far.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     // 503 while draining, or the connection refused once the server is gone.
@@ -446,7 +1027,16 @@ async fn sigterm_under_load_exits_cleanly_and_keeps_every_acknowledged_write() {
             acked
         }));
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Under load: wait (generously) until the writers have had more than a few writes
+    // acknowledged, then stop the server in the middle of their stream.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while acked_so_far.load(Ordering::Relaxed) <= 16 {
+        assert!(
+            Instant::now() < deadline,
+            "no writes acknowledged under load"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.signal(libc::SIGTERM);
     let mut acked = Vec::new();
     for w in writers {

@@ -18,7 +18,31 @@ use shoal::stats::{
 /// What evaluating a case produced.
 enum Outcome {
     Value(Value),
-    Raised(String),
+    /// The computation raised: the Python exception class the reference raises in this
+    /// situation (from the error's variant, [`StatsError::python_exception`]) and a detail
+    /// for the report.
+    Raised {
+        class: &'static str,
+        detail: String,
+    },
+}
+
+impl Outcome {
+    fn raised(e: &StatsError) -> Self {
+        Outcome::Raised {
+            class: e.python_exception(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// An argument the reference refuses before computing anything, with the exception it
+    /// raises for it.
+    fn refused(class: &'static str, detail: impl Into<String>) -> Self {
+        Outcome::Raised {
+            class,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// A problem with the case itself (unknown function, malformed arguments):
@@ -143,7 +167,7 @@ fn pdf_value(p: &[(f64, f64)]) -> Value {
 fn out<T>(r: StatsResult<T>, conv: impl FnOnce(T) -> Value) -> Outcome {
     match r {
         Ok(v) => Outcome::Value(conv(v)),
-        Err(e) => Outcome::Raised(format!("{} ({e})", e.python_exception())),
+        Err(e) => Outcome::raised(&e),
     }
 }
 
@@ -183,7 +207,9 @@ fn record_value(r: &SprtRecord) -> Value {
 // Dispatch
 // ---------------------------------------------------------------------------
 
-fn statistic(args: &Value) -> Result<Result<Statistic, String>, Harness> {
+/// The statistic of `LLRjumps`/`LLR`; a refusal carries the class the reference raises
+/// (`assert False` for an unknown name; `ref=None` with `t_value` fails on `ai - ref`).
+fn statistic(args: &Value) -> Result<Result<Statistic, Outcome>, Harness> {
     let name = match args.get("statistic") {
         None | Some(Value::Null) => "expectation",
         Some(Value::String(s)) => s.as_str(),
@@ -193,9 +219,12 @@ fn statistic(args: &Value) -> Result<Result<Statistic, String>, Harness> {
         "expectation" => Ok(Statistic::Expectation),
         "t_value" => match opt_f(args, "ref")? {
             Some(reference) => Ok(Statistic::TValue { reference }),
-            None => Err("t_value with ref=None".to_string()),
+            None => Err(Outcome::refused("TypeError", "t_value with ref=None")),
         },
-        other => Err(format!("unknown statistic {other:?}")),
+        other => Err(Outcome::refused(
+            "AssertionError",
+            format!("unknown statistic {other:?}"),
+        )),
     })
 }
 
@@ -248,7 +277,7 @@ fn dispatch(name: &str, args: &Value) -> Result<Outcome, Harness> {
         "LLRcalc.LLRjumps" | "LLRcalc.LLR" => {
             let st = match statistic(a)? {
                 Ok(st) => st,
-                Err(e) => return Ok(Outcome::Raised(e)),
+                Err(refusal) => return Ok(refusal),
             };
             let (p, s0, s1) = (pdf(a, "pdf")?, f(a, "s0")?, f(a, "s1")?);
             if name == "LLRcalc.LLR" {
@@ -384,7 +413,8 @@ fn dispatch(name: &str, args: &Value) -> Result<Outcome, Harness> {
         "stat_util.SPRT_elo" => {
             let m = match model(a, "elo_model")? {
                 Ok(m) => m,
-                Err(e) => return Ok(Outcome::Raised(e)),
+                // `assert elo_model in ["BayesElo", "logistic", "normalized"]`
+                Err(e) => return Ok(Outcome::refused("AssertionError", e)),
             };
             let r = stats::sprt_elo(
                 &results_r(arg(a, "R")?)?,
@@ -404,7 +434,9 @@ fn dispatch(name: &str, args: &Value) -> Result<Outcome, Harness> {
         }
         "stat_util.SPRT" => match new_record(a)? {
             Ok(r) => out(r, |r| record_value(&r)),
-            Err(e) => Outcome::Raised(e),
+            // The reference stores any model here and asserts on it at the first update;
+            // a record cannot hold one, so this never matches a value.
+            Err(e) => Outcome::refused("AssertionError", e),
         },
         "stat_util.update_SPRT" => {
             let r = results_r(arg(a, "R")?)?;
@@ -449,8 +481,9 @@ fn new_record(p: &Value) -> Result<Result<StatsResult<SprtRecord>, String>, Harn
 fn sequence(a: &Value) -> Result<Outcome, Harness> {
     let mut rec = match new_record(arg(a, "sprt_params")?)? {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Ok(Outcome::Raised(e.to_string())),
-        Err(e) => return Ok(Outcome::Raised(e)),
+        Ok(Err(e)) => return Ok(Outcome::raised(&e)),
+        // update_SPRT: `assert elo_model in ["BayesElo", "logistic", "normalized"]`
+        Err(e) => return Ok(Outcome::refused("AssertionError", e)),
     };
     let incs = arg(a, "increments")?
         .as_array()
@@ -473,7 +506,7 @@ fn sequence(a: &Value) -> Result<Outcome, Harness> {
             }
         }
         if let Err(e) = stats::update_sprt(&cum, &mut rec) {
-            return Ok(Outcome::Raised(format!("{} ({e})", e.python_exception())));
+            return Ok(Outcome::raised(&e));
         }
         llrs.push(num(rec.llr));
         states.push(json!(rec.state.as_str()));
@@ -637,6 +670,45 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// The exception class a case expects, when it expects the reference to raise
+/// (`{"raises": "<Python exception class>"}`).
+fn expected_raise(expect: &Value) -> Option<&str> {
+    let o = expect.as_object()?;
+    if o.len() != 1 {
+        return None;
+    }
+    o.get("raises").and_then(Value::as_str)
+}
+
+/// Evaluates one case and compares it with its expectation: the problems found (empty when
+/// it matches) and, for a value compared under tolerances, the worst diff/allowance.
+fn check_case(
+    name: &str,
+    args: &Value,
+    expect: &Value,
+    tol_spec: Option<&Value>,
+) -> (Vec<String>, Option<f64>) {
+    let expected_class = expected_raise(expect);
+    match dispatch(name, args) {
+        Err(h) => (vec![format!("harness: {h}")], None),
+        Ok(Outcome::Raised { class, detail }) => match expected_class {
+            Some(want) if want == class => (vec![], None),
+            Some(want) => (
+                vec![format!("raised {class} ({detail}), expected {want}")],
+                None,
+            ),
+            None => (vec![format!("raised {class} ({detail})")], None),
+        },
+        Ok(Outcome::Value(got)) => match expected_class {
+            Some(want) => (vec![format!("expected {want}, got {}", short(&got))], None),
+            None => {
+                let d = compare_top(expect, &got, tol_spec);
+                (d.list, Some(d.worst))
+            }
+        },
+    }
+}
+
 fn corpus_path() -> PathBuf {
     match std::env::var_os("SHOAL_STATS_CORPUS") {
         Some(p) => PathBuf::from(p),
@@ -670,29 +742,11 @@ fn stats_corpus() {
                 .as_array()
                 .is_some_and(|t| t.iter().any(|x| x == "fragile"));
 
-        let expects_raise = expect
-            .as_object()
-            .is_some_and(|o| o.len() == 1 && o.contains_key("raises"));
-        let problems: Vec<String> = match dispatch(name, args) {
-            Err(h) => vec![format!("harness: {h}")],
-            Ok(Outcome::Raised(msg)) => {
-                if expects_raise {
-                    vec![]
-                } else {
-                    vec![format!("raised {msg}")]
-                }
-            }
-            Ok(Outcome::Value(got)) => {
-                if expects_raise {
-                    vec![format!("expected an error, got {}", short(&got))]
-                } else {
-                    let d = compare_top(expect, &got, by_fn.get(name));
-                    let m = margins.entry(name.to_string()).or_insert(0.0);
-                    *m = m.max(d.worst);
-                    d.list
-                }
-            }
-        };
+        let (problems, worst) = check_case(name, args, expect, by_fn.get(name));
+        if let Some(worst) = worst {
+            let m = margins.entry(name.to_string()).or_insert(0.0);
+            *m = m.max(worst);
+        }
 
         if problems.is_empty() {
             passed += 1;
@@ -729,4 +783,57 @@ fn stats_corpus() {
     );
     println!("{passed} passed, {failed} failed");
     assert_eq!(failed, 0, "{failed} corpus cases failed");
+}
+
+/// The comparison itself can fail: a raise of another class, a value where a raise is
+/// expected, and a raise where a value is expected are each reported.
+#[test]
+fn corpus_check_compares_the_exception_class() {
+    // No wins: the reference's proba_to_bayeselo asserts 0 < P[win] (a corpus case).
+    let args = json!({"belo0": 0.0, "belo1": 5.0, "results": [3, 9, 0]});
+    let name = "stat_util.LLRlegacy";
+    let (ok, _) = check_case(name, &args, &json!({"raises": "AssertionError"}), None);
+    assert_eq!(ok, Vec::<String>::new());
+    for wrong in [
+        "ValueError",
+        "ZeroDivisionError",
+        "OverflowError",
+        "TypeError",
+    ] {
+        let (problems, _) = check_case(name, &args, &json!({"raises": wrong}), None);
+        assert_eq!(problems.len(), 1, "{wrong}: {problems:?}");
+        assert!(
+            problems[0].contains("raised AssertionError") && problems[0].contains(wrong),
+            "{problems:?}"
+        );
+    }
+    let (problems, _) = check_case(name, &args, &json!(1.5), None);
+    assert!(
+        problems[0].starts_with("raised AssertionError"),
+        "{problems:?}"
+    );
+    // A computation that succeeds does not satisfy an expected raise.
+    let good = json!({"belo0": 0.0, "belo1": 5.0, "results": [30, 90, 40]});
+    let (problems, _) = check_case(name, &good, &json!({"raises": "AssertionError"}), None);
+    assert!(
+        problems[0].starts_with("expected AssertionError, got"),
+        "{problems:?}"
+    );
+    // Classes the harness decides itself are compared too.
+    let t_value = json!({"pdf": [[0.0, 0.5], [1.0, 0.5]], "s0": 0.4, "s1": 0.6,
+        "ref": null, "statistic": "t_value"});
+    let (ok, _) = check_case(
+        "LLRcalc.LLR",
+        &t_value,
+        &json!({"raises": "TypeError"}),
+        None,
+    );
+    assert_eq!(ok, Vec::<String>::new());
+    let (problems, _) = check_case(
+        "LLRcalc.LLR",
+        &t_value,
+        &json!({"raises": "AssertionError"}),
+        None,
+    );
+    assert_eq!(problems.len(), 1, "{problems:?}");
 }

@@ -2,7 +2,9 @@
 //! scripted workers playing runs to completion, and crash safety.
 
 use std::io::Write as _;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -18,10 +20,53 @@ const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 const STRONG: [f64; 5] = [0.01, 0.09, 0.4, 0.3, 0.2];
 
 async fn server_with_users() -> TestServer {
-    let server = TestServer::start().await;
+    server_with_users_on(Opts::new()).await
+}
+
+async fn server_with_users_on(opts: Opts) -> TestServer {
+    let server = TestServer::start_with(opts).await;
     add_user(&server, "alice", &[]);
     add_user(&server, "boss", &["--approver"]);
     server
+}
+
+/// Trusts a proxy on loopback, so that a test can give its workers addresses with
+/// `X-Forwarded-For` (no proxy is trusted unless one is configured).
+fn behind_local_proxy(opts: Opts) -> Opts {
+    opts.set("trusted_proxies", r#"["127.0.0.1", "::1"]"#)
+}
+
+/// Actions of one kind, read straight from the store (oldest first).
+fn stored_actions(server: &TestServer, action: &str) -> Vec<Value> {
+    use shoal::store::Store as _;
+    let store = shoal::store::sqlite::SqliteStore::open(
+        &server.data_dir,
+        shoal::config::SqliteSync::Normal,
+    )
+    .expect("open");
+    store
+        .find(
+            shoal::store::Collection::Actions,
+            &shoal::store::Query::new()
+                .with(shoal::store::Cond::Eq("action".into(), json!(action)))
+                .sort("time", shoal::store::Order::Asc),
+        )
+        .expect("find")
+        .into_iter()
+        .map(Value::Object)
+        .collect()
+}
+
+/// Polls `probe` until it returns something (or panics after two minutes).
+async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn gz(text: &str) -> Vec<u8> {
@@ -292,7 +337,8 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
     let want =
         2000.0 * shoal::rundb::schedule::tc_duration(&tc) * f64::from(stored.args.threads) / 3600.0;
     let mut got = 0.0;
-    for _ in 0..50 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
         use shoal::store::Store as _;
         let store = shoal::store::sqlite::SqliteStore::open(
             &server.data_dir,
@@ -517,7 +563,7 @@ async fn update_task_rules_and_repeats() {
 
 #[tokio::test]
 async fn machine_limit_duplicates_and_worker_runs() {
-    let server = server_with_users().await;
+    let server = server_with_users_on(behind_local_proxy(Opts::new())).await;
     user_cli(&server, &["set", "alice", "--machine-limit", "2"]);
     let run = create_run(&server, "alice", fixed_args(100_000)).await;
     approve(&server, "boss", &run).await;
@@ -525,7 +571,9 @@ async fn machine_limit_duplicates_and_worker_runs() {
     for w in &mut ws {
         w.forwarded_for = Some("192.0.2.10".into());
     }
-    assert!(ws[0].request_task(&server).await.get("run").is_some());
+    let first = ws[0].request_task(&server).await;
+    assert!(first.get("run").is_some(), "{first}");
+    let old_task = first["task_id"].as_u64().expect("task");
     assert!(ws[1].request_task(&server).await.get("run").is_some());
     let v = ws[2].request_task(&server).await;
     assert_eq!(v["task_waiting"], false);
@@ -555,6 +603,30 @@ async fn machine_limit_duplicates_and_worker_runs() {
     // The same worker asking again gets a new task; its old one is failed as stale.
     let v = ws[0].request_task(&server).await;
     assert!(v.get("run").is_some(), "{v}");
+    assert_ne!(v["task_id"].as_u64(), Some(old_task), "{v}");
+    let old = json!({"run_id": run, "task_id": old_task});
+    let (status, b) = ws[0].call(&server, "/api/beat", old).await;
+    assert_eq!((status, &b["task_alive"]), (200, &json!(false)), "{b}");
+    let new = json!({"run_id": run, "task_id": v["task_id"]});
+    let (_, b) = ws[0].call(&server, "/api/beat", new).await;
+    assert_eq!(b["task_alive"], true, "the new task is alive: {b}");
+    // Logged as a failed task, and saved inactive.
+    let failed = eventually("the stale task's failed_task action", || {
+        let a = stored_actions(&server, "failed_task");
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["task_id"], old_task);
+    assert_eq!(failed[0]["run_id"], run.as_str());
+    assert_eq!(failed[0]["message"], "Stale active task");
+    eventually("the stale task saved inactive", || {
+        let t = &stored_run(&server, &run).tasks;
+        t.get(old_task as usize)
+            .is_some_and(|t| !t.active)
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -681,6 +753,16 @@ async fn stop_run_needs_cpu_hours_and_worker_log_is_recorded() {
     );
     let body = json!({"run_id": run, "task_id": task_id, "message": "fastchess says: 'x'"});
     assert_eq!(w.call(&server, "/api/worker_log", body).await.0, 200);
+    // Recorded before the reply: one worker_log action with the message, the task and the
+    // worker.
+    let logged = stored_actions(&server, "worker_log");
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let a = &logged[0];
+    assert_eq!(a["message"], "fastchess says: 'x'");
+    assert_eq!(a["username"], "alice");
+    assert_eq!(a["run_id"], run.as_str());
+    assert_eq!(a["task_id"], task_id);
+    assert_eq!(a["worker"], format!("alice-4cores-{}", &key(6)[..13]));
     let (status, v) = w
         .call(
             &server,
@@ -689,6 +771,16 @@ async fn stop_run_needs_cpu_hours_and_worker_log_is_recorded() {
         )
         .await;
     assert_eq!(status, 400, "run_id without task_id: {v}");
+    // A refused log records nothing; one without a task records the message alone.
+    assert_eq!(stored_actions(&server, "worker_log").len(), 1);
+    let (status, v) = w
+        .call(&server, "/api/worker_log", json!({"message": "no task"}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let logged = stored_actions(&server, "worker_log");
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert_eq!(logged[1]["message"], "no task");
+    assert!(logged[1].get("run_id").is_none(), "{logged:?}");
 }
 
 #[tokio::test]
@@ -702,9 +794,12 @@ async fn a_killed_server_loses_no_acknowledged_result() {
     approve(&server, "boss", &run).await;
     // Four workers update concurrently; each remembers what the server acknowledged.
     let mut handles = Vec::new();
+    // How many workers have had an update acknowledged so far.
+    let acked_workers = Arc::new(AtomicUsize::new(0));
     for i in 0..4u32 {
         let url = server.url("");
         let client = server.client.clone();
+        let acked_workers = acked_workers.clone();
         handles.push(tokio::spawn(async move {
             let mut w = Worker::new("alice", 4, 200 + i);
             let post = |path: &str, extra: Value, info: &Value| {
@@ -729,7 +824,12 @@ async fn a_killed_server_loses_no_acknowledged_result() {
                     json!({"run_id": reply["run"]["_id"], "task_id": task_id, "stats": t.json()});
                 match post("/api/update_task", body, &w.info).await {
                     Ok(r) => match r.json::<Value>().await {
-                        Ok(v) if v["task_alive"] == true => acked = t,
+                        Ok(v) if v["task_alive"] == true => {
+                            if acked.games() == 0 {
+                                acked_workers.fetch_add(1, Ordering::SeqCst);
+                            }
+                            acked = t;
+                        }
                         _ => break,
                     },
                     Err(_) => break,
@@ -738,7 +838,12 @@ async fn a_killed_server_loses_no_acknowledged_result() {
             Some((task_id, acked))
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Kill it in the middle of the stream, once every worker has had updates acknowledged
+    // (however long this machine takes to get there).
+    eventually("an acknowledged update from every worker", || {
+        (acked_workers.load(Ordering::SeqCst) == 4).then_some(())
+    })
+    .await;
     server.signal(libc::SIGKILL);
     let mut acked = Vec::new();
     for h in handles {
@@ -746,6 +851,11 @@ async fn a_killed_server_loses_no_acknowledged_result() {
             acked.push(a);
         }
     }
+    assert_eq!(
+        acked.len(),
+        4,
+        "every worker got a task and acknowledged games"
+    );
     drop(server);
     let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
     let stored = stored_run(&server, &run);
@@ -782,27 +892,50 @@ fn worker_info_helper_matches_the_sixteen_keys() {
 
 #[tokio::test]
 async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
-    let server = TestServer::start_with(
+    let timeout = Duration::from_secs(4);
+    let server = server_with_users_on(behind_local_proxy(
         Opts::new()
-            .set("dead_task_timeout_s", 1.5)
+            .set("dead_task_timeout_s", timeout.as_secs_f64())
             .set("scavenge_interval_s", 0.5),
-    )
+    ))
     .await;
-    add_user(&server, "alice", &[]);
-    add_user(&server, "boss", &["--approver"]);
     let run = create_run(&server, "alice", fixed_args(10_000)).await;
     approve(&server, "boss", &run).await;
     let mut w = Worker::new("alice", 4, 8);
     w.forwarded_for = Some("198.51.100.7".into());
-    let reply = w.request_task(&server).await;
-    let task_id = reply["task_id"].as_u64().expect("task");
-    // Beats keep it alive past the timeout.
-    let ids = json!({"run_id": run, "task_id": task_id});
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let (_, v) = w.call(&server, "/api/beat", ids.clone()).await;
-        assert_eq!(v["task_alive"], true, "{v}");
+    // Beats keep it alive past the timeout. A beat that finds the task dead is a failure
+    // unless this machine let more than the timeout pass between two beats (then the task
+    // really was silent that long: start again with a new task).
+    let mut retries = 0u64;
+    let mut prev_sent = Instant::now();
+    let mut task_id = w.request_task(&server).await["task_id"]
+        .as_u64()
+        .expect("task");
+    let mut alive_since = prev_sent;
+    let mut alive_until = prev_sent;
+    while alive_until.duration_since(alive_since) <= timeout + Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ids = json!({"run_id": run, "task_id": task_id});
+        let sent = Instant::now();
+        let (_, v) = w.call(&server, "/api/beat", ids).await;
+        let got = Instant::now();
+        if v["task_alive"] == true {
+            (prev_sent, alive_until) = (sent, got);
+            continue;
+        }
+        assert!(
+            got.duration_since(prev_sent) > timeout,
+            "task {task_id} declared dead though beaten within {:?}: {v}",
+            got.duration_since(prev_sent)
+        );
+        retries += 1;
+        prev_sent = Instant::now();
+        task_id = w.request_task(&server).await["task_id"]
+            .as_u64()
+            .expect("task");
+        (alive_since, alive_until) = (prev_sent, prev_sent);
     }
+    let ids = json!({"run_id": run, "task_id": task_id});
     // Beats with a warm credential cache and a free run lock are answered on the event loop.
     assert!(
         server
@@ -810,8 +943,17 @@ async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
             .await
             >= 1.0
     );
-    // Silence: the scavenger declares it dead, keeping its address and country.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Silence: the scavenger declares it dead (however long this machine takes), keeping its
+    // address and country.
+    let dead_before = retries as f64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.metric("shoal_dead_tasks_total", &[]).await < dead_before + 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the silent task was never declared dead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (_, v) = w.call(&server, "/api/beat", ids.clone()).await;
     assert_eq!(v["task_alive"], false, "dead after silence: {v}");
     server.signal(libc::SIGTERM);
@@ -837,7 +979,7 @@ async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
                 &[shoal::store::Cond::Eq("action".into(), json!("dead_task"))],
             )
             .expect("count");
-        assert_eq!(dead, 1);
+        assert_eq!(dead, 1 + retries);
         // Block this worker by name, as the workers page will.
         let short = format!("alice-4cores-{}", &key(8)[..8]);
         let mut doc = shoal::store::Doc::new();
@@ -850,7 +992,8 @@ async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
             .expect("put");
         store.close().expect("close");
     }
-    let server = TestServer::start_with(Opts::new().data_dir(&server.data_dir)).await;
+    let server =
+        TestServer::start_with(behind_local_proxy(Opts::new().data_dir(&server.data_dir))).await;
     let v = w.request_task(&server).await;
     assert_eq!(v["task_waiting"], false);
     assert!(
