@@ -2,6 +2,7 @@
 
 mod core;
 mod fleet;
+mod fuzz;
 mod harness;
 mod sim;
 mod spsa_props;
