@@ -5,6 +5,7 @@ mod fleet;
 mod fuzz;
 mod harness;
 mod sim;
+mod soak;
 mod spsa_props;
 mod stats_corpus;
 mod stats_props;
