@@ -2,9 +2,11 @@
 
 mod core;
 mod fleet;
+mod fuzz;
 mod hardening;
 mod harness;
 mod sim;
+mod soak;
 mod spsa_props;
 mod stats_corpus;
 mod stats_props;
