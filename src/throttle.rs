@@ -4,10 +4,13 @@
 //! client address, a user — and the verdict for the next attempt:
 //! - a pair over its limit is refused outright until its window ends (at most
 //!   `per_user_ip` guesses at one user's password per address and window);
-//! - an address over its limit (spraying many user names) or a user over its limit (sprayed
-//!   from many addresses) is allowed only passwords the credential cache has already
-//!   verified: guesses are refused without argon2 work, and still count against their pair,
-//!   while the real workers behind that address or of that user keep working.
+//! - an address over its limit (spraying many user names) is allowed only passwords the
+//!   credential cache has already verified: guesses are refused without argon2 work, and still
+//!   count against their pair, while the real workers behind that address keep working;
+//! - a user over its limit (sprayed from many addresses): an address that has already failed
+//!   for that user is allowed only verified passwords; an address that has not still gets its
+//!   check, so the real owner can log in from a new address, and each attacking address gets
+//!   one password check per window.
 //!
 //! Refused attempts are not counted again: an attacker who keeps trying does not extend the
 //! window, and cannot fill the counters of other keys.
@@ -149,16 +152,17 @@ impl AuthThrottle {
         if let Some(retry_after) = s.pairs.over(&pair, now, c.window, c.per_user_ip) {
             return Verdict::Refuse { retry_after };
         }
-        let limited = [
-            s.ips.over(&pair.1, now, c.window, c.per_ip),
-            s.users.over(&pair.0, now, c.window, c.per_user),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        match limited {
-            Some(retry_after) => Verdict::VerifiedOnly { retry_after },
-            None => Verdict::Allow,
+        if let Some(retry_after) = s.ips.over(&pair.1, now, c.window, c.per_ip) {
+            return Verdict::VerifiedOnly { retry_after };
+        }
+        // A user sprayed from many addresses: an address that has not failed for this user
+        // still gets its check (the real owner from a new address), one that has gets only
+        // verified passwords.
+        match s.users.over(&pair.0, now, c.window, c.per_user) {
+            Some(retry_after) if s.pairs.over(&pair, now, c.window, 1).is_some() => {
+                Verdict::VerifiedOnly { retry_after }
+            }
+            _ => Verdict::Allow,
         }
     }
 
@@ -259,10 +263,13 @@ mod tests {
         for i in 0..4 {
             t.failed_at("dave", &format!("10.1.0.{i}"), now);
         }
+        // An address that failed for dave: verified passwords only.
         assert!(matches!(
-            t.check_at("dave", "10.2.0.1", now),
+            t.check_at("dave", "10.1.0.1", now),
             Verdict::VerifiedOnly { .. }
         ));
+        // A new address still gets its one check.
+        assert_eq!(t.check_at("dave", "10.2.0.1", now), Verdict::Allow);
         assert_eq!(t.check_at("erin", "10.2.0.1", now), Verdict::Allow);
     }
 
