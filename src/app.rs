@@ -200,6 +200,18 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
+    // Poll the shutdown future once now, so that signal handlers are installed before the
+    // listener exists: a SIGTERM that arrives during start-up is a graceful stop, not death.
+    let mut shutdown = Box::pin(shutdown);
+    let early = tokio::select! {
+        biased;
+        () = &mut shutdown => true,
+        () = std::future::ready(()) => false,
+    };
+    if early {
+        tracing::info!("shutdown requested during start-up");
+        return Ok(());
+    }
     // Every connection waiting in a storm is a file descriptor: use all the system allows
     // (the soft limit is often 1,024 while the hard one is far higher).
     match raise_open_files_limit(u64::MAX, false) {
@@ -252,7 +264,7 @@ pub async fn serve(
     );
 
     tokio::select! {
-        () = shutdown => {}
+        () = &mut shutdown => {}
         result = &mut server => {
             // The server stopped on its own: only an I/O failure of the listener does that.
             upkeep.abort();

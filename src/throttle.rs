@@ -179,28 +179,6 @@ impl AuthThrottle {
         s.users.fail(&user.to_string(), now, w);
     }
 
-    /// Counts an attempt whose password is about to be checked in the pool as a failure in
-    /// advance, so that concurrent guesses cannot all pass the check before the first one
-    /// fails. [`AuthThrottle::release`] takes it back when the password was right.
-    pub fn reserve(&self, user: &str, ip: &str) {
-        self.failed_at(user, ip, Instant::now());
-    }
-
-    /// Takes back a [`AuthThrottle::reserve`] whose password was right.
-    pub fn release(&self, user: &str, ip: &str) {
-        let mut s = self.state.lock();
-        let pair = (user.to_string(), ip.to_string());
-        if let Some(w) = s.pairs.map.get_mut(&pair) {
-            w.failures = w.failures.saturating_sub(1);
-        }
-        if let Some(w) = s.ips.map.get_mut(ip) {
-            w.failures = w.failures.saturating_sub(1);
-        }
-        if let Some(w) = s.users.map.get_mut(user) {
-            w.failures = w.failures.saturating_sub(1);
-        }
-    }
-
     /// Records a successful authentication: the pair's failures are forgiven (a volunteer who
     /// fixed a typo is not held to them); the address and user counters keep theirs.
     pub fn succeeded(&self, user: &str, ip: &str) {
@@ -271,21 +249,6 @@ mod tests {
         // A new address still gets its one check.
         assert_eq!(t.check_at("dave", "10.2.0.1", now), Verdict::Allow);
         assert_eq!(t.check_at("erin", "10.2.0.1", now), Verdict::Allow);
-    }
-
-    #[test]
-    fn reservations_count_until_released() {
-        let t = throttle();
-        let now = Instant::now();
-        for _ in 0..3 {
-            t.reserve("gina", "10.0.0.4");
-        }
-        assert!(matches!(
-            t.check_at("gina", "10.0.0.4", now),
-            Verdict::Refuse { .. }
-        ));
-        t.release("gina", "10.0.0.4");
-        assert_eq!(t.check_at("gina", "10.0.0.4", now), Verdict::Allow);
     }
 
     #[test]

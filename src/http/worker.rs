@@ -22,7 +22,7 @@ use super::TOO_BUSY_INFO;
 use super::extract::ApiJson;
 use super::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::model::{Stats, WorkerInfo};
-use crate::rundb::users::{MSG_INVALID, User, UserError};
+use crate::rundb::users::{MSG_INVALID, SlowCheckGuard, User, UserError};
 use crate::rundb::{Reply, RunDb, RunDbError, Ticket, WORKER_VERSION};
 use crate::throttle::{AuthThrottle, Verdict};
 
@@ -397,11 +397,7 @@ fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<OnLoop> {
         Some(verdict) => {
             record_login(&state.throttle, login, check, false, verdict).map(OnLoop::Known)
         }
-        None => {
-            // Counted before the check, so concurrent guesses cannot all slip through.
-            state.throttle.reserve(&login.username, &login.ip);
-            Ok(OnLoop::Pool(check))
-        }
+        None => Ok(OnLoop::Pool(check)),
     }
 }
 
@@ -412,14 +408,51 @@ fn login_in_pool(
     login: &Login,
     check: PoolCheck,
 ) -> ApiResult<User> {
-    let verdict = match check {
-        PoolCheck::Full => db.users.authenticate(&login.username, &login.password),
-        PoolCheck::KnownOnly(_) => db
-            .users
-            .authenticate_known(&login.username, &login.password)
-            .unwrap_or(Err(UserError::Refused(MSG_INVALID))),
-    };
-    record_login(throttle, login, check, true, verdict)
+    match check {
+        PoolCheck::Full => {
+            // The guard records every verdict itself, inside the user's single flight, and
+            // re-checks the throttle before each argon2 run: concurrent guesses are bounded
+            // exactly.
+            let guard = ThrottleGuard { throttle, login };
+            let verdict = db
+                .users
+                .authenticate_guarded(&login.username, &login.password, &guard);
+            record_login(throttle, login, check, true, verdict)
+        }
+        PoolCheck::KnownOnly(_) => {
+            let verdict = db
+                .users
+                .authenticate_known(&login.username, &login.password)
+                .unwrap_or(Err(UserError::Refused(MSG_INVALID)));
+            record_login(throttle, login, check, false, verdict)
+        }
+    }
+}
+
+/// The throttle, as the password check's guard for one login.
+struct ThrottleGuard<'a> {
+    throttle: &'a AuthThrottle,
+    login: &'a Login,
+}
+
+impl SlowCheckGuard for ThrottleGuard<'_> {
+    fn may_check(&self) -> Result<(), std::time::Duration> {
+        match self.throttle.check(&self.login.username, &self.login.ip) {
+            Verdict::Allow => Ok(()),
+            Verdict::Refuse { retry_after } | Verdict::VerifiedOnly { retry_after } => {
+                Err(retry_after)
+            }
+        }
+    }
+
+    fn checked(&self, right: bool) {
+        if right {
+            self.throttle
+                .succeeded(&self.login.username, &self.login.ip);
+        } else {
+            self.throttle.failed(&self.login.username, &self.login.ip);
+        }
+    }
 }
 
 /// Records the outcome of a password check with the throttle and turns it into the reply's
@@ -429,23 +462,24 @@ fn record_login(
     throttle: &AuthThrottle,
     login: &Login,
     check: PoolCheck,
-    reserved: bool,
+    recorded: bool,
     verdict: Result<User, UserError>,
 ) -> ApiResult<User> {
     let wrong = matches!(&verdict, Err(UserError::Refused(m)) if *m == MSG_INVALID);
     if wrong {
         metrics::counter!("shoal_auth_failures_total").increment(1);
-        if !reserved {
+        if !recorded {
             throttle.failed(&login.username, &login.ip);
         }
-    } else if reserved {
-        throttle.release(&login.username, &login.ip);
     }
     match verdict {
         Ok(user) => {
-            throttle.succeeded(&login.username, &login.ip);
+            if !recorded {
+                throttle.succeeded(&login.username, &login.ip);
+            }
             Ok(user)
         }
+        Err(UserError::Throttled(retry_after)) => Err(throttled(retry_after)),
         Err(UserError::Refused(m)) => {
             if m != MSG_INVALID {
                 return Err(RunDbError::Unauthorized(m.to_string()).into());

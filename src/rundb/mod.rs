@@ -100,6 +100,9 @@ impl From<users::UserError> for RunDbError {
             users::UserError::Invalid(m) => RunDbError::Invalid(m),
             users::UserError::NoSuchUser(u) => RunDbError::Invalid(format!("no such user {u}")),
             users::UserError::Store(s) => RunDbError::Store(s),
+            users::UserError::Throttled(_) => {
+                RunDbError::Unauthorized("too many failed authentications".into())
+            }
         }
     }
 }

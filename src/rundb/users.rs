@@ -79,8 +79,32 @@ pub enum UserError {
     Invalid(String),
     #[error("no such user: {0}")]
     NoSuchUser(String),
+    /// The caller's [`SlowCheckGuard`] refused a slow check (too many failures); retry after
+    /// this long.
+    #[error("too many failed authentications")]
+    Throttled(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What [`Users::authenticate_guarded`] asks before each slow (argon2) check and tells after
+/// every password verdict. Slow checks of one user name run one at a time, so a guard that
+/// counts failures bounds the checks of concurrent guesses exactly.
+pub trait SlowCheckGuard {
+    /// `Err(retry_after)` to refuse the check.
+    fn may_check(&self) -> Result<(), Duration>;
+    /// The password was right (`true`) or wrong, or the user unknown (`false`).
+    fn checked(&self, right: bool);
+}
+
+/// A guard that allows everything and records nothing.
+pub struct NoGuard;
+
+impl SlowCheckGuard for NoGuard {
+    fn may_check(&self) -> Result<(), Duration> {
+        Ok(())
+    }
+    fn checked(&self, _right: bool) {}
 }
 
 /// Fishtest's username rule: `[A-Za-z0-9]{2,}`.
@@ -249,71 +273,111 @@ impl Users {
     /// Checks credentials as the worker API does. Blocking (may read the store and run
     /// argon2): call it from the offload pool. Concurrent calls for one username verify once.
     pub fn authenticate(&self, username: &str, password: &str) -> Result<User, UserError> {
+        self.authenticate_guarded(username, password, &NoGuard)
+    }
+
+    /// [`Users::authenticate`], asking `guard` before every slow check and telling it every
+    /// password verdict (a remembered one too).
+    pub fn authenticate_guarded(
+        &self,
+        username: &str,
+        password: &str,
+        guard: &dyn SlowCheckGuard,
+    ) -> Result<User, UserError> {
         let mac = self.mac(username, password);
-        if self
-            .unknown
-            .lock()
-            .iter()
-            .any(|(m, at)| at.elapsed() < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
-        {
+        let remembered_unknown = |this: &Self| {
+            this.unknown
+                .lock()
+                .iter()
+                .any(|(m, at)| at.elapsed() < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
+        };
+        if remembered_unknown(self) {
+            guard.checked(false);
             return Err(UserError::Refused(MSG_INVALID));
         }
-        let Some(user) = self.get(username)? else {
-            // As slow as a wrong password of a real user: no enumeration by timing.
-            self.slow_checks
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            metrics::counter!("shoal_auth_slow_checks_total").increment(1);
-            let _ = verify_slow(dummy_hash(), password);
-            let mut unknown = self.unknown.lock();
-            let now = Instant::now();
-            while unknown
-                .front()
-                .is_some_and(|(_, at)| now.duration_since(*at) >= UNKNOWN_TTL)
-                || unknown.len() >= UNKNOWN_KEPT
-            {
-                unknown.pop_front();
-            }
-            unknown.push_back((mac, now));
-            return Err(UserError::Refused(MSG_INVALID));
-        };
-        let known = |this: &Self| {
+        let user = self.get(username)?;
+        let known = |this: &Self, user: &User| {
             this.cache
                 .lock()
                 .get(username)
                 .filter(|c| c.user.password == user.password)
                 .and_then(|c| c.verdict(&mac))
         };
-        match known(self) {
-            Some(true) => {}
-            Some(false) => return Err(UserError::Refused(MSG_INVALID)),
-            None => {
-                let lock = self
-                    .verifying
-                    .lock()
-                    .entry(username.to_string())
-                    .or_default()
-                    .clone();
-                let verdict = {
-                    let _one = lock.lock();
-                    // Whoever held the lock before us may have settled this very password.
-                    match known(self) {
-                        Some(v) => Ok(v),
-                        None => self.verify_and_remember(&user, password, mac),
+        if let Some(user) = &user
+            && let Some(v) = known(self, user)
+        {
+            guard.checked(v);
+            return if v {
+                admit(user.clone())
+            } else {
+                Err(UserError::Refused(MSG_INVALID))
+            };
+        }
+        // A slow check: one at a time per user name (single flight).
+        let lock = self
+            .verifying
+            .lock()
+            .entry(username.to_string())
+            .or_default()
+            .clone();
+        let verdict = {
+            let _one = lock.lock();
+            // Whoever held the lock before us may have settled this very password.
+            let settled = match &user {
+                Some(user) => known(self, user),
+                None => remembered_unknown(self).then_some(false),
+            };
+            match settled {
+                Some(v) => Ok(v),
+                None => match guard.may_check() {
+                    Err(retry_after) => Err(UserError::Throttled(retry_after)),
+                    Ok(()) => {
+                        let v = match &user {
+                            Some(user) => self.verify_and_remember(user, password, mac),
+                            None => {
+                                self.check_unknown(password, mac);
+                                Ok(false)
+                            }
+                        };
+                        // Told inside the single flight: the next guess sees this one.
+                        if let Ok(v) = v {
+                            guard.checked(v);
+                        }
+                        v
                     }
-                };
-                {
-                    // Drop the per-user lock once nobody else holds it (the map and we do).
-                    let mut verifying = self.verifying.lock();
-                    if std::sync::Arc::strong_count(&lock) <= 2 {
-                        verifying.remove(username);
-                    }
-                }
-                if !verdict? {
-                    return Err(UserError::Refused(MSG_INVALID));
-                }
+                },
+            }
+        };
+        {
+            // Drop the per-user lock once nobody else holds it (the map and we do).
+            let mut verifying = self.verifying.lock();
+            if std::sync::Arc::strong_count(&lock) <= 2 {
+                verifying.remove(username);
             }
         }
-        admit(user)
+        match (verdict?, user) {
+            (true, Some(user)) => admit(user),
+            _ => Err(UserError::Refused(MSG_INVALID)),
+        }
+    }
+
+    /// The slow check for a user that does not exist: as slow as a wrong password of a real
+    /// user (no enumeration by timing), then remembered.
+    fn check_unknown(&self, password: &str, mac: [u8; 32]) {
+        self.slow_checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!("shoal_auth_slow_checks_total").increment(1);
+        let _ = verify_slow(dummy_hash(), password);
+        let mut unknown = self.unknown.lock();
+        let now = Instant::now();
+        while unknown
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) >= UNKNOWN_TTL)
+            || unknown.len() >= UNKNOWN_KEPT
+        {
+            unknown.pop_front();
+        }
+        unknown.push_back((mac, now));
     }
 
     /// The event loop's fast path: the verdict of a fresh cache entry that already knows this
@@ -545,6 +609,68 @@ mod tests {
         assert!(u.add("alice", "x", "", false, None).is_err());
         assert!(u.add("a", "x", "", false, None).is_err());
         assert!(u.add("al ice", "x", "", false, None).is_err());
+    }
+
+    /// Allows `left` slow checks, counts verdicts.
+    struct Budget {
+        left: Mutex<u32>,
+        wrong: std::sync::atomic::AtomicU32,
+    }
+
+    impl SlowCheckGuard for Budget {
+        fn may_check(&self) -> Result<(), Duration> {
+            let mut left = self.left.lock();
+            if *left == 0 {
+                return Err(Duration::from_secs(7));
+            }
+            *left -= 1;
+            Ok(())
+        }
+        fn checked(&self, right: bool) {
+            if !right {
+                self.wrong
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[test]
+    fn a_guard_bounds_the_slow_checks_of_concurrent_guesses() {
+        let (_d, u) = users();
+        u.add("erin", "right one", "", false, None).expect("add");
+        let u = Arc::new(u);
+        let guard = Arc::new(Budget {
+            left: Mutex::new(3),
+            wrong: Default::default(),
+        });
+        let threads: Vec<_> = (0..12)
+            .map(|i| {
+                let (u, g) = (u.clone(), guard.clone());
+                std::thread::spawn(move || {
+                    // Half the guesses are for a user that does not exist.
+                    let name = if i % 2 == 0 { "erin" } else { "nobody" };
+                    u.authenticate_guarded(name, &format!("guess {i}"), &*g)
+                        .map(|x| x.username)
+                })
+            })
+            .collect();
+        let mut throttled = 0;
+        for t in threads {
+            match t.join().expect("join") {
+                Err(UserError::Throttled(d)) => {
+                    assert_eq!(d, Duration::from_secs(7));
+                    throttled += 1;
+                }
+                Err(UserError::Refused(MSG_INVALID)) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(u.slow_checks() <= 3, "{} slow checks", u.slow_checks());
+        assert_eq!(throttled, 12 - u.slow_checks());
+        assert_eq!(
+            u64::from(guard.wrong.load(std::sync::atomic::Ordering::Relaxed)),
+            u.slow_checks()
+        );
     }
 
     #[test]

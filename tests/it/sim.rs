@@ -8,7 +8,15 @@ use crate::harness::{TestServer, bin};
 
 #[tokio::test]
 async fn a_short_storm_assigns_every_worker_without_errors() {
-    let server = TestServer::start().await;
+    // Queue mode: the gate serves the storm in order instead of refusing callers, so every
+    // worker is assigned within the run even when the rest of the suite loads the machine
+    // (in fast-reject mode an unlucky worker can be told "too busy" until the deadline).
+    let server = TestServer::start_with(
+        crate::harness::Opts::new()
+            .set("admission_queue", 1000)
+            .set("admission_timeout_s", 60),
+    )
+    .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let report_dir = dir.path().join("report");
     let url = server.url("");
