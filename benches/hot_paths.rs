@@ -224,7 +224,9 @@ fn bench(db: &RunDb) {
 
     // The login of every worker call: the credential cache (one HMAC), alone and behind the
     // throttle's verdict and bookkeeping (what `http::worker` does on the event loop).
-    db.users.authenticate("bench", "pw").expect("warm the cache");
+    db.users
+        .authenticate("bench", "pw")
+        .expect("warm the cache");
     let throttle = shoal::throttle::AuthThrottle::new(shoal::throttle::ThrottleConfig {
         window: Duration::from_secs(300),
         per_user_ip: 10,

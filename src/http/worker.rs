@@ -371,7 +371,44 @@ enum PoolCheck {
 /// What the event loop settled about a login.
 enum OnLoop {
     Known(User),
-    Pool(PoolCheck),
+    Pool(PoolCheck, Reservation),
+}
+
+/// A failure counted in advance ([`AuthThrottle::reserve`]) for a password check the pool is
+/// to make: [`login_in_pool`] settles it (through [`record_login`]) when the check runs, and
+/// it is taken back when the check never runs — the caller went away while waiting for a pool
+/// token, the pool was closed, or the check panicked — so that no path leaves a failure
+/// counted against a login whose password was never checked.
+struct Reservation {
+    throttle: Arc<AuthThrottle>,
+    username: String,
+    ip: String,
+    settled: bool,
+}
+
+impl Reservation {
+    fn take(throttle: &Arc<AuthThrottle>, login: &Login) -> Self {
+        throttle.reserve(&login.username, &login.ip);
+        Reservation {
+            throttle: throttle.clone(),
+            username: login.username.clone(),
+            ip: login.ip.clone(),
+            settled: false,
+        }
+    }
+
+    /// The check ran: [`record_login`] keeps or releases the reservation.
+    fn settle(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.throttle.release(&self.username, &self.ip);
+        }
+    }
 }
 
 fn throttled(retry_after: std::time::Duration) -> ApiError {
@@ -399,8 +436,8 @@ fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<OnLoop> {
         }
         None => {
             // Counted before the check, so concurrent guesses cannot all slip through.
-            state.throttle.reserve(&login.username, &login.ip);
-            Ok(OnLoop::Pool(check))
+            let reservation = Reservation::take(&state.throttle, login);
+            Ok(OnLoop::Pool(check, reservation))
         }
     }
 }
@@ -411,6 +448,7 @@ fn login_in_pool(
     throttle: &AuthThrottle,
     login: &Login,
     check: PoolCheck,
+    reservation: Reservation,
 ) -> ApiResult<User> {
     let verdict = match check {
         PoolCheck::Full => db.users.authenticate(&login.username, &login.password),
@@ -419,6 +457,7 @@ fn login_in_pool(
             .authenticate_known(&login.username, &login.password)
             .unwrap_or(Err(UserError::Refused(MSG_INVALID))),
     };
+    reservation.settle();
     record_login(throttle, login, check, true, verdict)
 }
 
@@ -462,15 +501,15 @@ fn record_login(
 /// Checks a login: throttle and credential cache on the event loop, else the pool (store
 /// read, argon2, single flight per user).
 pub(super) async fn credentials(state: &AppState, login: Login) -> ApiResult<User> {
-    let check = match login_on_loop(state, &login)? {
+    let (check, reservation) = match login_on_loop(state, &login)? {
         OnLoop::Known(user) => return Ok(user),
-        OnLoop::Pool(check) => check,
+        OnLoop::Pool(check, reservation) => (check, reservation),
     };
     let db = rundb(state);
     let throttle = state.throttle.clone();
     state
         .offload
-        .run(move || login_in_pool(&db, &throttle, &login, check))
+        .run(move || login_in_pool(&db, &throttle, &login, check, reservation))
         .await?
 }
 
@@ -482,6 +521,16 @@ where
     F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
 {
     let on_loop = login_on_loop(state, &login)?;
+    with_login(state, login, on_loop, work).await
+}
+
+/// [`with_user`] for a login the event loop has already looked at (once: each look at an
+/// uncached password reserves a failure in the throttle).
+async fn with_login<T, F>(state: &AppState, login: Login, on_loop: OnLoop, work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
+{
     let db = rundb(state);
     let throttle = state.throttle.clone();
     let out = state
@@ -489,7 +538,9 @@ where
         .run(move || -> ApiResult<T> {
             let user = match on_loop {
                 OnLoop::Known(user) => user,
-                OnLoop::Pool(check) => login_in_pool(&db, &throttle, &login, check)?,
+                OnLoop::Pool(check, reservation) => {
+                    login_in_pool(&db, &throttle, &login, check, reservation)?
+                }
             };
             Ok(work(&db, user)?)
         })
@@ -645,8 +696,9 @@ async fn task_bound_or_fast(
         username,
         password: call.password,
     };
+    let on_loop = login_on_loop(state, &login)?;
     if let Some((route, fast)) = fast
-        && let OnLoop::Known(_user) = login_on_loop(state, &login)?
+        && let OnLoop::Known(_user) = &on_loop
     {
         // The event loop's try: a credential-cache hit and work that needs no wait at all.
         let db = rundb(state);
@@ -655,7 +707,7 @@ async fn task_bound_or_fast(
             return Ok(ApiReply::ok(result?));
         }
     }
-    let (reply, ticket) = with_user(state, login, move |db, _| work(db, task)).await?;
+    let (reply, ticket) = with_login(state, login, on_loop, move |db, _| work(db, task)).await?;
     durable(reply, ticket).await
 }
 

@@ -616,3 +616,110 @@ async fn run_mutations_are_primary_only() {
     approve(&primary, "boss", &run).await;
     assert_eq!(run_json(&primary, &run).await["approved"], true);
 }
+
+/// A worker call's body with a chosen password, for a task that need not exist (the
+/// credentials are checked first).
+fn beat_body(password: &str, info: &Value) -> Value {
+    json!({"password": password, "worker_info": info, "run_id": "0".repeat(24), "task_id": 0})
+}
+
+#[tokio::test]
+async fn each_wrong_password_counts_once_on_every_endpoint() {
+    let server = TestServer::start().await;
+    users(&server).await;
+    let info = Worker::new("mallory", 1, 700).info;
+    // beat first tries the event loop's fast path: a guess it cannot settle there must still
+    // count once, not twice. The pair's limit is 10 guesses.
+    for i in 0..10 {
+        let (status, v) = server
+            .post_json("/api/beat", &beat_body(&format!("guess-{i}"), &info))
+            .await;
+        assert_eq!(status, 401, "guess {i} is checked and refused: {v}");
+    }
+    let (status, v) = server
+        .post_json("/api/beat", &beat_body("guess-10", &info))
+        .await;
+    assert_eq!(status, 429, "the eleventh guess is throttled: {v}");
+}
+
+/// One attempt of the test below: `n` logins of a user whose password the server has not
+/// verified yet wait for a pool token (all general tokens held for `ms`) and go away.
+async fn unchecked_logins_go_away(server: &TestServer, n: usize, ms: u64, last: bool) -> bool {
+    use crate::core::{hang_up, poll_held, raw_request, read_all, replied, sleep_request};
+    let h = server.health().await;
+    let general = h["pool"]["tokens"].as_u64().expect("tokens")
+        - h["pool"]["reserved"].as_u64().expect("reserved");
+    let holders: Vec<std::net::TcpStream> = (0..general)
+        .map(|i| raw_request(server.addr, &sleep_request(ms, &format!("hold{i}"))))
+        .collect();
+    let held = || holders.iter().all(|h| !replied(h));
+    let give_up = |holders: Vec<std::net::TcpStream>, what: &str| {
+        for h in holders {
+            read_all(h);
+        }
+        crate::core::too_slow(last, what)
+    };
+    if poll_held(server, "general tokens held", held, |h| {
+        h["pool"]["in_use"].as_u64() >= Some(general)
+    })
+    .await
+    .is_none()
+    {
+        return give_up(holders, "general tokens held");
+    }
+    let before = server.health().await["pool"]["waiting"]
+        .as_u64()
+        .expect("waiting");
+    let body =
+        json!({"password": PASSWORD, "worker_info": Worker::new("owner", 1, 800).info}).to_string();
+    let request = format!(
+        "POST /api/request_version HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let logins: Vec<std::net::TcpStream> =
+        (0..n).map(|_| raw_request(server.addr, &request)).collect();
+    if poll_held(server, "the logins waiting", held, |h| {
+        h["pool"]["waiting"].as_u64() >= Some(before + n as u64)
+    })
+    .await
+    .is_none()
+    {
+        for l in logins {
+            read_all(l);
+        }
+        return give_up(holders, "the logins waiting");
+    }
+    let replies: Vec<String> = logins.into_iter().map(hang_up).collect();
+    if !held() {
+        return give_up(holders, "the logins gone while the tokens are held");
+    }
+    assert!(replies.iter().all(String::is_empty), "{replies:?}");
+    for h in holders {
+        read_all(h);
+    }
+    true
+}
+
+#[tokio::test]
+async fn a_login_that_goes_away_before_its_check_is_not_counted() {
+    // Few tokens (the general ones are held by /debug/sleep), and a pair limit of 3.
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("threadpool_tokens", 4)
+            .set("task_semaphore_size", 1)
+            .set("auth_throttle_per_user_ip", 3),
+    )
+    .await;
+    users(&server).await;
+    // owner's real password, not yet verified by this server: each login reserves a failure
+    // in the throttle before it waits for a token to be checked. Three of them go away.
+    crate::core::with_growing_holds(&server, |ms, last| {
+        unchecked_logins_go_away(&server, 3, ms, last)
+    })
+    .await;
+    // Their checks never ran, so nothing was counted: the real password works.
+    let body = json!({"password": PASSWORD, "worker_info": Worker::new("owner", 1, 801).info});
+    let (status, v) = server.post_json("/api/request_version", &body).await;
+    assert_eq!(status, 200, "{v}");
+}
