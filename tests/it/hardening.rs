@@ -723,3 +723,103 @@ async fn a_login_that_goes_away_before_its_check_is_not_counted() {
     let (status, v) = server.post_json("/api/request_version", &body).await;
     assert_eq!(status, 200, "{v}");
 }
+
+/// A gzip of `n` members, each of `member` zero bytes: cheap to make, slow to inflate.
+fn gz_zeros(member: usize, n: usize) -> Vec<u8> {
+    let one = gz(&vec![0u8; member]);
+    one.repeat(n)
+}
+
+#[tokio::test]
+async fn an_upload_keeps_its_turn_until_its_pool_work_ends() {
+    use crate::core::{hang_up, raw_request};
+    // One turn; a cap high enough for the slow gzip below to be accepted.
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("pgn_upload_concurrency", 1)
+            .set("pgn_inflated_limit_bytes", 1u64 << 40),
+    )
+    .await;
+    users(&server).await;
+    crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "100"]);
+    let run = create_run(&server, "owner", fixed_args(100_000)).await;
+    approve(&server, "boss", &run).await;
+    let (wa, wb) = (
+        Worker::new("mallory", 1, 900),
+        Worker::new("mallory", 1, 901),
+    );
+    let ta = wa.request_task(&server).await["task_id"]
+        .as_u64()
+        .expect("task a");
+    let tb = wb.request_task(&server).await["task_id"]
+        .as_u64()
+        .expect("task b");
+    // A: a PGN that takes seconds to inflate; its sender goes away once the server has it.
+    let slow = gz_zeros(64 << 20, 128);
+    let body = format!(
+        "{}{}\"}}",
+        upload_head(PASSWORD, &wa.info, &run, ta),
+        b64(&slow)
+    );
+    let request = format!(
+        "POST /api/upload_pgn HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let a = tokio::task::spawn_blocking({
+        let addr = server.addr;
+        move || raw_request(addr, &request)
+    })
+    .await
+    .expect("send a");
+    server
+        .wait_health(120, "a's PGN in the pool", |h| h["pool"]["in_use"] != 0)
+        .await;
+    tokio::task::spawn_blocking(move || hang_up(a))
+        .await
+        .expect("hang up");
+    // B: a small PGN, from a worker that stays. It may be stored only once A's pool work
+    // has ended (one turn): A's PGN is then already stored, or it never will be.
+    let pgn = gz(b"[Event \"b\"]\n1. d4 d5 *\n");
+    let body = format!(
+        "{}{}\"}}",
+        upload_head(PASSWORD, &wb.info, &run, tb),
+        b64(&pgn)
+    );
+    let r = server
+        .client
+        .post(server.url("/api/upload_pgn"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("send b");
+    let status_b = r.status().as_u16();
+    let a_path = format!("/api/pgn/{run}-{ta}.pgn");
+    let a_stored_then = server
+        .client
+        .get(server.url(&a_path))
+        .send()
+        .await
+        .expect("get a")
+        .status()
+        == 200;
+    assert!([200, 503].contains(&status_b), "{status_b}");
+    server
+        .wait_health(300, "the pool idle", |h| {
+            h["pool"]["in_use"] == 0 && h["pool"]["waiting"] == 0
+        })
+        .await;
+    let a_stored_later = server
+        .client
+        .get(server.url(&a_path))
+        .send()
+        .await
+        .expect("get a")
+        .status()
+        == 200;
+    assert!(
+        a_stored_then || !a_stored_later,
+        "B's upload was stored while A's upload still held the pool: the turn was given back early"
+    );
+}
