@@ -200,24 +200,34 @@ pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError
     Ok(wi)
 }
 
-/// The client address: the socket's, or the first `X-Forwarded-For` hop when the socket peer
-/// is a trusted proxy.
+/// The client address: the socket's, or, when the socket peer is a trusted proxy, the
+/// `X-Forwarded-For` hop that the first trusted proxy added: the last hop that is not itself
+/// a trusted proxy. (A proxy appends the address it saw to what the client sent, so the hops
+/// before it are whatever the client chose to claim.)
 fn client_addr(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> String {
     let peer_ip = peer.ip();
-    let trusted = state
-        .config
-        .trusted_proxies
-        .iter()
-        .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == peer_ip));
-    if trusted
-        && let Some(forwarded) = headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
+    let is_trusted = |addr: IpAddr| {
+        state
+            .config
+            .trusted_proxies
+            .iter()
+            .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == addr))
+    };
+    if is_trusted(peer_ip) {
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|v| v.parse::<IpAddr>().is_ok())
-    {
-        return forwarded.to_string();
+            .collect();
+        for hop in hops.into_iter().rev() {
+            match hop.parse::<IpAddr>() {
+                Ok(ip) if is_trusted(ip) => continue,
+                Ok(ip) => return ip.to_string(),
+                Err(_) => break,
+            }
+        }
     }
     peer_ip.to_string()
 }

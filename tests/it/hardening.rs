@@ -220,6 +220,38 @@ async fn forwarded_for_is_not_trusted_unless_configured() {
     );
 }
 
+#[tokio::test]
+async fn a_trusted_proxy_names_the_client_only_in_the_hop_it_added() {
+    // nginx's `$proxy_add_x_forwarded_for` appends the address it saw to whatever the client
+    // sent: only that last hop is the proxy's word; the ones before it are the client's.
+    let server =
+        TestServer::start_with(Opts::new().set("trusted_proxies", r#"["127.0.0.1", "::1"]"#)).await;
+    users(&server).await;
+    crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "1"]);
+    let run = create_run(&server, "owner", fixed_args(100_000)).await;
+    approve(&server, "boss", &run).await;
+    let mut granted = 0;
+    for n in 0..4 {
+        let mut w = Worker::new("mallory", 1, 100 + n);
+        w.forwarded_for = Some(format!("198.51.100.{n}, 203.0.113.5"));
+        let v = w.request_task(&server).await;
+        if v.get("run").is_some() {
+            granted += 1;
+        }
+    }
+    assert_eq!(
+        granted, 1,
+        "the machine limit of 1 counts the address the proxy saw, not one the client claims"
+    );
+    // A chain of trusted proxies: the hop before them.
+    let mut w = Worker::new("mallory", 1, 200);
+    w.forwarded_for = Some("198.51.100.9, 203.0.113.6, 127.0.0.1".into());
+    assert!(w.request_task(&server).await.get("run").is_some());
+    let mut w = Worker::new("mallory", 1, 201);
+    w.forwarded_for = Some("198.51.100.10, 203.0.113.6, 127.0.0.1".into());
+    assert!(w.request_task(&server).await.get("run").is_none());
+}
+
 /// Reads from `s` until the peer closes (Ok) or `limit` passes (Err).
 async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Result<Vec<u8>, ()> {
     let mut got = Vec::new();
