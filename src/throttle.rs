@@ -28,6 +28,11 @@ use parking_lot::Mutex;
 /// Most entries per key kind; beyond it expired entries are dropped, then the oldest.
 pub const MAX_KEYS: usize = 100_000;
 
+/// How many of the oldest entries a full map drops at once: a full map (a spray of new user
+/// names) then costs one scan of the map per this many new keys, not one per key (the scan
+/// runs on the event loop, under the lock every login takes).
+const EVICT_BATCH: usize = MAX_KEYS / 10;
+
 /// The limits, from settings.
 #[derive(Debug, Clone, Copy)]
 pub struct ThrottleConfig {
@@ -97,14 +102,23 @@ impl<K: Hash + Eq + Clone> Counters<K> {
         if self.map.len() >= MAX_KEYS {
             self.map.retain(|_, w| w.live(now, window));
         }
-        if self.map.len() >= MAX_KEYS
-            && let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, w)| w.start)
-                .map(|(k, _)| k.clone())
-        {
-            self.map.remove(&oldest);
+        if self.map.len() >= MAX_KEYS {
+            // Drop the EVICT_BATCH oldest: those older than the batch's newest, then as many
+            // of that age as the batch still has room for.
+            let full = self.map.len();
+            let mut starts: Vec<Instant> = self.map.values().map(|w| w.start).collect();
+            let batch = EVICT_BATCH.clamp(1, full);
+            let (_, &mut cutoff, _) = starts.select_nth_unstable(batch - 1);
+            self.map.retain(|_, w| w.start >= cutoff);
+            let mut room = batch - (full - self.map.len());
+            self.map.retain(|_, w| {
+                if room > 0 && w.start == cutoff {
+                    room -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
         }
         self.map.insert(
             key.clone(),
@@ -260,6 +274,29 @@ mod tests {
         }
         t.succeeded("frank", "10.0.0.3");
         assert_eq!(t.check_at("frank", "10.0.0.3", now), Verdict::Allow);
+    }
+
+    #[test]
+    fn a_full_map_makes_room_for_many_new_keys_at_once() {
+        let t = AuthThrottle::new(ThrottleConfig {
+            window: Duration::from_secs(60),
+            per_user_ip: 1_000_000,
+            per_ip: 1_000_000,
+            per_user: 1_000_000,
+        });
+        let now = Instant::now();
+        let at = |i: usize| now + Duration::from_micros(i as u64);
+        for i in 0..MAX_KEYS {
+            t.failed_at(&format!("u{i}"), "10.0.0.1", at(i));
+        }
+        // One more name: the oldest batch goes, so the next new names need no scan.
+        t.failed_at("newcomer", "10.0.0.1", at(MAX_KEYS));
+        let s = t.state.lock();
+        assert_eq!(s.users.map.len(), MAX_KEYS - EVICT_BATCH + 1);
+        assert!(!s.users.map.contains_key("u0"));
+        assert!(!s.users.map.contains_key(&format!("u{}", EVICT_BATCH - 1)));
+        assert!(s.users.map.contains_key(&format!("u{EVICT_BATCH}")));
+        assert!(s.users.map.contains_key("newcomer"));
     }
 
     #[test]

@@ -393,6 +393,10 @@ async fn upload(
     let stored = state
         .offload
         .run(move || -> Result<(), RunDbError> {
+            // The turn goes with the work: it bounds the uploads being decoded, inflated and
+            // stored, not the handlers waiting for them (a sender that goes away once its body
+            // is read drops its handler, while this work runs on).
+            let _turn = turn;
             let gz = base64::engine::general_purpose::STANDARD
                 .decode(&b64)
                 .map_err(|e| RunDbError::Invalid(format!("pgn is not valid base64: {e}")))?;
@@ -402,7 +406,6 @@ async fn upload(
         })
         .await
         .map_err(|e| ApiError::from(e).into_response())?;
-    drop(turn);
     stored.map_err(|e| ApiError::from(e).into_response())?;
     Ok(ApiReply::ok(Map::new()))
 }

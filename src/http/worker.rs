@@ -200,24 +200,34 @@ pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError
     Ok(wi)
 }
 
-/// The client address: the socket's, or the first `X-Forwarded-For` hop when the socket peer
-/// is a trusted proxy.
+/// The client address: the socket's, or, when the socket peer is a trusted proxy, the
+/// `X-Forwarded-For` hop that the first trusted proxy added: the last hop that is not itself
+/// a trusted proxy. (A proxy appends the address it saw to what the client sent, so the hops
+/// before it are whatever the client chose to claim.)
 fn client_addr(state: &AppState, peer: SocketAddr, headers: &HeaderMap) -> String {
     let peer_ip = peer.ip();
-    let trusted = state
-        .config
-        .trusted_proxies
-        .iter()
-        .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == peer_ip));
-    if trusted
-        && let Some(forwarded) = headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
+    let is_trusted = |addr: IpAddr| {
+        state
+            .config
+            .trusted_proxies
+            .iter()
+            .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == addr))
+    };
+    if is_trusted(peer_ip) {
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|v| v.parse::<IpAddr>().is_ok())
-    {
-        return forwarded.to_string();
+            .collect();
+        for hop in hops.into_iter().rev() {
+            match hop.parse::<IpAddr>() {
+                Ok(ip) if is_trusted(ip) => continue,
+                Ok(ip) => return ip.to_string(),
+                Err(_) => break,
+            }
+        }
     }
     peer_ip.to_string()
 }
@@ -516,6 +526,16 @@ where
     F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
 {
     let on_loop = login_on_loop(state, &login)?;
+    with_login(state, login, on_loop, work).await
+}
+
+/// [`with_user`] for a login the event loop has already looked at (once: each look at an
+/// uncached password reserves a failure in the throttle).
+async fn with_login<T, F>(state: &AppState, login: Login, on_loop: OnLoop, work: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
+{
     let db = rundb(state);
     let throttle = state.throttle.clone();
     let out = state
@@ -523,7 +543,9 @@ where
         .run(move || -> ApiResult<T> {
             let user = match on_loop {
                 OnLoop::Known(user) => user,
-                OnLoop::Pool(check) => login_in_pool(&db, &throttle, &login, check)?,
+                OnLoop::Pool(check) => {
+                    login_in_pool(&db, &throttle, &login, check)?
+                }
             };
             Ok(work(&db, user)?)
         })
@@ -679,8 +701,9 @@ async fn task_bound_or_fast(
         username,
         password: call.password,
     };
+    let on_loop = login_on_loop(state, &login)?;
     if let Some((route, fast)) = fast
-        && let OnLoop::Known(_user) = login_on_loop(state, &login)?
+        && let OnLoop::Known(_user) = &on_loop
     {
         // The event loop's try: a credential-cache hit and work that needs no wait at all.
         let db = rundb(state);
@@ -689,7 +712,7 @@ async fn task_bound_or_fast(
             return Ok(ApiReply::ok(result?));
         }
     }
-    let (reply, ticket) = with_user(state, login, move |db, _| work(db, task)).await?;
+    let (reply, ticket) = with_login(state, login, on_loop, move |db, _| work(db, task)).await?;
     durable(reply, ticket).await
 }
 

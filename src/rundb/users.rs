@@ -135,6 +135,9 @@ fn verify_slow(stored: &str, password: &str) -> bool {
             })
             .unwrap_or(false)
     } else {
+        // As slow as a hashed one: a user whose legacy password was never re-hashed must not
+        // be told from an unknown user by how fast a wrong password is refused.
+        let _ = verify_slow(dummy_hash(), password);
         bool::from(stored.as_bytes().ct_eq(password.as_bytes()))
     }
 }
@@ -144,19 +147,22 @@ struct Cached {
     read_at: Instant,
     /// HMAC of the password that last verified against `user.password`.
     verified: Option<[u8; 32]>,
-    /// HMACs of the last few passwords that failed against `user.password`: a worker fleet
-    /// configured with an old password is refused without an argon2 run per request.
-    rejected: Vec<[u8; 32]>,
+    /// HMACs of the last few passwords that failed against `user.password`, and when: a
+    /// worker fleet configured with an old password is refused without an argon2 run per
+    /// request.
+    rejected: Vec<([u8; 32], Instant)>,
 }
 
-/// How many failing passwords a cache entry remembers.
+/// How many failing passwords are remembered per user name, and for how long — the same for
+/// a user that exists (in its cache entry) and for one that does not (in `unknown`): a
+/// repeated attempt for a user that does not exist is refused as fast as a repeated wrong
+/// password of one that does, and a forgotten one as slowly, so timing tells nothing (and a
+/// repeat costs no second argon2 run).
 const REJECTED_KEPT: usize = 4;
+const REMEMBERED_TTL: Duration = Duration::from_secs(60);
 
-/// How many (unknown user, password) attempts are remembered, and for how long: a repeated
-/// attempt for a user that does not exist is refused as fast as a repeated wrong password of
-/// one that does, so timing tells nothing (and costs no second argon2 run).
+/// How many (unknown user, password) attempts are remembered in all.
 const UNKNOWN_KEPT: usize = 4096;
-const UNKNOWN_TTL: Duration = Duration::from_secs(60);
 
 /// An argon2 hash of a random password, made once: unknown users are checked against it so
 /// that their refusal costs the same time as a wrong password of a real user.
@@ -174,7 +180,11 @@ impl Cached {
     fn verdict(&self, mac: &[u8; 32]) -> Option<bool> {
         if self.verified.is_some_and(|v| bool::from(v.ct_eq(mac))) {
             Some(true)
-        } else if self.rejected.iter().any(|r| bool::from(r.ct_eq(mac))) {
+        } else if self
+            .rejected
+            .iter()
+            .any(|(r, at)| at.elapsed() < REMEMBERED_TTL && bool::from(r.ct_eq(mac)))
+        {
             Some(false)
         } else {
             None
@@ -192,8 +202,8 @@ pub struct Users {
     /// first requests of a user's hundreds of workers, arriving together on a cold cache, run
     /// one argon2 verification (19 MiB, tens of ms) instead of one each.
     verifying: Mutex<HashMap<String, std::sync::Arc<Mutex<()>>>>,
-    /// Recently refused (unknown user, password) MACs, oldest first.
-    unknown: Mutex<std::collections::VecDeque<([u8; 32], Instant)>>,
+    /// Recently refused (unknown user, password) MACs with their user name, oldest first.
+    unknown: Mutex<std::collections::VecDeque<(String, [u8; 32], Instant)>>,
     /// Slow (argon2) verifications run so far, for metrics and tests.
     slow_checks: std::sync::atomic::AtomicU64,
 }
@@ -289,7 +299,7 @@ impl Users {
             this.unknown
                 .lock()
                 .iter()
-                .any(|(m, at)| at.elapsed() < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
+                .any(|(_, m, at)| at.elapsed() < REMEMBERED_TTL && bool::from(m.ct_eq(&mac)))
         };
         if remembered_unknown(self) {
             guard.checked(false);
@@ -335,7 +345,7 @@ impl Users {
                         let v = match &user {
                             Some(user) => self.verify_and_remember(user, password, mac),
                             None => {
-                                self.check_unknown(password, mac);
+                                self.check_unknown(username, password, mac);
                                 Ok(false)
                             }
                         };
@@ -363,7 +373,7 @@ impl Users {
 
     /// The slow check for a user that does not exist: as slow as a wrong password of a real
     /// user (no enumeration by timing), then remembered.
-    fn check_unknown(&self, password: &str, mac: [u8; 32]) {
+    fn check_unknown(&self, username: &str, password: &str, mac: [u8; 32]) {
         self.slow_checks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         metrics::counter!("shoal_auth_slow_checks_total").increment(1);
@@ -372,12 +382,20 @@ impl Users {
         let now = Instant::now();
         while unknown
             .front()
-            .is_some_and(|(_, at)| now.duration_since(*at) >= UNKNOWN_TTL)
+            .is_some_and(|(_, _, at)| now.duration_since(*at) >= REMEMBERED_TTL)
             || unknown.len() >= UNKNOWN_KEPT
         {
             unknown.pop_front();
         }
-        unknown.push_back((mac, now));
+        // No more per name than a real user's cache entry keeps.
+        let mut same = unknown.iter().filter(|(u, _, _)| u == username).count();
+        while same >= REJECTED_KEPT {
+            if let Some(i) = unknown.iter().position(|(u, _, _)| u == username) {
+                unknown.remove(i);
+            }
+            same -= 1;
+        }
+        unknown.push_back((username.to_string(), mac, now));
     }
 
     /// The event loop's fast path: the verdict of a fresh cache entry that already knows this
@@ -396,7 +414,9 @@ impl Users {
             let now = Instant::now();
             return unknown
                 .iter()
-                .any(|(m, at)| now.duration_since(*at) < UNKNOWN_TTL && bool::from(m.ct_eq(&mac)))
+                .any(|(_, m, at)| {
+                    now.duration_since(*at) < REMEMBERED_TTL && bool::from(m.ct_eq(&mac))
+                })
                 .then_some(Err(UserError::Refused(MSG_INVALID)));
         };
         if c.read_at.elapsed() >= USER_TTL {
@@ -458,10 +478,11 @@ impl Users {
                 .get_mut(username)
                 .filter(|c| c.user.password == user.password)
             {
+                c.rejected.retain(|(_, at)| at.elapsed() < REMEMBERED_TTL);
                 if c.rejected.len() >= REJECTED_KEPT {
                     c.rejected.remove(0);
                 }
-                c.rejected.push(mac);
+                c.rejected.push((mac, Instant::now()));
             }
             return Ok(false);
         }
@@ -718,6 +739,72 @@ mod tests {
         u.authenticate("dave", "old one").expect("the new password");
         assert!(u.authenticate("dave", "right one").is_err());
         assert_eq!(u.slow_checks(), 4);
+    }
+
+    /// Slow checks run for `guesses` wrong passwords of `user`, then for the same again.
+    fn slow_checks_of(u: &Users, user: &str, guesses: usize) -> u64 {
+        let before = u.slow_checks();
+        for round in 0..2 {
+            for i in 0..guesses {
+                assert!(
+                    matches!(
+                        u.authenticate(user, &format!("guess {i}")),
+                        Err(UserError::Refused(MSG_INVALID))
+                    ),
+                    "{user}, round {round}, guess {i}"
+                );
+            }
+        }
+        u.slow_checks() - before
+    }
+
+    #[test]
+    fn unknown_users_and_wrong_passwords_are_remembered_alike() {
+        let (_d, u) = users();
+        u.add("alice", "right", "", false, None).expect("add");
+        // Whether a repeated guess is answered from memory (fast) or checked again (slow)
+        // must not tell a real user from an unknown one: not for a few guesses, nor for more
+        // than a user's memory keeps.
+        for guesses in [2, REJECTED_KEPT + 2] {
+            let known = slow_checks_of(&u, "alice", guesses);
+            let unknown = slow_checks_of(&u, "nobody", guesses);
+            assert_eq!(known, unknown, "{guesses} guesses");
+        }
+        // Nor after the memory has expired: both are checked again.
+        let age = |u: &Users| {
+            let old = Instant::now() - REMEMBERED_TTL - Duration::from_secs(1);
+            for c in u.cache.lock().values_mut() {
+                for r in &mut c.rejected {
+                    r.1 = old;
+                }
+            }
+            for r in u.unknown.lock().iter_mut() {
+                r.2 = old;
+            }
+        };
+        age(&u);
+        assert_eq!(slow_checks_of(&u, "alice", 2), 2);
+        assert_eq!(slow_checks_of(&u, "nobody", 2), 2);
+    }
+
+    #[test]
+    fn a_legacy_plaintext_password_is_refused_as_slowly_as_an_unknown_user() {
+        let (_d, u) = users();
+        let mut user = u.add("erin", "temp", "", false, None).expect("add");
+        user.password = "plain old".into();
+        u.save(&user).expect("save");
+        let time = |user: &str, i: usize| {
+            let t = Instant::now();
+            assert!(u.authenticate(user, &format!("wrong {i}")).is_err());
+            t.elapsed()
+        };
+        // The fastest of a few, against the slowest-to-be-fast noise of a busy machine.
+        let legacy = (0..3).map(|i| time("erin", i)).min().expect("some");
+        let unknown = (0..3).map(|i| time("nobody", i)).min().expect("some");
+        assert!(
+            legacy * 4 >= unknown,
+            "a wrong plaintext password took {legacy:?}, an unknown user {unknown:?}"
+        );
     }
 
     #[test]

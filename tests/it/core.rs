@@ -24,7 +24,7 @@ fn has_duration(v: &Value) -> bool {
 
 /// Sends a raw HTTP/1.1 request and leaves the connection open (to simulate a client that
 /// goes away mid-wait by dropping the stream).
-fn raw_request(addr: std::net::SocketAddr, request: &str) -> TcpStream {
+pub(crate) fn raw_request(addr: std::net::SocketAddr, request: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.write_all(request.as_bytes()).expect("write");
     s
@@ -32,7 +32,7 @@ fn raw_request(addr: std::net::SocketAddr, request: &str) -> TcpStream {
 
 /// Reads one reply: up to the end of its body (by Content-Length) or until the server closes
 /// the connection.
-fn read_all(mut s: TcpStream) -> String {
+pub(crate) fn read_all(mut s: TcpStream) -> String {
     // Long enough for the longest hold (`HOLD_MS`) to end.
     s.set_read_timeout(Some(Duration::from_secs(120)))
         .expect("timeout");
@@ -68,7 +68,7 @@ const HOLD_MS: [u64; 4] = [3_000, 10_000, 30_000, 60_000];
 /// Runs `attempt(ms, last)` with the holds of [`HOLD_MS`] until one attempt completes
 /// (returns true). An attempt returns false only when its hold ended before it could observe
 /// what it needed (see [`too_slow`]); the last attempt never does.
-async fn with_growing_holds<F, Fut>(server: &TestServer, mut attempt: F)
+pub(crate) async fn with_growing_holds<F, Fut>(server: &TestServer, mut attempt: F)
 where
     F: FnMut(u64, bool) -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -84,7 +84,7 @@ where
 
 /// Gives up an attempt whose hold ended before `what` could be observed; on the last attempt
 /// (the longest hold) that is a failure.
-fn too_slow(last: bool, what: &str) -> bool {
+pub(crate) fn too_slow(last: bool, what: &str) -> bool {
     eprintln!("hold ended before {what} was observed: trying again with a longer one");
     assert!(
         !last,
@@ -95,7 +95,7 @@ fn too_slow(last: bool, what: &str) -> bool {
 }
 
 /// Whether the server has answered `s` (or closed it) yet, without waiting.
-fn replied(s: &TcpStream) -> bool {
+pub(crate) fn replied(s: &TcpStream) -> bool {
     s.set_nonblocking(true).expect("nonblocking");
     let mut b = [0u8; 1];
     let r = s.peek(&mut b);
@@ -106,7 +106,7 @@ fn replied(s: &TcpStream) -> bool {
 /// Goes away in the middle of a request the server is still working on: closes our side and
 /// waits until the server notices and closes the connection. Returns what the server had sent
 /// (empty when it dropped the request without answering). Panics if the server never notices.
-fn hang_up(mut s: TcpStream) -> String {
+pub(crate) fn hang_up(mut s: TcpStream) -> String {
     let _ = s.shutdown(Shutdown::Write);
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
@@ -128,7 +128,7 @@ fn hang_up(mut s: TcpStream) -> String {
 /// state reachable (a slot holder, token holders) is still running. `Some(snapshot)` when
 /// `cond` held while that work still ran; `None` when the work ended first (the caller tries
 /// again with a longer hold). Panics only if neither happens within two minutes.
-async fn poll_held(
+pub(crate) async fn poll_held(
     server: &TestServer,
     what: &str,
     held: impl Fn() -> bool,
@@ -171,7 +171,7 @@ async fn wait_metrics(server: &TestServer, what: &str, cond: impl Fn(&str) -> bo
 
 /// Waits (generously) until the gate and the pool are idle: nothing running, queued, in use
 /// or waiting. Background jobs take tokens now and then, so this polls for a quiet moment.
-async fn wait_idle(server: &TestServer, what: &str) {
+pub(crate) async fn wait_idle(server: &TestServer, what: &str) {
     server
         .wait_health(120, what, |h| {
             h["gate"]["running"] == 0
@@ -186,7 +186,7 @@ fn gate_request(ms: u64, tag: &str) -> String {
     format!("POST /debug/gate?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
 }
 
-fn sleep_request(ms: u64, tag: &str) -> String {
+pub(crate) fn sleep_request(ms: u64, tag: &str) -> String {
     format!("GET /debug/sleep?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\n\r\n")
 }
 

@@ -220,6 +220,38 @@ async fn forwarded_for_is_not_trusted_unless_configured() {
     );
 }
 
+#[tokio::test]
+async fn a_trusted_proxy_names_the_client_only_in_the_hop_it_added() {
+    // nginx's `$proxy_add_x_forwarded_for` appends the address it saw to whatever the client
+    // sent: only that last hop is the proxy's word; the ones before it are the client's.
+    let server =
+        TestServer::start_with(Opts::new().set("trusted_proxies", r#"["127.0.0.1", "::1"]"#)).await;
+    users(&server).await;
+    crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "1"]);
+    let run = create_run(&server, "owner", fixed_args(100_000)).await;
+    approve(&server, "boss", &run).await;
+    let mut granted = 0;
+    for n in 0..4 {
+        let mut w = Worker::new("mallory", 1, 100 + n);
+        w.forwarded_for = Some(format!("198.51.100.{n}, 203.0.113.5"));
+        let v = w.request_task(&server).await;
+        if v.get("run").is_some() {
+            granted += 1;
+        }
+    }
+    assert_eq!(
+        granted, 1,
+        "the machine limit of 1 counts the address the proxy saw, not one the client claims"
+    );
+    // A chain of trusted proxies: the hop before them.
+    let mut w = Worker::new("mallory", 1, 200);
+    w.forwarded_for = Some("198.51.100.9, 203.0.113.6, 127.0.0.1".into());
+    assert!(w.request_task(&server).await.get("run").is_some());
+    let mut w = Worker::new("mallory", 1, 201);
+    w.forwarded_for = Some("198.51.100.10, 203.0.113.6, 127.0.0.1".into());
+    assert!(w.request_task(&server).await.get("run").is_none());
+}
+
 /// Reads from `s` until the peer closes (Ok) or `limit` passes (Err).
 async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Result<Vec<u8>, ()> {
     let mut got = Vec::new();
@@ -615,4 +647,211 @@ async fn run_mutations_are_primary_only() {
     assert_eq!(run_json(&primary, &run).await["approved"], false);
     approve(&primary, "boss", &run).await;
     assert_eq!(run_json(&primary, &run).await["approved"], true);
+}
+
+/// A worker call's body with a chosen password, for a task that need not exist (the
+/// credentials are checked first).
+fn beat_body(password: &str, info: &Value) -> Value {
+    json!({"password": password, "worker_info": info, "run_id": "0".repeat(24), "task_id": 0})
+}
+
+#[tokio::test]
+async fn each_wrong_password_counts_once_on_every_endpoint() {
+    let server = TestServer::start().await;
+    users(&server).await;
+    let info = Worker::new("mallory", 1, 700).info;
+    // beat first tries the event loop's fast path: a guess it cannot settle there must still
+    // count once, not twice. The pair's limit is 10 guesses.
+    for i in 0..10 {
+        let (status, v) = server
+            .post_json("/api/beat", &beat_body(&format!("guess-{i}"), &info))
+            .await;
+        assert_eq!(status, 401, "guess {i} is checked and refused: {v}");
+    }
+    let (status, v) = server
+        .post_json("/api/beat", &beat_body("guess-10", &info))
+        .await;
+    assert_eq!(status, 429, "the eleventh guess is throttled: {v}");
+}
+
+/// One attempt of the test below: `n` logins of a user whose password the server has not
+/// verified yet wait for a pool token (all general tokens held for `ms`) and go away.
+async fn unchecked_logins_go_away(server: &TestServer, n: usize, ms: u64, last: bool) -> bool {
+    use crate::core::{hang_up, poll_held, raw_request, read_all, replied, sleep_request};
+    let h = server.health().await;
+    let general = h["pool"]["tokens"].as_u64().expect("tokens")
+        - h["pool"]["reserved"].as_u64().expect("reserved");
+    let holders: Vec<std::net::TcpStream> = (0..general)
+        .map(|i| raw_request(server.addr, &sleep_request(ms, &format!("hold{i}"))))
+        .collect();
+    let held = || holders.iter().all(|h| !replied(h));
+    let give_up = |holders: Vec<std::net::TcpStream>, what: &str| {
+        for h in holders {
+            read_all(h);
+        }
+        crate::core::too_slow(last, what)
+    };
+    if poll_held(server, "general tokens held", held, |h| {
+        h["pool"]["in_use"].as_u64() >= Some(general)
+    })
+    .await
+    .is_none()
+    {
+        return give_up(holders, "general tokens held");
+    }
+    let before = server.health().await["pool"]["waiting"]
+        .as_u64()
+        .expect("waiting");
+    let body =
+        json!({"password": PASSWORD, "worker_info": Worker::new("owner", 1, 800).info}).to_string();
+    let request = format!(
+        "POST /api/request_version HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let logins: Vec<std::net::TcpStream> =
+        (0..n).map(|_| raw_request(server.addr, &request)).collect();
+    if poll_held(server, "the logins waiting", held, |h| {
+        h["pool"]["waiting"].as_u64() >= Some(before + n as u64)
+    })
+    .await
+    .is_none()
+    {
+        for l in logins {
+            read_all(l);
+        }
+        return give_up(holders, "the logins waiting");
+    }
+    let replies: Vec<String> = logins.into_iter().map(hang_up).collect();
+    if !held() {
+        return give_up(holders, "the logins gone while the tokens are held");
+    }
+    assert!(replies.iter().all(String::is_empty), "{replies:?}");
+    for h in holders {
+        read_all(h);
+    }
+    true
+}
+
+#[tokio::test]
+async fn a_login_that_goes_away_before_its_check_is_not_counted() {
+    // Few tokens (the general ones are held by /debug/sleep), and a pair limit of 3.
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("threadpool_tokens", 4)
+            .set("task_semaphore_size", 1)
+            .set("auth_throttle_per_user_ip", 3),
+    )
+    .await;
+    users(&server).await;
+    // owner's real password, not yet verified by this server: each login reserves a failure
+    // in the throttle before it waits for a token to be checked. Three of them go away.
+    crate::core::with_growing_holds(&server, |ms, last| {
+        unchecked_logins_go_away(&server, 3, ms, last)
+    })
+    .await;
+    // Their checks never ran, so nothing was counted: the real password works.
+    let body = json!({"password": PASSWORD, "worker_info": Worker::new("owner", 1, 801).info});
+    let (status, v) = server.post_json("/api/request_version", &body).await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// A gzip of `n` members, each of `member` zero bytes: cheap to make, slow to inflate.
+fn gz_zeros(member: usize, n: usize) -> Vec<u8> {
+    let one = gz(&vec![0u8; member]);
+    one.repeat(n)
+}
+
+#[tokio::test]
+async fn an_upload_keeps_its_turn_until_its_pool_work_ends() {
+    use crate::core::{hang_up, raw_request};
+    // One turn; a cap high enough for the slow gzip below to be accepted.
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("pgn_upload_concurrency", 1)
+            .set("pgn_inflated_limit_bytes", 1u64 << 40),
+    )
+    .await;
+    users(&server).await;
+    crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "100"]);
+    let run = create_run(&server, "owner", fixed_args(100_000)).await;
+    approve(&server, "boss", &run).await;
+    let (wa, wb) = (
+        Worker::new("mallory", 1, 900),
+        Worker::new("mallory", 1, 901),
+    );
+    let ta = wa.request_task(&server).await["task_id"]
+        .as_u64()
+        .expect("task a");
+    let tb = wb.request_task(&server).await["task_id"]
+        .as_u64()
+        .expect("task b");
+    // A: a PGN that takes seconds to inflate; its sender goes away once the server has it.
+    let slow = gz_zeros(64 << 20, 128);
+    let body = format!(
+        "{}{}\"}}",
+        upload_head(PASSWORD, &wa.info, &run, ta),
+        b64(&slow)
+    );
+    let request = format!(
+        "POST /api/upload_pgn HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let a = tokio::task::spawn_blocking({
+        let addr = server.addr;
+        move || raw_request(addr, &request)
+    })
+    .await
+    .expect("send a");
+    server
+        .wait_health(120, "a's PGN in the pool", |h| h["pool"]["in_use"] != 0)
+        .await;
+    tokio::task::spawn_blocking(move || hang_up(a))
+        .await
+        .expect("hang up");
+    // B: a small PGN, from a worker that stays. It may be stored only once A's pool work
+    // has ended (one turn): A's PGN is then already stored, or it never will be.
+    let pgn = gz(b"[Event \"b\"]\n1. d4 d5 *\n");
+    let body = format!(
+        "{}{}\"}}",
+        upload_head(PASSWORD, &wb.info, &run, tb),
+        b64(&pgn)
+    );
+    let r = server
+        .client
+        .post(server.url("/api/upload_pgn"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("send b");
+    let status_b = r.status().as_u16();
+    let a_path = format!("/api/pgn/{run}-{ta}.pgn");
+    let a_stored_then = server
+        .client
+        .get(server.url(&a_path))
+        .send()
+        .await
+        .expect("get a")
+        .status()
+        == 200;
+    assert!([200, 503].contains(&status_b), "{status_b}");
+    server
+        .wait_health(300, "the pool idle", |h| {
+            h["pool"]["in_use"] == 0 && h["pool"]["waiting"] == 0
+        })
+        .await;
+    let a_stored_later = server
+        .client
+        .get(server.url(&a_path))
+        .send()
+        .await
+        .expect("get a")
+        .status()
+        == 200;
+    assert!(
+        a_stored_then || !a_stored_later,
+        "B's upload was stored while A's upload still held the pool: the turn was given back early"
+    );
 }
