@@ -131,7 +131,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (store, secret, rundb) = offload
+    let (secret, rundb) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -145,8 +145,8 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 dead_task: Duration::from_secs_f64(c.dead_task_timeout_s),
                 flush_runs_per_tick: c.flush_runs_per_tick,
             };
-            let rundb = RunDb::open(store.clone(), pool, books, cfg)?;
-            Ok((store, secret, Arc::new(rundb)))
+            let rundb = RunDb::open(store, pool, books, cfg)?;
+            Ok((secret, Arc::new(rundb)))
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
@@ -167,7 +167,6 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         config,
         offload,
         gate,
-        store,
         rundb,
         metrics,
         draining: Default::default(),
@@ -322,8 +321,8 @@ pub async fn serve(
     }
     system_event(&state, format!("stop shoal@{}", addr.port())).await;
     tracing::info!("shutdown: closing the store");
-    let store = state.store.clone();
-    let closed = state.offload.run(move || store.close()).await;
+    let db = state.rundb.clone();
+    let closed = state.offload.run(move || db.close_store()).await;
     state.offload.close();
     match closed {
         Ok(Ok(())) => tracing::info!("shutdown: store closed; bye"),

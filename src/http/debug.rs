@@ -3,7 +3,7 @@
 //! Owns: probes that let the integration tests and the benchmarks exercise the concurrency
 //! machinery with controlled work: slow offloaded work (`/debug/sleep`), the request_task gate
 //! with a timed critical section (`/debug/gate`), and a durable key-value write/read through
-//! the store (`/debug/kv/{key}`), and a panicking API handler (`/api/debug/panic`).
+//! the run database's key-value probe (`/debug/kv/{key}`), and a panicking API handler (`/api/debug/panic`).
 //! Must not: be enabled in production (settings.toml says so), or bypass the offload pool or
 //! the gate: these routes use exactly the primitives the real endpoints use.
 
@@ -21,7 +21,6 @@ use super::AppState;
 use super::TOO_BUSY_INFO;
 use super::extract::ApiJson;
 use super::reply::{ApiError, ApiReply, ApiResult};
-use crate::store::{Collection, Doc};
 
 /// Counters of the debug routes.
 #[derive(Debug, Default)]
@@ -94,23 +93,17 @@ async fn kv_put(
     Path(key): Path<String>,
     ApiJson(body): ApiJson<KvBody>,
 ) -> ApiResult {
-    let store = state.store.clone();
-    let mut doc = Doc::new();
-    doc.insert("_id".into(), Value::String(format!("debug:{key}")));
-    doc.insert("value".into(), body.value);
+    let db = state.rundb.clone();
     state
         .offload
-        .run(move || store.put(Collection::Kvstore, &doc))
+        .run(move || db.debug_put(&key, body.value))
         .await??;
     Ok(ApiReply::json(json!({"ok": true})))
 }
 
 async fn kv_get(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> ApiResult {
-    let store = state.store.clone();
-    let doc = state
-        .offload
-        .run(move || store.get(Collection::Kvstore, &format!("debug:{key}")))
-        .await??;
+    let db = state.rundb.clone();
+    let doc = state.offload.run(move || db.debug_get(&key)).await??;
     match doc {
         Some(doc) => Ok(ApiReply::json(
             json!({"value": doc.get("value").cloned().unwrap_or(Value::Null)}),

@@ -34,7 +34,6 @@ use crate::admission::Gate;
 use crate::config::Config;
 use crate::offload::Offload;
 use crate::rundb::RunDb;
-use crate::store::SharedStore;
 use reply::ApiReply;
 
 /// What request_task (and the debug gate route) answers when the gate refuses a caller.
@@ -46,7 +45,6 @@ pub struct AppState {
     pub primary: bool,
     pub offload: Offload,
     pub gate: Gate,
-    pub store: SharedStore,
     pub rundb: Arc<RunDb>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.

@@ -15,9 +15,10 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::reply::{ApiError, ApiReply, ApiResult};
+use crate::rundb::model::Date;
 use crate::rundb::model::Run;
+use crate::rundb::queries::{FinishedFilter, TaskList};
 use crate::stats::{EloModel, Results, get_elo, sprt_elo};
-use crate::store::Date;
 
 fn bad(m: impl Into<String>) -> ApiError {
     ApiError::BadRequest(m.into())
@@ -292,7 +293,6 @@ pub async fn finished_runs(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    use crate::store::{Collection, Cond, Order, Query as StoreQuery};
     let page: u64 = match params.get("page") {
         None => 1,
         Some(p) => p
@@ -306,24 +306,14 @@ pub async fn finished_runs(
             .get(k)
             .is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
     };
-    let mut q = StoreQuery::new()
-        .with(Cond::Eq("finished".into(), json!(true)))
-        .with(Cond::Ne("deleted".into(), json!(true)))
-        .sort("last_updated", Order::Desc)
-        .skip((page - 1).saturating_mul(50))
-        .limit(50);
-    if let Some(u) = params.get("username").filter(|u| !u.is_empty()) {
-        q = q.with(Cond::Eq("args.username".into(), json!(u)));
-    }
-    if flag("success_only") {
-        q = q.with(Cond::Eq("is_green".into(), json!(true)));
-    }
-    if flag("yellow_only") {
-        q = q.with(Cond::Eq("is_yellow".into(), json!(true)));
-    }
-    if flag("ltc_only") {
-        q = q.with(Cond::Gte("tc_base".into(), json!(40)));
-    }
+    let mut filter = FinishedFilter {
+        page,
+        username: params.get("username").filter(|u| !u.is_empty()).cloned(),
+        success_only: flag("success_only"),
+        yellow_only: flag("yellow_only"),
+        ltc_only: flag("ltc_only"),
+        since: None,
+    };
     if let Some(ts) = params.get("timestamp") {
         let secs: i64 = ts
             .parse()
@@ -332,21 +322,16 @@ pub async fn finished_runs(
             .ok_or_else(|| bad("timestamp must be a 10-digit Unix time"))?;
         let since = chrono::DateTime::from_timestamp(secs, 0)
             .ok_or_else(|| bad("timestamp out of range"))?;
-        q = q.with(Cond::Gte("last_updated".into(), Date(since).to_value()));
+        filter.since = Some(Date(since));
     }
-    let store = state.store.clone();
-    let docs = state
+    let db = state.rundb.clone();
+    let runs = state
         .offload
-        .run(move || store.find(Collection::Runs, &q))
+        .run(move || db.finished_runs(&filter))
         .await??;
     let mut body = Map::new();
-    for doc in docs {
-        match serde_json::from_value::<Run>(Value::Object(doc)) {
-            Ok(run) => {
-                body.insert(run.id.clone(), api_run(&run));
-            }
-            Err(e) => tracing::warn!(error = %e, "skipping an unreadable run document"),
-        }
+    for run in runs {
+        body.insert(run.id.clone(), api_run(&run));
     }
     Ok(cors(ApiReply::ok(body)))
 }
@@ -365,27 +350,15 @@ pub async fn get_task(
         Some(n) => (n.parse::<usize>().map_err(|_| not_found())?, true),
         None => (tid.parse::<usize>().map_err(|_| not_found())?, false),
     };
+    let list = if bad_list {
+        TaskList::Bad
+    } else {
+        TaskList::Tasks
+    };
     let db = state.rundb.clone();
     let task = state
         .offload
-        .run(move || -> Result<Option<Value>, ApiError> {
-            let Some(entry) = db.entry(&id)? else {
-                return Ok(None);
-            };
-            let run = entry.run.lock();
-            if bad_list {
-                Ok(run
-                    .bad_tasks
-                    .iter()
-                    .find(|t| t.get("task_id").and_then(Value::as_u64) == Some(index as u64))
-                    .cloned())
-            } else {
-                Ok(run
-                    .tasks
-                    .get(index)
-                    .and_then(|t| serde_json::to_value(t).ok()))
-            }
-        })
+        .run(move || db.task_view(&id, index, list))
         .await??;
     let Some(mut task) = task else {
         return Err(not_found());

@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
 use crate::offload::OffloadError;
-use crate::store::StoreError;
 
 /// A JSON object waiting in the response extensions for the envelope middleware, which adds
 /// `duration` and, when `prefix_error` is set, prefixes `error` with the request path (the
@@ -127,12 +126,6 @@ impl ApiError {
 
 impl From<OffloadError> for ApiError {
     fn from(e: OffloadError) -> Self {
-        ApiError::Internal(e.to_string())
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
         ApiError::Internal(e.to_string())
     }
 }

@@ -944,11 +944,10 @@ fn stream_chunks<T: Clone + Send + Sync + 'static>(
     Body::from_stream(stream)
 }
 
-fn stream_pgns(state: &Arc<AppState>, pgns: Vec<crate::store::PgnInfo>) -> Body {
-    let store = state.store.clone();
-    let read: ReadChunk<crate::store::PgnInfo> = Arc::new(move |p, offset| {
-        store
-            .pgn_read(p.handle, offset, CHUNK)
+fn stream_pgns(state: &Arc<AppState>, pgns: Vec<crate::rundb::queries::PgnInfo>) -> Body {
+    let db = rundb(state);
+    let read: ReadChunk<crate::rundb::queries::PgnInfo> = Arc::new(move |p, offset| {
+        db.pgn_chunk(p, offset, CHUNK)
             .map_err(|e| std::io::Error::other(e.to_string()))
     });
     stream_chunks(state, pgns, read)
@@ -964,14 +963,14 @@ pub async fn download_net(
         return Err(ApiError::NotFound("Not Found".into()));
     }
     let path = nets::net_dir(&state.config.data_dir).join(&name);
-    let store = state.store.clone();
+    let db = rundb(&state);
     let (n, p) = (name.clone(), path.clone());
     let exists = state
         .offload
         .run(move || -> Result<bool, ApiError> {
             let exists = p.is_file();
             if exists {
-                nets::count_download(&store, &n)?;
+                db.count_net_download(&n)?;
             }
             Ok(exists)
         })
@@ -1027,10 +1026,9 @@ pub async fn download_pgn(
         })
         .ok_or_else(|| ApiError::NotFound("Not Found".into()))?
         .to_string();
-    let store = state.store.clone();
-    let found = state.offload.run(move || store.pgn_find(&key)).await??;
-    // Duplicates are allowed; the latest upload wins.
-    let Some(last) = found.into_iter().last() else {
+    let db = rundb(&state);
+    let found = state.offload.run(move || db.pgn_latest(&key)).await??;
+    let Some(last) = found else {
         return Err(ApiError::NotFound("Not Found".into()));
     };
     Ok(gzip_response(
@@ -1050,11 +1048,8 @@ pub async fn download_run_pgns(
         .filter(|r| is_hex(r, 24))
         .ok_or_else(|| ApiError::NotFound("Not Found".into()))?
         .to_string();
-    let store = state.store.clone();
-    let list = state
-        .offload
-        .run(move || store.pgn_list_run(&run_id))
-        .await??;
+    let db = rundb(&state);
+    let list = state.offload.run(move || db.pgns_of_run(&run_id)).await??;
     if list.is_empty() {
         return Err(ApiError::NotFound("Not Found".into()));
     }

@@ -19,6 +19,7 @@ pub mod create;
 pub mod journal;
 pub mod model;
 pub mod nets;
+pub mod queries;
 pub mod schedule;
 pub mod users;
 
@@ -190,7 +191,7 @@ struct Sched {
 
 /// The run database.
 pub struct RunDb {
-    pub store: SharedStore,
+    store: SharedStore,
     pub users: Users,
     pub books: Books,
     cfg: RunDbConfig,
@@ -1252,6 +1253,11 @@ impl RunDb {
         self.check_upload(run_id, task_id, wi)?;
         self.store.pgn_put(&format!("{run_id}-{task_id}"), gz)?;
         Ok(Reply::new())
+    }
+
+    /// Closes the store (at shutdown, after the last flush).
+    pub fn close_store(&self) -> Result<(), StoreError> {
+        self.store.close()
     }
 
     /// Whether this worker may upload the PGN of this task: the run exists and the task is

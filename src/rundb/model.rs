@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::store::Date;
+/// The document date type (UTC, Extended JSON `{"$date": …}` in storage).
+pub use crate::store::Date;
 
 /// Fishtest's RUN_VERSION for documents this server writes.
 pub const RUN_VERSION: u32 = 24;

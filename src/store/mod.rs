@@ -125,11 +125,27 @@ impl Query {
 /// One stored PGN (a gzip member), without its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgnInfo {
-    /// Backend-specific handle for reading the bytes.
-    pub handle: i64,
+    /// Backend-specific handle for reading the bytes (opaque outside the backend).
+    pub handle: PgnHandle,
     /// `"<run_id>-<task_id>"`.
     pub run_task: String,
     pub size: u64,
+}
+
+/// Where a backend finds a stored PGN's bytes. Opaque: only the backend that made it reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgnHandle(String);
+
+impl PgnHandle {
+    /// For backends: wraps their own key.
+    pub(crate) fn new(key: impl Into<String>) -> Self {
+        PgnHandle(key.into())
+    }
+
+    /// For backends: their own key back.
+    pub(crate) fn key(&self) -> &str {
+        &self.0
+    }
 }
 
 /// One acknowledged change to a run, made durable before the acknowledgement is sent and
@@ -146,8 +162,14 @@ pub struct JournalEntry {
 /// What went wrong in the store. `is_transient` tells callers whether a retry may help.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    /// A failure reported by the backend (SQLite, MongoDB). `transient` is the backend's
+    /// answer to "would the same call succeed later" (a busy or locked database).
+    #[error("{backend}: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+        transient: bool,
+    },
     #[error("document {collection}/{id} is not valid JSON: {source}")]
     Corrupt {
         collection: &'static str,
@@ -173,13 +195,13 @@ pub enum StoreError {
 impl StoreError {
     /// True for conditions that go away on their own (a busy or locked database file).
     pub fn is_transient(&self) -> bool {
-        match self {
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => matches!(
-                e.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            ),
-            _ => false,
-        }
+        matches!(
+            self,
+            StoreError::Backend {
+                transient: true,
+                ..
+            }
+        )
     }
 }
 
@@ -210,7 +232,7 @@ pub trait Store: Send + Sync + 'static {
     /// Every PGN of a run, in task order.
     fn pgn_list_run(&self, run_id: &str) -> StoreResult<Vec<PgnInfo>>;
     /// Up to `len` bytes of a stored PGN from `offset` (empty at the end), for streaming.
-    fn pgn_read(&self, handle: i64, offset: u64, len: usize) -> StoreResult<Vec<u8>>;
+    fn pgn_read(&self, handle: &PgnHandle, offset: u64, len: usize) -> StoreResult<Vec<u8>>;
     /// Appends journal entries and writes action documents (each with its `_id`; written
     /// again on a retry, never twice) in one commit: the group commit of acknowledged changes
     /// and of the audit records made while a run was locked.

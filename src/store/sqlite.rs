@@ -18,8 +18,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_ite
 use serde_json::Value;
 
 use super::{
-    Collection, Cond, Doc, JournalEntry, Order, PgnInfo, Query, RunRecord, Store, StoreError,
-    StoreResult, new_object_id, run_index_fields, valid_path,
+    Collection, Cond, Doc, JournalEntry, Order, PgnHandle, PgnInfo, Query, RunRecord, Store,
+    StoreError, StoreResult, new_object_id, run_index_fields, valid_path,
 };
 use crate::config::SqliteSync;
 
@@ -119,7 +119,25 @@ fn map_unique(e: rusqlite::Error, what: &str) -> StoreError {
     {
         return StoreError::Duplicate(what.to_string());
     }
-    StoreError::Sqlite(e)
+    StoreError::from(e)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        let transient = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                )
+        );
+        StoreError::Backend {
+            backend: "sqlite",
+            message: e.to_string(),
+            transient,
+        }
+    }
 }
 
 fn doc_id(doc: &Doc) -> StoreResult<&str> {
@@ -547,8 +565,12 @@ impl Store for SqliteStore {
         r
     }
 
-    fn pgn_read(&self, handle: i64, offset: u64, len: usize) -> StoreResult<Vec<u8>> {
+    fn pgn_read(&self, handle: &PgnHandle, offset: u64, len: usize) -> StoreResult<Vec<u8>> {
         let started = Instant::now();
+        let handle: i64 = handle
+            .key()
+            .parse()
+            .map_err(|_| StoreError::InvalidQuery(format!("not a PGN handle: {handle:?}")))?;
         let r = self.read(|c| {
             let blob = c.blob_open(rusqlite::MAIN_DB, "pgns", "pgn_zip", handle, true)?;
             let size = blob.len() as u64;
@@ -664,7 +686,7 @@ impl Store for SqliteStore {
 
 fn pgn_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<PgnInfo> {
     Ok(PgnInfo {
-        handle: r.get(0)?,
+        handle: PgnHandle::new(r.get::<_, i64>(0)?.to_string()),
         run_task: r.get(1)?,
         size: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
     })
@@ -827,7 +849,7 @@ mod tests {
         let mut out = Vec::new();
         loop {
             let chunk = s
-                .pgn_read(info.handle, out.len() as u64, 4096)
+                .pgn_read(&info.handle, out.len() as u64, 4096)
                 .expect("read");
             if chunk.is_empty() {
                 break;

@@ -1,0 +1,136 @@
+//! Read-side queries the HTTP layer (and the UI to come) asks of the run database: finished
+//! runs with filters and paging, a task view, PGN look-ups and reads, net download counts, and
+//! the debug key-value probe.
+//!
+//! Owns: turning a request's filters into a store query, and reading the cached run under its
+//! lock for a task view. Blocking: call every method from the offload pool.
+//! Must not: know HTTP (no status codes, no JSON reply shapes), or change a run.
+
+use serde_json::{Value, json};
+
+use super::model::Run;
+use super::{DbResult, RunDb};
+use crate::store::{Collection, Cond, Date, Doc, Order, Query};
+
+/// A stored PGN: which task it belongs to, its size, and an opaque handle to read it by.
+pub use crate::store::PgnInfo;
+
+/// Runs a finished-runs page holds.
+pub const FINISHED_PAGE_SIZE: u64 = 50;
+
+/// What `/api/finished_runs` (and the finished-runs pages) filter on.
+#[derive(Debug, Clone, Default)]
+pub struct FinishedFilter {
+    /// 1-based page of [`FINISHED_PAGE_SIZE`] runs, newest first.
+    pub page: u64,
+    pub username: Option<String>,
+    pub success_only: bool,
+    pub yellow_only: bool,
+    pub ltc_only: bool,
+    /// Only runs last updated at or after this moment.
+    pub since: Option<Date>,
+}
+
+/// Which task list a task view reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskList {
+    Tasks,
+    /// The purged copies (`bad_tasks`), looked up by their `task_id`.
+    Bad,
+}
+
+impl RunDb {
+    /// One page of finished, undeleted runs, newest first. Unreadable documents are skipped
+    /// (and logged).
+    pub fn finished_runs(&self, f: &FinishedFilter) -> DbResult<Vec<Run>> {
+        let mut q = Query::new()
+            .with(Cond::Eq("finished".into(), json!(true)))
+            .with(Cond::Ne("deleted".into(), json!(true)))
+            .sort("last_updated", Order::Desc)
+            .skip(f.page.saturating_sub(1).saturating_mul(FINISHED_PAGE_SIZE))
+            .limit(FINISHED_PAGE_SIZE);
+        if let Some(u) = &f.username {
+            q = q.with(Cond::Eq("args.username".into(), json!(u)));
+        }
+        if f.success_only {
+            q = q.with(Cond::Eq("is_green".into(), json!(true)));
+        }
+        if f.yellow_only {
+            q = q.with(Cond::Eq("is_yellow".into(), json!(true)));
+        }
+        if f.ltc_only {
+            q = q.with(Cond::Gte("tc_base".into(), json!(40)));
+        }
+        if let Some(since) = &f.since {
+            q = q.with(Cond::Gte("last_updated".into(), since.to_value()));
+        }
+        let docs = self.store.find(Collection::Runs, &q)?;
+        Ok(docs
+            .into_iter()
+            .filter_map(
+                |doc| match serde_json::from_value::<Run>(Value::Object(doc)) {
+                    Ok(run) => Some(run),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "skipping an unreadable run document");
+                        None
+                    }
+                },
+            )
+            .collect())
+    }
+
+    /// One task of a run as stored (a task list entry, or a purged copy), or `None`.
+    pub fn task_view(&self, run_id: &str, index: usize, list: TaskList) -> DbResult<Option<Value>> {
+        let Some(entry) = self.entry(run_id)? else {
+            return Ok(None);
+        };
+        let run = entry.run.lock();
+        Ok(match list {
+            TaskList::Bad => run
+                .bad_tasks
+                .iter()
+                .find(|t| t.get("task_id").and_then(Value::as_u64) == Some(index as u64))
+                .cloned(),
+            TaskList::Tasks => run
+                .tasks
+                .get(index)
+                .and_then(|t| serde_json::to_value(t).ok()),
+        })
+    }
+
+    /// The latest upload of a task's PGN (`"<run_id>-<task_id>"`); duplicates are allowed and
+    /// the latest wins.
+    pub fn pgn_latest(&self, run_task: &str) -> DbResult<Option<PgnInfo>> {
+        Ok(self.store.pgn_find(run_task)?.into_iter().last())
+    }
+
+    /// Every stored PGN of a run, in task order.
+    pub fn pgns_of_run(&self, run_id: &str) -> DbResult<Vec<PgnInfo>> {
+        Ok(self.store.pgn_list_run(run_id)?)
+    }
+
+    /// Up to `len` bytes of a stored PGN from `offset` (empty at the end), for streaming.
+    pub fn pgn_chunk(&self, pgn: &PgnInfo, offset: u64, len: usize) -> DbResult<Vec<u8>> {
+        Ok(self.store.pgn_read(&pgn.handle, offset, len)?)
+    }
+
+    /// Counts one download of a net (if the net is known).
+    pub fn count_net_download(&self, name: &str) -> DbResult<()> {
+        Ok(super::nets::count_download(&self.store, name)?)
+    }
+
+    /// The debug routes' key-value probe: writes `{"_id": "debug:<key>", "value": ...}`.
+    pub fn debug_put(&self, key: &str, value: Value) -> DbResult<()> {
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), Value::String(format!("debug:{key}")));
+        doc.insert("value".into(), value);
+        Ok(self.store.put(Collection::Kvstore, &doc)?)
+    }
+
+    /// The debug routes' key-value probe: reads what [`RunDb::debug_put`] wrote.
+    pub fn debug_get(&self, key: &str) -> DbResult<Option<Doc>> {
+        Ok(self
+            .store
+            .get(Collection::Kvstore, &format!("debug:{key}"))?)
+    }
+}
