@@ -318,7 +318,7 @@ pub fn run_args<R: Rng>(i: usize, kind: RunKind, elo0: f64, elo1: f64, rng: &mut
                 m.insert("sprt".into(), json!({"elo0": elo0, "elo1": elo1}));
             }
             RunKind::Fixed => {
-                m.insert("num_games".into(), json!(crate::rundb::create::MAX_GAMES));
+                m.insert("num_games".into(), json!(crate::protocol::MAX_GAMES));
             }
         }
     }

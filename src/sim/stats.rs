@@ -16,9 +16,7 @@ use base64::Engine as _;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use crate::rundb::WORKER_VERSION;
-use crate::rundb::model::Stats;
-use crate::rundb::schedule::{REFERENCE_NPS, TimeControl, parse_tc, tc_duration};
+use crate::protocol::{REFERENCE_NPS, Stats, TimeControl, WORKER_VERSION, parse_tc, tc_duration};
 
 /// One machine model: weight in the fleet, and what it reports.
 struct Machine {
