@@ -179,22 +179,6 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
 }
 
 /// Runs the server until `shutdown` completes, then shuts down in order.
-/// Raises this process's open-files limit towards `want`: the soft limit up to the hard one,
-/// and the hard one too when `raise_hard` and the process may (root). Returns the (soft, hard)
-/// limits in force afterwards. Children started later inherit them.
-pub fn raise_open_files_limit(want: u64, raise_hard: bool) -> std::io::Result<(u64, u64)> {
-    use rlimit::Resource;
-    let (soft, hard) = Resource::NOFILE.get()?;
-    if soft >= want {
-        return Ok((soft, hard));
-    }
-    if raise_hard && want > hard && Resource::NOFILE.set(want, want).is_ok() {
-        return Resource::NOFILE.get();
-    }
-    Resource::NOFILE.set(want.min(hard), hard)?;
-    Resource::NOFILE.get()
-}
-
 pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -213,7 +197,7 @@ pub async fn serve(
     }
     // Every connection waiting in a storm is a file descriptor: use all the system allows
     // (the soft limit is often 1,024 while the hard one is far higher).
-    match raise_open_files_limit(u64::MAX, false) {
+    match crate::process::raise_open_files_limit(u64::MAX, false) {
         Ok((soft, _)) if soft < 16_384 => tracing::warn!(
             open_files = soft,
             "the open-files limit is low for a large fleet: raise it (ulimit -n / LimitNOFILE)"

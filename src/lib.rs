@@ -3,6 +3,9 @@
 //! The crate map, in reading order:
 //! - [`config`]: settings file + environment -> a validated [`config::Config`].
 //! - [`telemetry`]: the `tracing` subscriber and the Prometheus recorder.
+//! - [`process`]: process plumbing shared by the server and the simulator (open-files limit).
+//! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
+//!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
 //! - [`offload`]: the token pool, the only door to blocking threads.
 //! - [`admission`]: the two-phase gate in front of critical sections (request_task).
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend.
@@ -13,7 +16,7 @@
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
 //! - [`app`]: start-up, serving, orderly shutdown.
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
-//!   internals.
+//!   internals (it uses [`protocol`] and [`process`], never [`rundb`] or [`app`]).
 //!
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
@@ -22,6 +25,8 @@ pub mod app;
 pub mod config;
 pub mod http;
 pub mod offload;
+pub mod process;
+pub mod protocol;
 pub mod purge;
 pub mod rundb;
 pub mod sim;

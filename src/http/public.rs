@@ -72,7 +72,7 @@ fn cors(reply: ApiReply) -> Response {
 }
 
 /// The largest count calc_elo accepts per cell (each cell is exact in an f64 far beyond it).
-const MAX_GAMES: u64 = crate::rundb::model::MAX_GAMES;
+const MAX_GAMES: u64 = crate::protocol::STATS_MAX_GAMES;
 
 /// The last page of finished_runs that may be asked for (50 runs a page: 50 million runs).
 const MAX_PAGE: u64 = 1_000_000;

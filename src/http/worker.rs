@@ -312,7 +312,7 @@ fn validate(
             .and_then(|n| n.checked_add(s.draws))
             != Some(s.num_games)
             || s.num_games % 2 != 0
-            || s.num_games > crate::rundb::model::MAX_GAMES)
+            || s.num_games > crate::protocol::STATS_MAX_GAMES)
     {
         return Err(bad(
             "spsa: num_games must be even and equal wins + losses + draws",

@@ -14,10 +14,7 @@ use crate::spsa::{SpsaSettings, Stability, setup_spsa};
 use crate::stats::{EloModel, SprtRecord};
 use crate::store::{Date, new_object_id};
 
-/// SPRT runs are scheduled for at most this many games.
-pub const SPRT_MAX_GAMES: u64 = 800_000;
-/// Other runs: 1000 to 3.2M games in steps of 1000.
-pub const MAX_GAMES: u64 = 3_200_000;
+pub use crate::protocol::{MAX_GAMES, SPRT_MAX_GAMES};
 
 /// Stockfish's `ARCH` names (what `worker_arch` reports), used to check that an arch filter
 /// can match something.

@@ -32,6 +32,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value, json};
 
 use crate::offload::Offload;
+pub use crate::protocol::WORKER_VERSION;
 use crate::store::{
     Collection, Cond, Date, Doc, JournalEntry, Query, RunRecord, SharedStore, StoreError,
 };
@@ -44,8 +45,6 @@ use users::{User, Users};
 /// A worker reply body (the HTTP layer adds `duration`).
 pub type Reply = Map<String, Value>;
 
-/// The worker version this server announces (never above the official worker's).
-pub const WORKER_VERSION: u32 = 325;
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);
 /// Two workers with the same short name within this window are duplicates.

@@ -1,7 +1,8 @@
 //! The run document and its parts, with Fishtest's field names and types (spec §2).
 //!
-//! Owns: the typed `Run`, `RunArgs`, `Task`, `Stats`, `WorkerInfo`, the derived quantities
-//! (worker names, games played) and the invariant checker.
+//! Owns: the typed `Run`, `RunArgs`, `Task`, `WorkerInfo`, the derived quantities (worker
+//! names, games played), the purge views of `Stats` (whose shape and rules are
+//! [`crate::protocol`]'s) and the invariant checker.
 //! Must not: do I/O or know HTTP. Documents written by Fishtest are read leniently (missing
 //! optional fields default; unknown fields are kept in `extra` and written back unchanged).
 
@@ -14,125 +15,12 @@ pub use crate::store::Date;
 /// Fishtest's RUN_VERSION for documents this server writes.
 pub const RUN_VERSION: u32 = 24;
 
-/// Game results: {wins, losses, draws, crashes, time_losses, pentanomial[5]}.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Stats {
-    pub wins: u64,
-    pub losses: u64,
-    pub draws: u64,
-    #[serde(default)]
-    pub crashes: u64,
-    #[serde(default)]
-    pub time_losses: u64,
-    #[serde(default)]
-    pub pentanomial: [u64; 5],
-}
+// Game results are the shape workers report: defined in `crate::protocol`, re-exported here;
+// the server's purge views of them are added below.
+pub use crate::protocol::Stats;
 
-/// The most games one stats block may count (2^40, about 10^12): far above any real task or
-/// run, far below where sums of counts could overflow. Client counts above it are refused.
-pub const MAX_GAMES: u64 = 1 << 40;
-
+/// Server-side views of the protocol's game results.
 impl Stats {
-    /// Games played (saturating: counts from a client are bounded by [`Stats::check`] first).
-    pub fn games(&self) -> u64 {
-        self.wins
-            .saturating_add(self.losses)
-            .saturating_add(self.draws)
-    }
-
-    /// The consistency rules between the trinomial and the pentanomial counts (spec §2), and
-    /// the bounds that keep every later sum exact. Computed in 128 bits: no count a client can
-    /// send overflows here.
-    pub fn check(&self) -> Result<(), String> {
-        let p = self.pentanomial.map(u128::from);
-        let (w, l, d) = (
-            u128::from(self.wins),
-            u128::from(self.losses),
-            u128::from(self.draws),
-        );
-        let games = w + l + d;
-        if games > u128::from(MAX_GAMES) {
-            return Err(format!(
-                "wins + losses + draws ({games}) is more than {MAX_GAMES} games"
-            ));
-        }
-        let pairs: u128 = p.iter().sum();
-        if games != 2 * pairs {
-            return Err(format!(
-                "wins + losses + draws ({games}) must be twice the pentanomial total ({pairs})"
-            ));
-        }
-        if u128::from(self.crashes) > games || u128::from(self.time_losses) > games {
-            return Err(format!(
-                "crashes ({}) and time_losses ({}) cannot exceed the games played ({games})",
-                self.crashes, self.time_losses
-            ));
-        }
-        let lhs = w as i128 - l as i128;
-        let rhs = 2 * p[4] as i128 + p[3] as i128 - p[1] as i128 - 2 * p[0] as i128;
-        if lhs != rhs {
-            return Err(format!(
-                "wins - losses ({lhs}) must equal 2*p4 + p3 - p1 - 2*p0 ({rhs})"
-            ));
-        }
-        let lo = p[1] + p[3];
-        let hi = p[1] + 2 * p[2] + p[3];
-        let draws = d;
-        if draws < lo || draws > hi {
-            return Err(format!(
-                "draws ({}) must lie between p1 + p3 ({lo}) and p1 + 2*p2 + p3 ({hi})",
-                self.draws
-            ));
-        }
-        Ok(())
-    }
-
-    /// `self - older`, field by field; None if any count went down.
-    pub fn delta(&self, older: &Stats) -> Option<Stats> {
-        let mut pentanomial = [0u64; 5];
-        for (i, cell) in pentanomial.iter_mut().enumerate() {
-            *cell = self.pentanomial[i].checked_sub(older.pentanomial[i])?;
-        }
-        Some(Stats {
-            wins: self.wins.checked_sub(older.wins)?,
-            losses: self.losses.checked_sub(older.losses)?,
-            draws: self.draws.checked_sub(older.draws)?,
-            crashes: self.crashes.checked_sub(older.crashes)?,
-            time_losses: self.time_losses.checked_sub(older.time_losses)?,
-            pentanomial,
-        })
-    }
-
-    /// `self + d`, field by field; `None` (and `self` unchanged) if any sum overflows.
-    pub fn checked_add(&self, d: &Stats) -> Option<Stats> {
-        let mut pentanomial = [0u64; 5];
-        for (i, cell) in pentanomial.iter_mut().enumerate() {
-            *cell = self.pentanomial[i].checked_add(d.pentanomial[i])?;
-        }
-        Some(Stats {
-            wins: self.wins.checked_add(d.wins)?,
-            losses: self.losses.checked_add(d.losses)?,
-            draws: self.draws.checked_add(d.draws)?,
-            crashes: self.crashes.checked_add(d.crashes)?,
-            time_losses: self.time_losses.checked_add(d.time_losses)?,
-            pentanomial,
-        })
-    }
-
-    /// Adds `d` into `self`, saturating at `u64::MAX` (for totals rebuilt from stored,
-    /// already-validated tasks; request paths use [`Stats::checked_add`]).
-    pub fn add(&mut self, d: &Stats) {
-        self.wins = self.wins.saturating_add(d.wins);
-        self.losses = self.losses.saturating_add(d.losses);
-        self.draws = self.draws.saturating_add(d.draws);
-        self.crashes = self.crashes.saturating_add(d.crashes);
-        self.time_losses = self.time_losses.saturating_add(d.time_losses);
-        for i in 0..5 {
-            self.pentanomial[i] = self.pentanomial[i].saturating_add(d.pentanomial[i]);
-        }
-    }
-
     /// crash_or_time: more than 3 crashes, or over 20 games with more than 10% time losses.
     pub fn crash_or_time(&self) -> bool {
         crate::purge::crash_or_time(&self.to_purge())
@@ -469,23 +357,6 @@ mod tests {
             time_losses: 0,
             pentanomial: p,
         }
-    }
-
-    #[test]
-    fn pentanomial_consistency() {
-        // Pairs: WW, WL (counts as DD-or-WL), DD, LD.
-        assert!(stats(3, 2, 3, [0, 1, 2, 0, 1]).check().is_ok());
-        assert!(stats(3, 2, 2, [0, 1, 2, 0, 1]).check().is_err());
-        assert!(stats(4, 1, 3, [0, 1, 2, 0, 1]).check().is_err());
-        assert!(Stats::default().check().is_ok());
-    }
-
-    #[test]
-    fn delta_refuses_decreases() {
-        let a = stats(3, 2, 3, [0, 1, 2, 0, 1]);
-        let b = stats(1, 1, 0, [0, 0, 1, 0, 0]);
-        assert_eq!(a.delta(&b).map(|d| d.games()), Some(6), "3+2+3 - (1+1+0)");
-        assert!(b.delta(&a).is_none());
     }
 
     #[test]

@@ -253,8 +253,8 @@ fn auto_runs(workers: usize, sim_seconds: f64, kind: RunKind) -> usize {
     let tasks = sim_seconds / 1800.0 + 1.5;
     let games = workers as f64 * games_per_task * tasks * 1.3;
     let per_run = match kind {
-        RunKind::Sprt => crate::rundb::create::SPRT_MAX_GAMES,
-        RunKind::Fixed => crate::rundb::create::MAX_GAMES,
+        RunKind::Sprt => crate::protocol::SPRT_MAX_GAMES,
+        RunKind::Fixed => crate::protocol::MAX_GAMES,
     } as f64;
     ((games / per_run).ceil() as usize).clamp(1, 200)
 }
@@ -985,7 +985,7 @@ pub async fn main(o: SimOptions) -> Result<Report, SimError> {
     // Two sockets per worker at worst (a call and a connection still closing), plus slack;
     // the server this starts inherits the limit. Raising the hard limit needs root.
     let want = (o.workers as u64).saturating_mul(2).saturating_add(8192);
-    match crate::app::raise_open_files_limit(want, true) {
+    match crate::process::raise_open_files_limit(want, true) {
         Ok((soft, _)) if soft < want => eprintln!(
             "shoal sim: open-files limit {soft} is below the {want} this fleet may need; \
              calls will queue for sockets (raise it with ulimit -n)"

@@ -7,8 +7,9 @@
 //! cumulative `Stats` always satisfy the pentanomial invariants the server checks; the batch
 //! sizes of worker-protocol §5; a small valid gzip+base64 PGN.
 //! Must not: do I/O, or invent results the server could not have received from a real worker.
-//! It reuses the server's own types (`Stats`, `WorkerInfo::KEYS`, the time-control parser)
-//! instead of copying them.
+//! It shares the server's vocabulary through [`crate::protocol`] (`Stats` and its consistency
+//! check, the time-control parser, the worker version) instead of copying it; that its
+//! `worker_info` passes the server's own validator is checked by the integration tests.
 
 use std::io::Write as _;
 
@@ -16,9 +17,7 @@ use base64::Engine as _;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use crate::rundb::WORKER_VERSION;
-use crate::rundb::model::Stats;
-use crate::rundb::schedule::{REFERENCE_NPS, TimeControl, parse_tc, tc_duration};
+use crate::protocol::{REFERENCE_NPS, Stats, TimeControl, WORKER_VERSION, parse_tc, tc_duration};
 
 /// One machine model: weight in the fleet, and what it reports.
 struct Machine {
@@ -378,41 +377,10 @@ pub fn pgn_payload(run_id: &str, task_id: u64, stats: &Stats) -> std::io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rundb::model::WorkerInfo;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
     use std::collections::HashSet;
     use std::io::Read as _;
-
-    #[test]
-    fn worker_infos_are_valid_and_unique() {
-        let mut rng = StdRng::seed_from_u64(42);
-        let mut short_names = HashSet::new();
-        let mut concurrencies = HashSet::new();
-        let mut arches = HashSet::new();
-        for i in 0..5_000u32 {
-            let id = Identity::generate(i, 42, "simw00", &mut rng);
-            // Exactly the 16 keys, accepted by the server's own validator.
-            let keys: HashSet<&str> = id.info.keys().map(String::as_str).collect();
-            let expected: HashSet<&str> = WorkerInfo::KEYS.into_iter().collect();
-            assert_eq!(keys, expected);
-            let wi = crate::http::worker::parse_worker_info(id.info.clone())
-                .unwrap_or_else(|e| panic!("worker {i} rejected: {e:?}"));
-            assert!((1..=16).contains(&wi.concurrency));
-            assert!(wi.concurrency as u64 <= (wi.max_memory - 444) / 396);
-            assert!(short_names.insert(wi.short_name()), "duplicate short name");
-            concurrencies.insert(wi.concurrency);
-            arches.insert(wi.worker_arch.clone());
-            // After the bench, still valid.
-            let mut id = id;
-            id.after_bench();
-            let wi = crate::http::worker::parse_worker_info(id.info.clone()).expect("valid");
-            assert!(wi.nps > 0.0 && wi.arch != "?");
-        }
-        assert!(concurrencies.contains(&1) && concurrencies.contains(&16));
-        assert!(concurrencies.len() >= 8);
-        assert!(arches.len() >= 6);
-    }
 
     #[test]
     fn key_prefixes_are_distinct() {

@@ -27,8 +27,7 @@ use super::client::Client;
 use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
 use super::schedule::{Backoff, HEARTBEAT_S, TimeScale, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
 use super::stats::{GameModel, Identity, game_seconds, games_at_once, pgn_payload, update_batch};
-use crate::rundb::WORKER_VERSION;
-use crate::rundb::model::Stats;
+use crate::protocol::{Stats, WORKER_VERSION};
 
 /// Main-loop iterations per worker, at most (each takes at least one call or one back-off).
 const MAX_ITERATIONS: u32 = 1_000_000;
@@ -442,7 +441,7 @@ impl Worker {
         }
         let threads = threads as u32;
         let tc_text = args.get("tc").and_then(Value::as_str).unwrap_or("");
-        let Some(tc) = crate::rundb::schedule::parse_tc(tc_text) else {
+        let Some(tc) = crate::protocol::parse_tc(tc_text) else {
             return self.fatal(t, "ValueError").await;
         };
         let sprt_batch = args

@@ -1,10 +1,75 @@
 //! The fleet simulator end to end: a few hundred simulated official workers, on fresh
 //! connections, against a real server started by the harness. Asserts behaviour (every worker
 //! got a task, no errors, the report and the chart exist and parse), never speed.
+//!
+//! Also where what the simulator sends is checked against the server's own rules: `sim` is a
+//! client and does not import `rundb` or `app`; the tests see both sides.
 
+use std::collections::HashSet;
 use std::process::Command;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde_json::Value;
+use shoal::rundb::model::WorkerInfo;
+use shoal::sim::setup::{RunKind, run_args};
+use shoal::sim::stats::Identity;
+
+use crate::fleet::{add_user, create_run};
 use crate::harness::{TestServer, bin};
+
+#[test]
+fn simulated_worker_infos_pass_the_servers_validator() {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut short_names = HashSet::new();
+    let mut concurrencies = HashSet::new();
+    let mut arches = HashSet::new();
+    for i in 0..5_000u32 {
+        let id = Identity::generate(i, 42, "simw00", &mut rng);
+        // Exactly the 16 keys, accepted by the server's own validator.
+        let keys: HashSet<&str> = id.info.keys().map(String::as_str).collect();
+        let expected: HashSet<&str> = WorkerInfo::KEYS.into_iter().collect();
+        assert_eq!(keys, expected);
+        let wi = shoal::http::worker::parse_worker_info(id.info.clone())
+            .unwrap_or_else(|e| panic!("worker {i} rejected: {e:?}"));
+        assert!((1..=16).contains(&wi.concurrency));
+        assert!(wi.concurrency as u64 <= (wi.max_memory - 444) / 396);
+        assert!(short_names.insert(wi.short_name()), "duplicate short name");
+        concurrencies.insert(wi.concurrency);
+        arches.insert(wi.worker_arch.clone());
+        // After the bench, still valid.
+        let mut id = id;
+        id.after_bench();
+        let wi = shoal::http::worker::parse_worker_info(id.info.clone()).expect("valid");
+        assert!(wi.nps > 0.0 && wi.arch != "?");
+    }
+    assert!(concurrencies.contains(&1) && concurrencies.contains(&16));
+    assert!(concurrencies.len() >= 8);
+    assert!(arches.len() >= 6);
+}
+
+#[tokio::test]
+async fn run_arguments_are_accepted_by_a_real_server() {
+    let server = TestServer::start().await;
+    add_user(&server, "simdev", &[]);
+    let mut rng = rand::rng();
+    for (kind, games) in [
+        (RunKind::Sprt, shoal::protocol::SPRT_MAX_GAMES),
+        (RunKind::Fixed, shoal::protocol::MAX_GAMES),
+    ] {
+        let id = create_run(&server, "simdev", run_args(3, kind, 0.0, 2.0, &mut rng)).await;
+        let (status, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+        assert_eq!(status, 200, "{run}");
+        let args = &run["args"];
+        assert_eq!(
+            args.get("sprt").is_some_and(|s| !s.is_null()),
+            kind == RunKind::Sprt,
+            "{run}"
+        );
+        assert_eq!(args["num_games"].as_u64(), Some(games), "{run}");
+        assert_eq!(args["tc"], Value::from("10+0.1"), "{run}");
+    }
+}
 
 #[tokio::test]
 async fn a_short_storm_assigns_every_worker_without_errors() {
