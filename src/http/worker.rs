@@ -543,9 +543,7 @@ where
         .run(move || -> ApiResult<T> {
             let user = match on_loop {
                 OnLoop::Known(user) => user,
-                OnLoop::Pool(check) => {
-                    login_in_pool(&db, &throttle, &login, check)?
-                }
+                OnLoop::Pool(check) => login_in_pool(&db, &throttle, &login, check)?,
             };
             Ok(work(&db, user)?)
         })
