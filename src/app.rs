@@ -338,8 +338,8 @@ async fn system_event(state: &Arc<AppState>, message: String) {
     }
 }
 
-/// A periodic job of the primary (spec §5): first run after `first`, then every `period`
-/// with ±5% jitter, each run in the offload pool.
+/// A periodic job of the primary (the list: `spawn_jobs`, and ARCHITECTURE.md, Entry points):
+/// first run after `first`, then every `period` with ±5% jitter, each run in the offload pool.
 fn spawn_job(
     state: &Arc<AppState>,
     name: &'static str,

@@ -12,7 +12,7 @@
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
 //! - [`throttle`]: failed-authentication counters (password spraying), no I/O.
-//! - [`rundb`]: runs, tasks, users and the worker-protocol rules; the run cache and journal.
+//! - [`rundb`]: runs, tasks, users and the worker protocol's rules; the run cache and journal.
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
 //! - [`app`]: start-up, serving, orderly shutdown.
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its

@@ -48,7 +48,8 @@ impl Stats {
             .saturating_add(self.draws)
     }
 
-    /// The consistency rules between the trinomial and the pentanomial counts (spec §2), and
+    /// The consistency rules between the trinomial and the pentanomial counts
+    /// (w + l + d = 2·Σp; w − l = 2p4 + p3 − p1 − 2p0; p1 + p3 ≤ d ≤ p1 + 2p2 + p3), and
     /// the bounds that keep every later sum exact. Computed in 128 bits: no count a client can
     /// send overflows here.
     pub fn check(&self) -> Result<(), String> {

@@ -4,7 +4,7 @@
 //! (413 over the limit, 408 past `body_read_timeout_s`, 400 for invalid JSON, a wrong type or an unknown field) before a
 //! handler runs, so handlers only ever see valid input.
 //! Must not: do blocking work. Parsing small JSON bodies on the event loop is allowed by the
-//! execution-domain contract (DESIGN.md); the body limit keeps them small.
+//! execution domains (ARCHITECTURE.md); the body limit keeps them small.
 
 use std::error::Error as _;
 

@@ -1,4 +1,5 @@
-//! The read-only JSON API (spec §1 "Read-only API"): `calc_elo`, `get_elo`, `get_run`.
+//! The read-only JSON API (docs/protocol.md#read-only-api): `calc_elo`, `get_elo`, `get_run`,
+//! `get_task`, `active_runs`, `finished_runs`.
 //!
 //! Owns: parameter rules and reply shapes of these routes, and the rendering of run documents
 //! for the API (dates as Python's `str()` of an aware datetime, task lists emptied).

@@ -75,7 +75,8 @@ impl IntoResponse for ApiReply {
     }
 }
 
-/// Errors a handler can return. The status codes follow spec §1 "Error shape".
+/// Errors a handler can return. The status codes are Fishtest's where it has one
+/// (docs/protocol.md#errors lists them all).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: body not JSON, schema failure, unknown ids, missing field.

@@ -1,4 +1,4 @@
-//! The worker API (spec worker-protocol §4, server-behaviour §1) and the run submission API.
+//! The worker API and the run submission API (docs/protocol.md).
 //!
 //! Owns: the strict request schema (the exact 16-key `worker_info`, unknown keys refused),
 //! `remote_addr` (socket, or `X-Forwarded-For` from a trusted proxy) and `country_code`
@@ -605,7 +605,8 @@ pub async fn request_task(
         password: call.password.clone(),
     };
     let user = credentials(&state, login).await?;
-    // Phase 1 of the gate before any pool token (seed 003): a refused caller costs nothing.
+    // Phase 1 of the gate before any pool token: a refused caller costs nothing (no token,
+    // no thread; docs/capacity.md).
     let Ok(place) = state.gate.admit().await else {
         return Ok(ApiReply::json(
             json!({"task_waiting": false, "info": TOO_BUSY_INFO}),

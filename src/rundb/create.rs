@@ -1,8 +1,9 @@
 //! Creating a run: validating submitted arguments and building the run document.
 //!
-//! Owns: the new-run rules of spec §7 "Server checks" and "Game counts" that do not need
-//! GitHub (the caller supplies resolved SHAs, signatures and nets), and the computed fields
-//! (SPRT record and batch size, SPSA set-up, itp, tc_base, LTC prefix).
+//! Owns: Fishtest's new-run rules (its submit form's server checks and game counts,
+//! docs/fishtest-compatibility.md#runs) that do not need GitHub (the caller supplies resolved
+//! SHAs, signatures and nets), and the computed fields (SPRT record and batch size, SPSA
+//! set-up, itp, tc_base, LTC prefix).
 //! Must not: do I/O. The same code serves `/api/create_run` now and the submit form later.
 
 use serde::Deserialize;

@@ -5,7 +5,7 @@
 //! and then wakes every waiter. A request that changed a run gets a [`Ticket`] and awaits it
 //! *after* leaving its critical section and giving back its pool token, so a slow fsync never
 //! holds the scheduler slot or a thread. Transient store errors are retried with exponential
-//! backoff and jitter (seed 001's send buffer, applied to persistence).
+//! backoff and jitter, the batch retried as a whole.
 //! Must not: decide what a patch contains (`rundb` does) or block the caller: `submit` only
 //! enqueues.
 

@@ -1,4 +1,4 @@
-//! The run database: runs, tasks and the rules of the worker protocol (spec §3, §4).
+//! The run database: runs, tasks and the rules of the worker protocol (docs/protocol.md).
 //!
 //! Owns: the run cache (every unfinished run in memory, each behind its own lock), the
 //! scheduler's memory (worker -> task map, per-IP task counts, worker runs, blocked workers),
@@ -9,8 +9,11 @@
 //! awaits the returned [`Ticket`] before replying. Whole run documents are written behind, in
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
-//! Locks, in the only order they nest: `sched` -> a run's lock -> `conns`. None is held across
-//! an `.await` (everything here is blocking code run in the offload pool).
+//! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
+//! `cpu_hours_pending`, `unfinished`, `last_sync`, the journal, the store; never two run locks
+//! at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock order",
+//! has every lock and the one start-up exception (`load_unfinished`). None is held across an
+//! `.await` (everything here is blocking code run in the offload pool).
 //! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
 //! request_task's path.
 
@@ -64,7 +67,9 @@ pub struct PurgeOutcome {
     pub revived: bool,
 }
 
-/// Flush priorities (spec §4).
+/// Write-behind priorities, as Fishtest's: the flusher takes the dirty run with the smallest
+/// `last_sync - 60 s × priority` first, so a new task is written before an ended one, and both
+/// before any other change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Prio {
     Normal = 0,
@@ -545,7 +550,7 @@ impl RunDb {
         Ok(())
     }
 
-    /// Inserts an action document (spec §2 "actions") now.
+    /// Inserts an action document now (Fishtest's `actions` shape: see `action_doc`).
     pub fn log_action(&self, action: &str, username: &str, fields: Doc) -> DbResult<()> {
         self.store
             .insert(Collection::Actions, action_doc(action, username, fields))?;
@@ -575,7 +580,8 @@ impl RunDb {
         Ok(())
     }
 
-    /// set_inactive_task (spec §3): the task stops counting towards the run's load.
+    /// Fishtest's set_inactive_task: the task stops counting towards the run's load (workers,
+    /// cores, committed games, its address's task count) and its CPU hours go to its user.
     fn set_inactive(&self, run: &mut Run, task_id: usize) {
         let Some(task) = run.tasks.get_mut(task_id) else {
             return;
@@ -667,7 +673,8 @@ impl RunDb {
             .ok_or_else(|| RunDbError::Invalid(format!("Invalid run_id: {run_id}")))
     }
 
-    /// request_task's critical section (spec §3). The caller holds the gate's slot.
+    /// request_task's critical section (docs/protocol.md#request_task). The caller holds the
+    /// gate's slot.
     pub fn request_task(&self, user: &User, wi: WorkerInfo) -> DbResult<(Reply, Option<Ticket>)> {
         let started = Instant::now();
         let result = self.request_task_inner(user, wi);
@@ -875,7 +882,7 @@ impl RunDb {
         Ok((reply(body), Some(ticket)))
     }
 
-    /// update_task (spec §3).
+    /// update_task (docs/protocol.md#update_task).
     pub fn update_task(
         &self,
         run_id: &str,
@@ -1330,7 +1337,7 @@ impl RunDb {
 
     // ----- purge --------------------------------------------------------------------
 
-    /// The manual purge (spec §3 "Dead tasks and purge"): run owner or approver; only
+    /// The manual purge (docs/protocol.md#dead-tasks-and-purge): run owner or approver; only
     /// finished, non-failed runs started within 30 days.
     pub fn purge_run(&self, run_id: &str, user: &User) -> DbResult<PurgeOutcome> {
         if !self.cfg.primary {
@@ -1579,7 +1586,7 @@ impl RunDb {
         Ok(dead)
     }
 
-    /// Recomputes every unfinished run's itp (spec §3 "itp").
+    /// Recomputes every unfinished run's itp (docs/protocol.md#itp).
     pub fn update_itp(&self) {
         let ids = self.unfinished.read().clone();
         let entries: Vec<Arc<RunEntry>> = {
@@ -1613,7 +1620,8 @@ impl RunDb {
         }
     }
 
-    /// nps and games per minute of every unfinished run (spec §5).
+    /// nps and games per minute of every unfinished run: Σ concurrency × nps over its active
+    /// tasks, and Σ nps / 628,000 × 60 / game duration × (concurrency // threads).
     pub fn update_nps_gpm(&self) {
         let ids = self.unfinished.read().clone();
         for id in ids {
@@ -1723,7 +1731,7 @@ fn sprt_results(s: &Stats) -> crate::stats::Results {
     }
 }
 
-/// The green/yellow flags of a finished run (spec §3 "Flags").
+/// The green/yellow flags of a finished run (docs/protocol.md#dead-tasks-and-purge, Flags).
 fn run_flags(run: &Run) -> crate::purge::RunFlags {
     use crate::purge::{RunKind, run_flags};
     let kind = if let Some(s) = &run.args.sprt {

@@ -1,4 +1,5 @@
-//! The run document and its parts, with Fishtest's field names and types (spec §2).
+//! The run document and its parts, with Fishtest's field names and types
+//! (docs/fishtest-compatibility.md#data-model).
 //!
 //! Owns: the typed `Run`, `RunArgs`, `Task`, `WorkerInfo`, the derived quantities (worker
 //! names, games played), the purge views of `Stats` (whose shape and rules are
@@ -39,8 +40,8 @@ impl Stats {
     }
 }
 
-/// What a worker says about itself: exactly the 16 keys the official worker sends (spec
-/// worker-protocol §2), plus `remote_addr` and `country_code` which the server adds.
+/// What a worker says about itself: exactly the 16 keys the official worker sends
+/// (docs/protocol.md#worker_info), plus `remote_addr` and `country_code` which the server adds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     #[serde(default)]
@@ -129,7 +130,7 @@ impl WorkerInfo {
     }
 }
 
-/// The run's arguments (spec §2 "args").
+/// The run's arguments (`args`; docs/fishtest-compatibility.md#data-model).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunArgs {
     pub base_tag: String,
@@ -279,7 +280,9 @@ impl Run {
             .map_or(2, |s| 2 * s.batch_size.max(1))
     }
 
-    /// Checks the document invariants of spec §2; returns every violation found.
+    /// Checks a run document's invariants (results are the sum of the task stats; workers,
+    /// cores, committed and total games agree with the tasks; flags fit finished or not);
+    /// returns every violation found.
     pub fn check_invariants(&self) -> Vec<String> {
         let mut errors = Vec::new();
         let mut results = Stats::default();

@@ -1,4 +1,4 @@
-//! request_task's rules as pure functions (spec §3 "request_task", "itp").
+//! request_task's rules as pure functions (docs/protocol.md#request_task and #itp).
 //!
 //! Owns: time-control arithmetic (over [`crate::protocol`]'s parser and duration, re-exported
 //! here), task sizing (`worker_cap`, SPRT batch rounding), the memory estimate, itp, the run

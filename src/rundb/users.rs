@@ -34,7 +34,7 @@ pub const MSG_INVALID: &str = "Invalid username or password.";
 pub const MSG_BLOCKED: &str = "Your account is blocked.";
 pub const MSG_PENDING: &str = "Your account is pending approval.";
 
-/// A user document (spec §2 "users").
+/// A user document (Fishtest's `users` fields; docs/fishtest-compatibility.md#data-model).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct User {
     #[serde(rename = "_id")]
@@ -72,7 +72,7 @@ impl User {
 /// Why a user operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {
-    /// Credentials refused; the message is one of the spec's three.
+    /// Credentials refused; the message is one of Fishtest's three (`MSG_*`).
     #[error("{0}")]
     Refused(&'static str),
     #[error("{0}")]

@@ -2,9 +2,10 @@
 //! start times.
 //!
 //! Owns: the conversion between simulated and wall-clock seconds (`--time-scale`), the
-//! official worker's main-loop back-off (worker-protocol §7: 15 s doubling to 900 s, reset by
-//! one successful iteration), its heartbeat period (§8), and when each simulated worker starts
-//! (`--storm`, uniformly or in waves shaped like seed 003's table).
+//! official worker's main-loop back-off (15 s doubling to 900 s, reset by one successful
+//! iteration), its heartbeat period (docs/protocol.md#heartbeat-and-back-off), and when each
+//! simulated worker starts (`--storm`, uniformly or in waves shaped like a reconnect storm
+//! recorded on Fishtest, see docs/capacity.md).
 //! Must not: sleep, do I/O or know HTTP; everything here is a pure function of its inputs.
 
 use std::time::Duration;
@@ -82,14 +83,14 @@ impl Backoff {
 pub enum StormShape {
     /// Every worker starts at a uniformly random moment of the window.
     Uniform,
-    /// Seed 003's reconnect storm, compressed into the window: 205 workers at once, then
-    /// +4,403 over 18 minutes, +4,508 over 15 minutes, +302 over 3 minutes.
+    /// The reconnect storm recorded on Fishtest, compressed into the window: 205 workers at
+    /// once, then +4,403 over 18 minutes, +4,508 over 15 minutes, +302 over 3 minutes.
     Waves,
 }
 
-/// Seed 003's table as (share of the window, workers in that phase). The first phase has no
-/// length: the workers already connected start together.
-pub const SEED_003_WAVES: [(f64, u64); 4] = [
+/// Fishtest's recorded reconnect storm as (share of the window, workers in that phase). The
+/// first phase has no length: the workers already connected start together.
+pub const FISHTEST_STORM_WAVES: [(f64, u64); 4] = [
     (0.0, 205),
     (18.0 / 36.0, 4_403),
     (15.0 / 36.0, 4_508),
@@ -131,10 +132,10 @@ pub fn start_offsets<R: Rng>(
             .map(|_| Duration::from_secs_f64(w * rng.random::<f64>()))
             .collect(),
         StormShape::Waves => {
-            let counts = phase_counts(n, &SEED_003_WAVES);
+            let counts = phase_counts(n, &FISHTEST_STORM_WAVES);
             let mut out = Vec::with_capacity(n);
             let mut phase_start = 0.0;
-            for (count, (share, _)) in counts.iter().zip(SEED_003_WAVES) {
+            for (count, (share, _)) in counts.iter().zip(FISHTEST_STORM_WAVES) {
                 for _ in 0..*count {
                     let at = phase_start + share * w * rng.random::<f64>();
                     out.push(Duration::from_secs_f64(at.min(w)));
@@ -199,10 +200,10 @@ mod tests {
     }
 
     #[test]
-    fn waves_follow_the_seed_table() {
-        let counts = phase_counts(9_418, &SEED_003_WAVES);
+    fn waves_follow_the_recorded_storm() {
+        let counts = phase_counts(9_418, &FISHTEST_STORM_WAVES);
         assert_eq!(counts, vec![205, 4_403, 4_508, 302]);
-        let counts = phase_counts(1_000, &SEED_003_WAVES);
+        let counts = phase_counts(1_000, &FISHTEST_STORM_WAVES);
         assert_eq!(counts.iter().sum::<usize>(), 1_000);
 
         let mut rng = StdRng::seed_from_u64(3);

@@ -5,7 +5,8 @@
 //! arch) with one unique key per worker (the short name `user-Ncores-<first 8 chars>` must
 //! never collide); game outcomes drawn from an Elo and a draw rate as game *pairs*, so the
 //! cumulative `Stats` always satisfy the pentanomial invariants the server checks; the batch
-//! sizes of worker-protocol §5; a small valid gzip+base64 PGN.
+//! sizes of the official worker (docs/protocol.md#update-batches); a small valid gzip+base64
+//! PGN.
 //! Must not: do I/O, or invent results the server could not have received from a real worker.
 //! It shares the server's vocabulary through [`crate::protocol`] (`Stats` and its consistency
 //! check, the time-control parser, the worker version) instead of copying it; that its
@@ -181,7 +182,7 @@ impl Identity {
         let m = pick(rng, MACHINES, |m| m.weight);
         let concurrency = pick(rng, CONCURRENCY, |c| c.1).0;
         // RAM in GiB, at least what the worker needs for its concurrency at max_memory = RAM/2
-        // (concurrency <= (max_memory - 444) / 396, worker-protocol §2).
+        // (the official worker lowers its concurrency to at most (max_memory - 444) / 396).
         let need_mib = 2 * (444 + 396 * u64::from(concurrency));
         let mut ram_gib: u64 = [8, 16, 32, 64][rng.random_range(0..4)];
         while ram_gib * 1024 < need_mib {
@@ -300,7 +301,7 @@ pub fn games_at_once(concurrency: u32, threads: u32) -> u64 {
     u64::from(concurrency / threads.max(1)).max(1)
 }
 
-/// The worker's time budget per game for a time control (worker-protocol §5):
+/// The worker's time budget per game for a time control (docs/protocol.md#update-batches):
 /// 3 × base + 200 × increment, × 100/moves for moves/time controls.
 pub fn time_budget(tc: &TimeControl) -> f64 {
     let l = 3.0 * tc.base_s + 200.0 * tc.inc_s;
@@ -310,8 +311,9 @@ pub fn time_budget(tc: &TimeControl) -> f64 {
     }
 }
 
-/// Games between two updates (worker-protocol §5): 2 × batch_size for SPRT; otherwise
-/// (concurrency // threads) × 4 × max(1, round(L_ltc / L_tc)), with L_tc doubled for SPSA.
+/// Games between two updates (docs/protocol.md#update-batches): 2 × batch_size for SPRT;
+/// otherwise (concurrency // threads) × 4 × max(1, round(L_ltc / L_tc)), with L_tc doubled for
+/// SPSA.
 pub fn update_batch(
     tc: &TimeControl,
     concurrency: u32,
@@ -449,7 +451,7 @@ mod tests {
     fn batches_follow_the_protocol() {
         let stc = parse_tc("10+0.1").expect("tc");
         assert_eq!(update_batch(&stc, 7, 1, Some(16), false), 32);
-        // The spec's examples: 24 games for fixed runs and 12 for SPSA at concurrency 1.
+        // The official worker at concurrency 1: 24 games for fixed runs and 12 for SPSA.
         assert_eq!(update_batch(&stc, 1, 1, None, false), 24);
         assert_eq!(update_batch(&stc, 1, 1, None, true), 12);
         assert_eq!(update_batch(&stc, 8, 2, None, false), 4 * 4 * 6);

@@ -1,4 +1,4 @@
-//! One simulated worker: the official worker's behaviour (worker-protocol §3–§8) over HTTP.
+//! One simulated worker: the official worker's behaviour (docs/protocol.md) over HTTP.
 //!
 //! Owns: the worker's lifecycle (credential and version checks, then the main loop:
 //! request_version before every request_task, back-off on no task / too busy / errors, the
@@ -198,11 +198,11 @@ struct Heart {
     notify: Notify,
 }
 
-/// The heartbeat (worker-protocol §8): runs beside the task, from the request_task reply to
-/// the end of the task's handling, and beats when 120 simulated seconds pass without an update
-/// or a beat — also during a slow update_task, as the real worker's thread does. It sleeps
-/// until the next beat is due rather than waking every second; the real thread's 1 s tick is
-/// kept as up to one second of jitter.
+/// The heartbeat (docs/protocol.md#heartbeat-and-back-off): runs beside the task, from the
+/// request_task reply to the end of the task's handling, and beats when 120 simulated seconds
+/// pass without an update or a beat — also during a slow update_task, as the real worker's
+/// thread does. It sleeps until the next beat is due rather than waking every second; the real
+/// thread's 1 s tick is kept as up to one second of jitter.
 async fn heartbeat(
     fleet: Arc<Fleet>,
     last: Arc<LastUpdated>,
@@ -253,7 +253,7 @@ struct Worker {
     rng: StdRng,
     backoff: Backoff,
     started: Instant,
-    /// Reset by every beat attempt and every successful update (worker-protocol §8).
+    /// Reset by every beat attempt and every successful update, as the official worker's.
     last_updated: Arc<LastUpdated>,
     /// The current task's heartbeat, while a task is held.
     heart: Option<Arc<Heart>>,

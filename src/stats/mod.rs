@@ -1,7 +1,8 @@
-//! Fishtest-compatible statistics: a pure-Rust port of the semantics of
-//! Fishtest's `LLRcalc.py`, `stat_util.py`, `sprt.py`, `brownian.py` and two
-//! display helpers of `template_helpers.py`, as specified in
-//! `shared/spec/statistics.md`.
+//! Fishtest-compatible statistics: the semantics of Fishtest's `LLRcalc.py`,
+//! `stat_util.py`, `sprt.py`, `brownian.py` and two display helpers of
+//! `template_helpers.py` (server/fishtest in official-stockfish/fishtest), in
+//! pure Rust. `tests/data/stats-sample.json` holds input/output pairs of those
+//! modules that every function here must match (`tests/it/stats_corpus.rs`).
 //!
 //! This module owns every number the server shows or decides with: Elo
 //! conversions, likelihood ratios, the SPRT state machine stored in a run

@@ -2,7 +2,7 @@
 //! `stat_util.Phi_inv`, `brownian.Phi`).
 //!
 //! Φ is computed from `erfc` for both tails so that the lower tail keeps its
-//! relative accuracy (the spec warns that `½(1 + erf)` is 2% off at Φ(−8)).
+//! relative accuracy (`½(1 + erf)` loses it to cancellation: about 2% off at Φ(−8)).
 //! `erfc` comes from the `libm` crate (a port of musl/FreeBSD, < 1 ulp), not
 //! from statrs: statrs 0.19.1's `erfc` carries interval constants truncated to
 //! 10 digits and is only ~1e-10 relative accurate (fixed upstream in

@@ -232,7 +232,7 @@ pub(crate) fn drawelo_of(r: &Results) -> StatsResult<f64> {
 /// Fishtest's `update_SPRT(R, sprt)`: recomputes the LLR of the cumulative
 /// results `r`, updates the overshoot bookkeeping and the decision.
 ///
-/// Steps (statistics.md §3.7): BayesElo bounds become logistic with drawelo of
+/// Steps, as Fishtest's: BayesElo bounds become logistic with drawelo of
 /// the regularised `[L, D, W]`; the data is the pentanomial if present, else
 /// the raw trinomial; a count that is not a multiple of `batch_size` sets
 /// `illegal_update` and drops `overshoot`; a count below `last_update` sets

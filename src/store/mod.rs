@@ -7,8 +7,9 @@
 //! queries name. Only this module touches SQLite (or MongoDB).
 //!
 //! ## Document conventions
-//! Documents are JSON objects with Fishtest's field names and types (spec §2), so that a
-//! MongoDB backend can store them unchanged:
+//! Documents are JSON objects with Fishtest's field names and types
+//! (docs/fishtest-compatibility.md#data-model), so that a MongoDB backend can store them
+//! unchanged:
 //! - `_id` is a string. Runs, actions and users use 24 lowercase hex digits (an ObjectId's hex
 //!   form, see [`new_object_id`]); kvstore uses its key; workers use the worker name.
 //! - Dates are MongoDB Extended JSON, `{"$date": "2026-11-22T03:57:26.123Z"}` (see [`Date`]),

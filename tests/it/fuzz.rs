@@ -48,8 +48,8 @@ const RUN_GAMES: u64 = 3_200_000;
 /// fixture moves on to a fresh run, so that one failure does not cascade into the next cases.
 const SANE: u128 = 1_000_000_000_000;
 
-/// Settings of the hardening work (issue 9) this test relies on. Today's server ignores
-/// `SHOAL_*` variables it does not know, so setting them is harmless until they exist. The
+/// Settings of the hardening controls (docs/security.md) this test relies on. Today's server
+/// ignores `SHOAL_*` variables it does not know, so setting them is harmless until they exist. The
 /// test sends wrong passwords for its own user from loopback on purpose: the throttles are
 /// raised far above any case count so that it is never locked out of its own fixture.
 const HARDENING: &[(&str, &str)] = &[

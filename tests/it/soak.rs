@@ -52,11 +52,11 @@ const WAVE_EVERY: Duration = Duration::from_secs(10);
 /// Pair probabilities of the valid workers' games.
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 
-/// Settings of the hardening work (issue 9). Today's server ignores `SHOAL_*` variables it
-/// does not know, so they are harmless until the settings exist. The read timeouts are
-/// shorter than their defaults so that the stalled connections must be closed well within
-/// the default storm; the throttle is set to its documented defaults, spelled out so that
-/// a change of default does not silently change this test.
+/// Settings of the hardening controls (docs/security.md). Today's server ignores `SHOAL_*`
+/// variables it does not know, so they are harmless until the settings exist. The read
+/// timeouts are shorter than their defaults so that the stalled connections must be closed
+/// well within the default storm; the throttle is set to its documented defaults, spelled out
+/// so that a change of default does not silently change this test.
 const HARDENING: &[(&str, &str)] = &[
     ("header_read_timeout_s", "5"),
     ("body_read_timeout_s", "5"),
