@@ -5,16 +5,17 @@
 //!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics.
 //! 2. **shutdown guard**: an empty 503 while draining (an empty body makes the official worker
 //!    retry later; a JSON `error` would make it fail its task or exit).
-//! 3. **primary only**: the primary-only paths (worker calls but upload_pgn, run mutations)
-//!    answer 503 JSON on a secondary.
-//! 4. **HEAD as GET**.
-//! 5. **concurrency cap** (only if `max_concurrent_requests` is set): excess requests *wait*;
+//! 3. **HEAD as GET**.
+//! 4. **concurrency cap** (only if `max_concurrent_requests` is set): excess requests *wait*;
 //!    nothing is refused at the front door.
-//! 6. **body limit**: 413 JSON before reading when Content-Length is over the route's limit,
+//! 5. **body limit**: 413 JSON before reading when Content-Length is over the route's limit,
 //!    and a hard cap on the stream otherwise.
-//! 7. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
+//! 6. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
 //!    a dropped connection.
 //!
+//!
+//! The primary-only rule is not here: it is a route layer of the worker and run routers
+//! (`api::primary_only`).
 //! Must not: block, touch the store, or take pool tokens (everything here runs on the event
 //! loop and costs microseconds).
 
@@ -34,23 +35,6 @@ use serde_json::Value;
 
 use super::AppState;
 use super::reply::{ApiError, ApiReply, PendingJson, RawBody};
-
-/// The paths that only the primary instance serves: the worker paths (all but upload_pgn)
-/// and every run mutation. Runs live in the primary's cache and journal; a secondary that
-/// changed a run would write a private copy that the primary's write-behind overwrites.
-pub const PRIMARY_ONLY: &[&str] = &[
-    "/api/request_version",
-    "/api/request_task",
-    "/api/update_task",
-    "/api/beat",
-    "/api/request_spsa",
-    "/api/failed_task",
-    "/api/stop_run",
-    "/api/worker_log",
-    "/api/create_run",
-    "/api/approve_run",
-    "/api/purge_run",
-];
 
 /// The body limit that applies to this request, and the moment by which its body must have
 /// arrived (`body_read_timeout_s` after the request reached the stack), for extractors.
@@ -78,7 +62,6 @@ pub fn apply(router: Router, state: Arc<AppState>) -> Router {
         .layer(from_fn_with_state(state.clone(), body_limit))
         .layer(from_fn_with_state(state.clone(), concurrency_cap))
         .layer(from_fn(head_as_get))
-        .layer(from_fn_with_state(state.clone(), primary_only))
         .layer(from_fn_with_state(state.clone(), shutdown_guard))
         .layer(from_fn(envelope))
 }
@@ -179,13 +162,6 @@ async fn shutdown_guard(State(state): State<Arc<AppState>>, req: Request, next: 
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         response.extensions_mut().insert(RawBody);
         return response;
-    }
-    next.run(req).await
-}
-
-async fn primary_only(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if !state.primary && PRIMARY_ONLY.contains(&req.uri().path()) {
-        return ApiError::PrimaryRequired.into_response();
     }
     next.run(req).await
 }

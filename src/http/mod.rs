@@ -8,15 +8,15 @@
 //! across an `.await`, or build a JSON reply without [`reply::ApiReply`] (which guarantees
 //! `duration`).
 
+pub mod api;
+pub mod auth;
 pub mod conn;
 pub mod debug;
+pub mod error;
 pub mod extract;
 pub mod middleware;
 pub mod ops;
-pub mod public;
 pub mod reply;
-pub mod upload;
-pub mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,7 +25,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -67,27 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
-        .route("/api/request_version", post(worker::request_version))
-        .route("/api/request_task", post(worker::request_task))
-        .route("/api/update_task", post(worker::update_task))
-        .route("/api/beat", post(worker::beat))
-        .route("/api/request_spsa", post(worker::request_spsa))
-        .route("/api/failed_task", post(worker::failed_task))
-        .route("/api/stop_run", post(worker::stop_run))
-        .route("/api/worker_log", post(worker::worker_log))
-        .route("/api/upload_pgn", post(upload::upload_pgn))
-        .route("/api/create_run", post(worker::create_run))
-        .route("/api/approve_run", post(worker::approve_run))
-        .route("/api/purge_run", post(worker::purge_run))
-        .route("/api/calc_elo", get(public::calc_elo))
-        .route("/api/get_elo/{id}", get(public::get_elo_route))
-        .route("/api/get_run/{id}", get(public::get_run))
-        .route("/api/get_task/{id}/{tid}", get(public::get_task))
-        .route("/api/active_runs", get(public::active_runs))
-        .route("/api/finished_runs", get(public::finished_runs))
-        .route("/api/pgn/{name}", get(worker::download_pgn))
-        .route("/api/nn/{name}", get(worker::download_net))
-        .route("/api/run_pgns/{name}", get(worker::download_run_pgns));
+        .merge(api::router(&state));
     if state.config.debug_endpoints {
         routes = routes.merge(debug::routes());
     }

@@ -1,16 +1,14 @@
 //! API replies and the one mapping from errors to HTTP responses.
 //!
 //! Owns: [`ApiReply`] (a JSON object whose `duration` and error path prefix are filled in by
-//! the envelope middleware, so no handler can forget them), [`ApiError`] and its status codes,
-//! and the markers the envelope reads.
+//! the envelope middleware, so no handler can forget them) and the markers the envelope reads.
+//! Errors and their statuses are `error.rs`'s.
 //! Must not: do I/O or decide business outcomes; scheduling outcomes (no task, task not alive)
 //! are ordinary 200 replies built by the handlers with [`ApiReply::ok`].
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
-
-use crate::offload::OffloadError;
 
 /// A JSON object waiting in the response extensions for the envelope middleware, which adds
 /// `duration` and, when `prefix_error` is set, prefixes `error` with the request path (the
@@ -75,87 +73,4 @@ impl IntoResponse for ApiReply {
     }
 }
 
-/// Errors a handler can return. The status codes are Fishtest's where it has one
-/// (docs/protocol.md#errors lists them all).
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// 400: body not JSON, schema failure, unknown ids, missing field.
-    #[error("{0}")]
-    BadRequest(String),
-    /// 401: credentials, blocked or pending account, unauthorised action.
-    #[error("{0}")]
-    Unauthorized(String),
-    /// 404: read-only lookups.
-    #[error("{0}")]
-    NotFound(String),
-    /// 413: body over the route's limit.
-    #[error("request body is too large (limit {limit} bytes)")]
-    TooLarge { limit: usize },
-    /// 408: the client did not send its body within `body_read_timeout_s`.
-    #[error("request body not received within {0} s")]
-    BodyTimeout(f64),
-    /// 429: too many failed authentications for this user or address; retry after the
-    /// given number of seconds (also sent as `Retry-After`).
-    #[error("too many failed authentications; try again in {retry_after_s} s")]
-    Throttled { retry_after_s: u64 },
-    /// 503: a bounded resource (PGN upload slots) stayed busy; retry later.
-    #[error("{0}")]
-    Busy(String),
-    /// 503 on a secondary instance for the primary-only worker paths.
-    #[error("primary instance required")]
-    PrimaryRequired,
-    /// 500: anything unexpected. The detail is logged, never sent.
-    #[error("Internal Server Error")]
-    Internal(String),
-}
-
-impl ApiError {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::PrimaryRequired => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-}
-
-impl From<OffloadError> for ApiError {
-    fn from(e: OffloadError) -> Self {
-        ApiError::Internal(e.to_string())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let ApiError::Internal(detail) = &self {
-            tracing::error!(%detail, "internal error");
-        }
-        let retry_after = match &self {
-            ApiError::Throttled { retry_after_s } => Some(*retry_after_s),
-            ApiError::Busy(_) => Some(5),
-            _ => None,
-        };
-        let mut response = ApiReply::error(self.status(), self.to_string()).into_response();
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        if matches!(self, ApiError::BodyTimeout(_)) {
-            // The rest of the body may never come: do not keep the connection.
-            response.headers_mut().insert(
-                axum::http::header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-        }
-        response
-    }
-}
-
-pub type ApiResult<T = ApiReply> = Result<T, ApiError>;
+pub use super::error::{ApiError, ApiResult};

@@ -30,7 +30,7 @@ fn simulated_worker_infos_pass_the_servers_validator() {
         let keys: HashSet<&str> = id.info.keys().map(String::as_str).collect();
         let expected: HashSet<&str> = WorkerInfo::KEYS.into_iter().collect();
         assert_eq!(keys, expected);
-        let wi = shoal::http::worker::parse_worker_info(id.info.clone())
+        let wi = shoal::http::api::call::parse_worker_info(id.info.clone())
             .unwrap_or_else(|e| panic!("worker {i} rejected: {e:?}"));
         assert!((1..=16).contains(&wi.concurrency));
         assert!(wi.concurrency as u64 <= (wi.max_memory - 444) / 396);
@@ -40,7 +40,7 @@ fn simulated_worker_infos_pass_the_servers_validator() {
         // After the bench, still valid.
         let mut id = id;
         id.after_bench();
-        let wi = shoal::http::worker::parse_worker_info(id.info.clone()).expect("valid");
+        let wi = shoal::http::api::call::parse_worker_info(id.info.clone()).expect("valid");
         assert!(wi.nps > 0.0 && wi.arch != "?");
     }
     assert!(concurrencies.contains(&1) && concurrencies.contains(&16));

@@ -21,10 +21,11 @@ use base64::Engine as _;
 use futures::StreamExt as _;
 use serde_json::{Map, Value};
 
-use super::AppState;
-use super::middleware::BodyLimit;
-use super::reply::{ApiError, ApiReply, ApiResult};
-use super::worker::{Login, WorkerRequest, credentials, validate_upload};
+use super::call::{Call, WorkerRequest, validate_upload};
+use crate::http::AppState;
+use crate::http::auth::{Login, credentials};
+use crate::http::middleware::BodyLimit;
+use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::RunDbError;
 
 /// Where the splitter is in the top-level object.
@@ -312,7 +313,7 @@ async fn upload(
     let pgn_limit = state.config.pgn_body_limit_bytes;
     let mut body = req.into_body().into_data_stream();
     let mut m = Members::default();
-    let mut checked: Option<super::worker::Call> = None;
+    let mut checked: Option<Call> = None;
     let mut turn = None;
     while !m.done() {
         let chunk = match tokio::time::timeout_at(deadline, body.next()).await {
@@ -417,7 +418,7 @@ async fn check(
     peer: SocketAddr,
     headers: &HeaderMap,
     members: &Map<String, Value>,
-) -> ApiResult<super::worker::Call> {
+) -> ApiResult<Call> {
     let req = request_of(members)?;
     let call = validate_upload(state, req, peer, headers)?;
     let Some((run_id, task_id)) = call.task.clone() else {

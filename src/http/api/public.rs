@@ -14,8 +14,11 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::AppState;
-use super::reply::{ApiError, ApiReply, ApiResult};
+use axum::Router;
+use axum::routing::get;
+
+use crate::http::AppState;
+use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::model::Date;
 use crate::rundb::model::Run;
 use crate::rundb::queries::{FinishedFilter, TaskList};
@@ -23,6 +26,17 @@ use crate::stats::{EloModel, Results, get_elo, sprt_elo};
 
 fn bad(m: impl Into<String>) -> ApiError {
     ApiError::BadRequest(m.into())
+}
+
+/// The read-only API (any instance; anonymous).
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/calc_elo", get(calc_elo))
+        .route("/api/get_elo/{id}", get(get_elo_route))
+        .route("/api/get_run/{id}", get(get_run))
+        .route("/api/get_task/{id}/{tid}", get(get_task))
+        .route("/api/active_runs", get(active_runs))
+        .route("/api/finished_runs", get(finished_runs))
 }
 
 /// Python's `str(datetime)` for an aware UTC datetime: `YYYY-MM-DD HH:MM:SS.ffffff+00:00`.

@@ -1,0 +1,49 @@
+//! The JSON API, one file and one router per resource, merged here.
+//!
+//! - [`worker`]: the worker protocol (primary only);
+//! - [`runs`]: run submission and control for scripts (primary only);
+//! - [`public`]: the read-only API;
+//! - [`files`] and [`upload`]: PGN uploads and the streamed downloads of PGNs and nets;
+//! - [`call`]: the worker call's schema, bounds and extractors, shared by the above.
+//!
+//! The primary-only rule is a layer on the worker and run routers ([`primary_only`]), not a
+//! list of paths. The web UI will sit beside this module as `http::ui`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::reply::ApiError;
+
+pub mod call;
+pub mod files;
+pub mod public;
+pub mod runs;
+pub mod upload;
+pub mod worker;
+
+/// Every API route.
+pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .merge(worker::router(state))
+        .merge(runs::router(state))
+        .merge(public::router())
+        .merge(files::router())
+}
+
+/// Routes that change runs or serve workers answer 503 `primary instance required` on a
+/// secondary (runs live in the primary's cache and journal).
+pub async fn primary_only(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !state.primary {
+        return ApiError::PrimaryRequired.into_response();
+    }
+    next.run(req).await
+}

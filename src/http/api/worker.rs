@@ -1,0 +1,253 @@
+//! The worker protocol's endpoints: request_version, request_task, update_task, beat,
+//! request_spsa, failed_task, stop_run, worker_log (docs/protocol.md). Primary only: the
+//! router carries the rule as a layer.
+//!
+//! Owns: each endpoint's path — validate on the loop ([`WorkerCall`]) -> log in (`auth`) ->
+//! domain work in the pool -> await the journal ticket (holding no token and no gate place)
+//! -> reply. request_task enters the admission gate after the login.
+//! Must not: contain scheduling rules (that is `rundb`) or reply without `ApiReply`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::middleware::from_fn_with_state;
+use axum::routing::post;
+use serde_json::{Map, Value, json};
+
+use super::call::{ClientAddr, Needs, WorkerCall, bad};
+use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
+use crate::http::extract::ApiJson;
+use crate::http::reply::{ApiError, ApiReply, ApiResult};
+use crate::http::{AppState, TOO_BUSY_INFO};
+use crate::rundb::model::{Stats, WorkerInfo};
+use crate::rundb::{Reply, RunDb, RunDbError, Ticket, WORKER_VERSION};
+
+/// The worker endpoints, primary only.
+pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/request_version", post(request_version))
+        .route("/api/request_task", post(request_task))
+        .route("/api/update_task", post(update_task))
+        .route("/api/beat", post(beat))
+        .route("/api/request_spsa", post(request_spsa))
+        .route("/api/failed_task", post(failed_task))
+        .route("/api/stop_run", post(stop_run))
+        .route("/api/worker_log", post(worker_log))
+        .route_layer(from_fn_with_state(state.clone(), super::primary_only))
+}
+
+async fn durable(reply: Map<String, Value>, ticket: Option<Ticket>) -> ApiResult {
+    if let Some(t) = ticket {
+        t.wait()
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    }
+    Ok(ApiReply::ok(reply))
+}
+
+/// POST /api/request_version: `{version}`; lenient body (password + worker_info.username).
+pub async fn request_version(
+    State(state): State<Arc<AppState>>,
+    ClientAddr(ip): ClientAddr,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult {
+    let password = body
+        .get("password")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("missing password"))?
+        .to_string();
+    let username = body
+        .get("worker_info")
+        .and_then(|w| w.get("username"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("missing worker_info.username"))?
+        .to_string();
+    // Usually answered from the credential cache on the event loop: request_version is the
+    // most frequent call of a reconnecting fleet (before every request_task).
+    credentials(&state, Login::at(ip, username, password)).await?;
+    Ok(ApiReply::json(json!({"version": WORKER_VERSION})))
+}
+
+/// POST /api/request_task: the gate, then the scheduler.
+pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    let call = call.validate(&state, Needs::default())?;
+    // Credentials before the gate: a caller with a wrong password (a spray) never takes a
+    // place a real worker needs, and a password check (argon2 on a cold cache) never runs
+    // inside the scheduler's critical section. (Fishtest validates before its semaphore too.)
+    let login = Login {
+        ip: call.wi.remote_addr.clone(),
+        username: call.wi.username.clone(),
+        password: call.password.clone(),
+    };
+    let user = credentials(&state, login).await?;
+    // Phase 1 of the gate before any pool token: a refused caller costs nothing (no token,
+    // no thread; docs/capacity.md).
+    let Ok(place) = state.gate.admit().await else {
+        return Ok(ApiReply::json(
+            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+        ));
+    };
+    // Phase 2: the scheduler slot, in arrival order.
+    let Ok(permit) = place.slot().await else {
+        return Ok(ApiReply::json(
+            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+        ));
+    };
+    let db = rundb(&state);
+    let wi = call.wi;
+    // The slot holder takes the pool's reserved token: it never queues behind other traffic.
+    let (reply, ticket) = state
+        .offload
+        .run_reserved(move || {
+            // The permit lives in the closure: the slot is held until the work ends.
+            let _permit = permit;
+            db.request_task(&user, wi)
+        })
+        .await??;
+    durable(reply, ticket).await
+}
+
+/// What a task-bound endpoint does once the caller is authenticated (runs in the pool).
+type TaskWork = fn(&RunDb, TaskCall) -> Result<(Reply, Option<Ticket>), RunDbError>;
+
+/// Work that may be done on the event loop when it needs no wait (never blocks: `None` means
+/// "take the pool path").
+type FastWork = fn(&RunDb, &TaskCall) -> Option<Result<Reply, RunDbError>>;
+
+/// A validated call about one task.
+struct TaskCall {
+    run_id: String,
+    task_id: usize,
+    wi: WorkerInfo,
+    stats: Stats,
+    spsa: Option<crate::spsa::SpsaResult>,
+    message: String,
+}
+
+/// The common path of the task-bound endpoints: validate on the loop, authenticate and work in
+/// the pool, await the journal, reply.
+async fn task_bound(state: &AppState, call: WorkerCall, needs: Needs, work: TaskWork) -> ApiResult {
+    task_bound_or_fast(state, call, needs, work, None).await
+}
+
+/// [`task_bound`], first trying `fast` on the event loop (labelled for metrics).
+async fn task_bound_or_fast(
+    state: &AppState,
+    call: WorkerCall,
+    needs: Needs,
+    work: TaskWork,
+    fast: Option<(&'static str, FastWork)>,
+) -> ApiResult {
+    let needs = Needs {
+        task: true,
+        ..needs
+    };
+    let call = call.validate(state, needs)?;
+    let Some((run_id, task_id)) = call.task else {
+        return Err(bad("missing run_id and task_id"));
+    };
+    let username = call.wi.username.clone();
+    let task = TaskCall {
+        run_id,
+        task_id,
+        wi: call.wi,
+        stats: call.stats.unwrap_or_default(),
+        spsa: call.spsa.map(|s| crate::spsa::SpsaResult {
+            num_games: s.num_games,
+            wins: s.wins,
+            losses: s.losses,
+            draws: s.draws,
+            sig: s.sig,
+        }),
+        message: call.message,
+    };
+    let login = Login {
+        ip: task.wi.remote_addr.clone(),
+        username,
+        password: call.password,
+    };
+    let on_loop = login_on_loop(state, &login)?;
+    if let Some((route, fast)) = fast
+        && let OnLoop::Known(_user) = &on_loop
+    {
+        // The event loop's try: a credential-cache hit and work that needs no wait at all.
+        let db = rundb(state);
+        if let Some(result) = fast(&db, &task) {
+            metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
+            return Ok(ApiReply::ok(result?));
+        }
+    }
+    let (reply, ticket) = with_login(state, login, on_loop, move |db, _| work(db, task)).await?;
+    durable(reply, ticket).await
+}
+
+/// POST /api/update_task.
+pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    let needs = Needs {
+        stats: true,
+        ..Needs::default()
+    };
+    task_bound(&state, call, needs, |db, c| {
+        db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi)
+    })
+    .await
+}
+
+/// POST /api/beat.
+pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    task_bound_or_fast(
+        &state,
+        call,
+        Needs::default(),
+        |db, c| db.beat(&c.run_id, c.task_id, &c.wi).map(|r| (r, None)),
+        // Usually answered on the event loop: a beat is a timestamp in memory.
+        Some(("beat", |db, c| db.try_beat(&c.run_id, c.task_id, &c.wi))),
+    )
+    .await
+}
+
+/// POST /api/request_spsa.
+pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    task_bound(&state, call, Needs::default(), |db, c| {
+        db.request_spsa(&c.run_id, c.task_id, &c.wi)
+    })
+    .await
+}
+
+/// POST /api/failed_task.
+pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    task_bound(&state, call, Needs::default(), |db, c| {
+        db.failed_task(&c.run_id, c.task_id, &c.message, &c.wi)
+    })
+    .await
+}
+
+/// POST /api/stop_run.
+pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    task_bound(&state, call, Needs::default(), |db, c| {
+        db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi)
+    })
+    .await
+}
+
+/// POST /api/worker_log.
+pub async fn worker_log(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    let needs = Needs {
+        message: true,
+        ..Needs::default()
+    };
+    let call = call.validate(&state, needs)?;
+    let username = call.wi.username.clone();
+    let (wi, message, task) = (call.wi, call.message, call.task);
+    let login = Login {
+        ip: wi.remote_addr.clone(),
+        username,
+        password: call.password,
+    };
+    let reply = with_user(&state, login, move |db, _| {
+        db.worker_log(&message, task.as_ref().map(|(r, t)| (r.as_str(), *t)), &wi)
+    })
+    .await?;
+    Ok(ApiReply::ok(reply))
+}
