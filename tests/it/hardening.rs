@@ -198,22 +198,33 @@ async fn client_values_are_bounded() {
     );
 }
 
-#[tokio::test]
-async fn forwarded_for_is_not_trusted_unless_configured() {
-    let server = TestServer::start().await;
+/// A server whose user mallory may have one machine per address, with a run to work on.
+async fn machine_limited(opts: Opts) -> TestServer {
+    let server = TestServer::start_with(opts).await;
     users(&server).await;
     crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "1"]);
     let run = create_run(&server, "owner", fixed_args(100_000)).await;
     approve(&server, "boss", &run).await;
+    server
+}
+
+/// How many of four workers of mallory, each sending its own `X-Forwarded-For`, get a task.
+async fn granted_with_forwarded(server: &TestServer, forwarded: impl Fn(u32) -> String) -> usize {
     let mut granted = 0;
     for n in 0..4 {
         let mut w = Worker::new("mallory", 1, 100 + n);
-        w.forwarded_for = Some(format!("198.51.100.{n}"));
-        let v = w.request_task(&server).await;
-        if v.get("run").is_some() {
+        w.forwarded_for = Some(forwarded(n));
+        if w.request_task(server).await.get("run").is_some() {
             granted += 1;
         }
     }
+    granted
+}
+
+#[tokio::test]
+async fn forwarded_for_is_not_trusted_unless_configured() {
+    let server = machine_limited(Opts::new()).await;
+    let granted = granted_with_forwarded(&server, |n| format!("198.51.100.{n}")).await;
     assert_eq!(
         granted, 1,
         "the machine limit of 1 counts the socket's address"
@@ -225,20 +236,8 @@ async fn a_trusted_proxy_names_the_client_only_in_the_hop_it_added() {
     // nginx's `$proxy_add_x_forwarded_for` appends the address it saw to whatever the client
     // sent: only that last hop is the proxy's word; the ones before it are the client's.
     let server =
-        TestServer::start_with(Opts::new().set("trusted_proxies", r#"["127.0.0.1", "::1"]"#)).await;
-    users(&server).await;
-    crate::fleet::user_cli(&server, &["set", "mallory", "--machine-limit", "1"]);
-    let run = create_run(&server, "owner", fixed_args(100_000)).await;
-    approve(&server, "boss", &run).await;
-    let mut granted = 0;
-    for n in 0..4 {
-        let mut w = Worker::new("mallory", 1, 100 + n);
-        w.forwarded_for = Some(format!("198.51.100.{n}, 203.0.113.5"));
-        let v = w.request_task(&server).await;
-        if v.get("run").is_some() {
-            granted += 1;
-        }
-    }
+        machine_limited(Opts::new().set("trusted_proxies", r#"["127.0.0.1", "::1"]"#)).await;
+    let granted = granted_with_forwarded(&server, |n| format!("198.51.100.{n}, 203.0.113.5")).await;
     assert_eq!(
         granted, 1,
         "the machine limit of 1 counts the address the proxy saw, not one the client claims"
