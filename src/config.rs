@@ -70,6 +70,10 @@ pub enum SqliteSync {
 }
 
 /// The validated configuration. Field names are the settings keys.
+///
+/// Durations are kept as the settings file writes them (seconds, `*_s`) but are private: the
+/// rest of the program reads them as [`Duration`]s through the accessors, which validation
+/// makes total.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -83,7 +87,7 @@ pub struct Config {
     pub threadpool_tokens: usize,
     pub task_semaphore_size: usize,
     pub admission_queue: usize,
-    pub admission_timeout_s: f64,
+    admission_timeout_s: f64,
     pub max_concurrent_requests: Option<usize>,
     pub listen_backlog: u32,
     pub worker_threads: Option<usize>,
@@ -91,19 +95,19 @@ pub struct Config {
     pub pgn_body_limit_bytes: usize,
     pub pgn_inflated_limit_bytes: u64,
     pub pgn_upload_concurrency: usize,
-    pub header_read_timeout_s: f64,
-    pub body_read_timeout_s: f64,
-    pub keepalive_timeout_s: f64,
-    pub auth_throttle_window_s: f64,
+    header_read_timeout_s: f64,
+    body_read_timeout_s: f64,
+    keepalive_timeout_s: f64,
+    auth_throttle_window_s: f64,
     pub auth_throttle_per_user_ip: u32,
     pub auth_throttle_per_ip: u32,
     pub auth_throttle_per_user: u32,
-    pub shutdown_grace_s: f64,
+    shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
     pub nn_url: Option<String>,
     pub trusted_proxies: Vec<String>,
-    pub dead_task_timeout_s: f64,
-    pub scavenge_interval_s: f64,
+    dead_task_timeout_s: f64,
+    scavenge_interval_s: f64,
     pub flush_runs_per_tick: usize,
     pub secret: Option<String>,
     pub log: String,
@@ -416,28 +420,44 @@ impl Config {
         self.task_semaphore_size + self.admission_queue
     }
 
+    /// `admission_timeout_s`.
     pub fn admission_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.admission_timeout_s)
+        seconds(self.admission_timeout_s)
     }
 
+    /// `header_read_timeout_s`.
     pub fn header_read_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.header_read_timeout_s)
+        seconds(self.header_read_timeout_s)
     }
 
+    /// `body_read_timeout_s`.
     pub fn body_read_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.body_read_timeout_s)
+        seconds(self.body_read_timeout_s)
     }
 
+    /// `keepalive_timeout_s`.
     pub fn keepalive_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.keepalive_timeout_s)
+        seconds(self.keepalive_timeout_s)
     }
 
+    /// `auth_throttle_window_s`.
     pub fn auth_throttle_window(&self) -> Duration {
-        Duration::from_secs_f64(self.auth_throttle_window_s)
+        seconds(self.auth_throttle_window_s)
     }
 
+    /// `shutdown_grace_s`.
     pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_secs_f64(self.shutdown_grace_s)
+        seconds(self.shutdown_grace_s)
+    }
+
+    /// `dead_task_timeout_s`.
+    pub fn dead_task_timeout(&self) -> Duration {
+        seconds(self.dead_task_timeout_s)
+    }
+
+    /// `scavenge_interval_s`.
+    pub fn scavenge_interval(&self) -> Duration {
+        seconds(self.scavenge_interval_s)
     }
 
     /// tokio's blocking-thread cap: one thread per pool token, plus a few for the runtime's own
@@ -445,6 +465,13 @@ impl Config {
     pub fn max_blocking_threads(&self) -> usize {
         self.threadpool_tokens + 8
     }
+}
+
+/// A validated number of seconds as a [`Duration`]. Validation refuses what `Duration` cannot
+/// hold (negative, NaN, infinite); a value that never went through it (a `Config` deserialized
+/// directly) gives zero rather than a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)
 }
 
 /// Interprets an environment value as a TOML value when it parses as one (numbers, booleans,
@@ -585,6 +612,21 @@ mod tests {
                 "`{text}` gave `{e}`, which does not name `{key}`"
             );
         }
+    }
+
+    #[test]
+    fn durations_are_typed() {
+        let c = Config::from_sources(
+            Some("shutdown_grace_s = 2.5\ndead_task_timeout_s = 90"),
+            "t",
+            env(&[("SHOAL_SCAVENGE_INTERVAL_S", "0.5")]),
+        )
+        .expect("valid");
+        assert_eq!(c.shutdown_grace(), Duration::from_millis(2500));
+        assert_eq!(c.dead_task_timeout(), Duration::from_secs(90));
+        assert_eq!(c.scavenge_interval(), Duration::from_millis(500));
+        assert_eq!(c.admission_timeout(), Duration::from_secs(5));
+        assert_eq!(c.body_read_timeout(), Duration::from_secs(60));
     }
 
     #[test]
