@@ -66,7 +66,7 @@ pub fn open_store(config: &Config) -> Result<SharedStore, StoreError> {
 /// 32 random bytes on first start.
 fn load_or_create_secret(config: &Config) -> Result<Vec<u8>, AppError> {
     if let Some(secret) = &config.secret {
-        return Ok(secret.as_bytes().to_vec());
+        return Ok(secret.expose().as_bytes().to_vec());
     }
     let path = config.data_dir.join("secret");
     let io = |what: &str, source| AppError::Io {
