@@ -66,7 +66,7 @@ pub fn open_store(config: &Config) -> Result<SharedStore, StoreError> {
 /// 32 random bytes on first start.
 fn load_or_create_secret(config: &Config) -> Result<Vec<u8>, AppError> {
     if let Some(secret) = &config.secret {
-        return Ok(secret.as_bytes().to_vec());
+        return Ok(secret.expose().as_bytes().to_vec());
     }
     let path = config.data_dir.join("secret");
     let io = |what: &str, source| AppError::Io {
@@ -142,7 +142,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             let books = Books::load(c.books_file.as_deref())?;
             let cfg = RunDbConfig {
                 primary: c.is_primary(),
-                dead_task: Duration::from_secs_f64(c.dead_task_timeout_s),
+                dead_task: c.dead_task_timeout(),
                 flush_runs_per_tick: c.flush_runs_per_tick,
             };
             let rundb = RunDb::open(store, pool, books, cfg)?;
@@ -368,7 +368,7 @@ fn spawn_job(
 
 fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
     let s = Duration::from_secs;
-    let scavenge = Duration::from_secs_f64(state.config.scavenge_interval_s);
+    let scavenge = state.config.scavenge_interval();
     vec![
         spawn_job(state, "flush_buffers", s(1), s(1), |db| {
             db.flush(false).map(|_| ())

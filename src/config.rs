@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::secret::{Secret, SecretUri};
+
 /// Every top-level key, in the order `settings.toml` lists them. The environment override of a
 /// key is `SHOAL_` + the key in upper case. A test checks that this list, the struct and
 /// `settings.toml` agree.
@@ -70,6 +72,11 @@ pub enum SqliteSync {
 }
 
 /// The validated configuration. Field names are the settings keys.
+///
+/// Durations are kept as the settings file writes them (seconds, `*_s`) but are private: the
+/// rest of the program reads them as [`Duration`]s through the accessors, which validation
+/// makes total. The secret and the MongoDB URI (which may carry a password) are wrapped: they
+/// never show in `Debug`, in logs or in `shoal check-config` (which prints the serialization).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -78,12 +85,12 @@ pub struct Config {
     pub primary_port: Option<u16>,
     pub data_dir: PathBuf,
     pub store: StoreKind,
-    pub mongodb_uri: String,
+    pub mongodb_uri: SecretUri,
     pub sqlite_synchronous: SqliteSync,
     pub threadpool_tokens: usize,
     pub task_semaphore_size: usize,
     pub admission_queue: usize,
-    pub admission_timeout_s: f64,
+    admission_timeout_s: f64,
     pub max_concurrent_requests: Option<usize>,
     pub listen_backlog: u32,
     pub worker_threads: Option<usize>,
@@ -91,21 +98,21 @@ pub struct Config {
     pub pgn_body_limit_bytes: usize,
     pub pgn_inflated_limit_bytes: u64,
     pub pgn_upload_concurrency: usize,
-    pub header_read_timeout_s: f64,
-    pub body_read_timeout_s: f64,
-    pub keepalive_timeout_s: f64,
-    pub auth_throttle_window_s: f64,
+    header_read_timeout_s: f64,
+    body_read_timeout_s: f64,
+    keepalive_timeout_s: f64,
+    auth_throttle_window_s: f64,
     pub auth_throttle_per_user_ip: u32,
     pub auth_throttle_per_ip: u32,
     pub auth_throttle_per_user: u32,
-    pub shutdown_grace_s: f64,
+    shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
     pub nn_url: Option<String>,
     pub trusted_proxies: Vec<String>,
-    pub dead_task_timeout_s: f64,
-    pub scavenge_interval_s: f64,
+    dead_task_timeout_s: f64,
+    scavenge_interval_s: f64,
     pub flush_runs_per_tick: usize,
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
 }
@@ -118,7 +125,7 @@ impl Default for Config {
             primary_port: None,
             data_dir: PathBuf::from("data"),
             store: StoreKind::Sqlite,
-            mongodb_uri: "mongodb://localhost:27017/fishtest_new".into(),
+            mongodb_uri: SecretUri::new("mongodb://localhost:27017/fishtest_new"),
             sqlite_synchronous: SqliteSync::Normal,
             threadpool_tokens: 200,
             task_semaphore_size: 5,
@@ -164,6 +171,40 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("invalid setting `{key}`: {rule}")]
     Invalid { key: &'static str, rule: String },
+}
+
+/// Keys whose values no message may quote.
+const SECRET_KEYS: &[&str] = &["secret", "mongodb_uri"];
+
+/// A parse error. TOML's messages quote the offending line; when that line sets a secret key,
+/// the message names the key and says nothing of the value.
+fn parse_error(origin: &str, message: String) -> ConfigError {
+    let secret_key = message.lines().find_map(|line| {
+        // Quoted lines look like ` 3 | key = value`.
+        let (gutter, content) = line.split_once('|')?;
+        if !gutter.trim().chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let content = content.trim_start().trim_start_matches(['"', '\'']);
+        SECRET_KEYS.iter().copied().find(|key| {
+            content.strip_prefix(key).is_some_and(|rest| {
+                rest.trim_start_matches(['"', '\''])
+                    .trim_start()
+                    .starts_with('=')
+            })
+        })
+    });
+    let message = match secret_key {
+        Some(key) => {
+            let header = message.lines().next().unwrap_or_default();
+            format!("{header}\ninvalid value for `{key}` (not shown: the setting is secret)")
+        }
+        None => message,
+    };
+    ConfigError::Parse {
+        path: origin.to_string(),
+        message,
+    }
 }
 
 fn invalid(key: &'static str, rule: impl Into<String>) -> ConfigError {
@@ -216,10 +257,9 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
         let mut table: toml::Table = match text {
-            Some(t) => t.parse().map_err(|e: toml::de::Error| ConfigError::Parse {
-                path: origin.to_string(),
-                message: e.to_string(),
-            })?,
+            Some(t) => t
+                .parse()
+                .map_err(|e: toml::de::Error| parse_error(origin, e.to_string()))?,
             None => toml::Table::new(),
         };
         for (name, value) in env {
@@ -240,14 +280,9 @@ impl Config {
         }
         // Round-trip through text so that type errors quote the offending `key = value` line,
         // whether the value came from the file or from the environment.
-        let merged = toml::to_string(&table).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string(),
-        })?;
-        let config: Config = toml::from_str(&merged).map_err(|e| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim().to_string(),
-        })?;
+        let merged = toml::to_string(&table).map_err(|e| parse_error(origin, e.to_string()))?;
+        let config: Config = toml::from_str(&merged)
+            .map_err(|e| parse_error(origin, e.to_string().trim().to_string()))?;
         config.validate()?;
         Ok(config)
     }
@@ -263,7 +298,7 @@ impl Config {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }
-        if self.store == StoreKind::Mongodb && self.mongodb_uri.trim().is_empty() {
+        if self.store == StoreKind::Mongodb && self.mongodb_uri.expose().trim().is_empty() {
             return Err(invalid(
                 "mongodb_uri",
                 "must be set when store = \"mongodb\"",
@@ -392,7 +427,7 @@ impl Config {
             return Err(invalid("books_file", "must not be empty when set"));
         }
         if let Some(secret) = &self.secret
-            && secret.len() < 32
+            && secret.expose().len() < 32
         {
             return Err(invalid(
                 "secret",
@@ -416,28 +451,44 @@ impl Config {
         self.task_semaphore_size + self.admission_queue
     }
 
+    /// `admission_timeout_s`.
     pub fn admission_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.admission_timeout_s)
+        seconds(self.admission_timeout_s)
     }
 
+    /// `header_read_timeout_s`.
     pub fn header_read_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.header_read_timeout_s)
+        seconds(self.header_read_timeout_s)
     }
 
+    /// `body_read_timeout_s`.
     pub fn body_read_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.body_read_timeout_s)
+        seconds(self.body_read_timeout_s)
     }
 
+    /// `keepalive_timeout_s`.
     pub fn keepalive_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.keepalive_timeout_s)
+        seconds(self.keepalive_timeout_s)
     }
 
+    /// `auth_throttle_window_s`.
     pub fn auth_throttle_window(&self) -> Duration {
-        Duration::from_secs_f64(self.auth_throttle_window_s)
+        seconds(self.auth_throttle_window_s)
     }
 
+    /// `shutdown_grace_s`.
     pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_secs_f64(self.shutdown_grace_s)
+        seconds(self.shutdown_grace_s)
+    }
+
+    /// `dead_task_timeout_s`.
+    pub fn dead_task_timeout(&self) -> Duration {
+        seconds(self.dead_task_timeout_s)
+    }
+
+    /// `scavenge_interval_s`.
+    pub fn scavenge_interval(&self) -> Duration {
+        seconds(self.scavenge_interval_s)
     }
 
     /// tokio's blocking-thread cap: one thread per pool token, plus a few for the runtime's own
@@ -445,6 +496,13 @@ impl Config {
     pub fn max_blocking_threads(&self) -> usize {
         self.threadpool_tokens + 8
     }
+}
+
+/// A validated number of seconds as a [`Duration`]. Validation refuses what `Duration` cannot
+/// hold (negative, NaN, infinite); a value that never went through it (a `Config` deserialized
+/// directly) gives zero rather than a panic.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)
 }
 
 /// Interprets an environment value as a TOML value when it parses as one (numbers, booleans,
@@ -462,6 +520,7 @@ fn env_value(raw: &str) -> toml::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::REDACTED;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -585,6 +644,78 @@ mod tests {
                 "`{text}` gave `{e}`, which does not name `{key}`"
             );
         }
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug_printout_and_errors() {
+        let secret = "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t";
+        let c = Config::from_sources(
+            Some("mongodb_uri = \"mongodb://alice:pa55word@db:27017/ft\""),
+            "t",
+            env(&[("SHOAL_SECRET", secret)]),
+        )
+        .expect("valid");
+        assert_eq!(c.secret.as_ref().map(Secret::expose), Some(secret));
+        assert_eq!(
+            c.mongodb_uri.expose(),
+            "mongodb://alice:pa55word@db:27017/ft"
+        );
+        let debug = format!("{c:?}");
+        let printed = toml::to_string(&c).expect("serializes");
+        for shown in [&debug, &printed] {
+            assert!(!shown.contains(secret), "{shown}");
+            assert!(!shown.contains("pa55word"), "{shown}");
+            assert!(shown.contains(REDACTED), "{shown}");
+            assert!(
+                shown.contains("mongodb://alice:[REDACTED]@db:27017/ft"),
+                "{shown}"
+            );
+        }
+        // Type and syntax errors quote the offending line; not when it holds a secret.
+        for (text, e, key) in [
+            (
+                "",
+                &[("SHOAL_SECRET", "12345678901234567890123456789.25")][..],
+                "secret",
+            ),
+            (
+                "secret = [\"s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t\"]",
+                &[],
+                "secret",
+            ),
+            (
+                "secret = \"s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
+                &[],
+                "secret",
+            ),
+            ("mongodb_uri = 987654", &[], "mongodb_uri"),
+        ] {
+            let message = err_text(text, e);
+            assert!(!message.contains("s3cr3t"), "{message}");
+            assert!(!message.contains("123456789"), "{message}");
+            assert!(!message.contains("987654"), "{message}");
+            assert!(
+                message.contains(&format!("invalid value for `{key}` (not shown")),
+                "{message}"
+            );
+        }
+        // Other keys are still quoted.
+        assert!(err_text("port = \"eighty\"", &[]).contains("eighty"));
+    }
+
+    #[test]
+    fn durations_are_typed() {
+        let c = Config::from_sources(
+            Some("shutdown_grace_s = 2.5\ndead_task_timeout_s = 90"),
+            "t",
+            env(&[("SHOAL_SCAVENGE_INTERVAL_S", "0.5")]),
+        )
+        .expect("valid");
+        assert_eq!(c.shutdown_grace(), Duration::from_millis(2500));
+        assert_eq!(c.dead_task_timeout(), Duration::from_secs(90));
+        assert_eq!(c.scavenge_interval(), Duration::from_millis(500));
+        assert_eq!(c.admission_timeout(), Duration::from_secs(5));
+        assert_eq!(c.body_read_timeout(), Duration::from_secs(60));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! The crate map, in reading order:
 //! - [`config`]: settings file + environment -> a validated [`config::Config`].
+//! - [`secret`]: wrappers that keep secrets and passwords out of `Debug`, logs and printouts.
 //! - [`telemetry`]: the `tracing` subscriber and the Prometheus recorder.
 //! - [`process`]: process plumbing shared by the server and the simulator (open-files limit).
 //! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
@@ -29,6 +30,7 @@ pub mod process;
 pub mod protocol;
 pub mod purge;
 pub mod rundb;
+pub mod secret;
 pub mod sim;
 pub mod spsa;
 pub mod stats;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use shoal::config::Config;
+use shoal::secret::Secret;
 
 // mimalloc instead of glibc's malloc: under a storm the server allocates and frees many small
 // objects on several threads plus megabyte-sized run documents, and glibc's allocator was
@@ -87,8 +88,9 @@ enum UserAction {
     /// Create an approved user.
     Add {
         name: String,
-        #[arg(long)]
-        password: String,
+        /// Never echoed or logged (a `Secret`).
+        #[arg(long, value_parser = secret_arg)]
+        password: Secret,
         #[arg(long, default_value = "")]
         email: String,
         /// Put the user in group:approvers.
@@ -114,8 +116,9 @@ enum UserAction {
         unblock: bool,
         #[arg(long)]
         machine_limit: Option<u32>,
-        #[arg(long)]
-        password: Option<String>,
+        /// Never echoed or logged (a `Secret`).
+        #[arg(long, value_parser = secret_arg)]
+        password: Option<Secret>,
         /// Add to group:approvers.
         #[arg(long)]
         approver: bool,
@@ -123,6 +126,12 @@ enum UserAction {
         #[arg(long, conflicts_with = "approver")]
         no_approver: bool,
     },
+}
+
+/// A password from the command line, wrapped at once so that no `Debug` of the parsed
+/// arguments can show it.
+fn secret_arg(text: &str) -> Result<Secret, std::convert::Infallible> {
+    Ok(Secret::new(text))
 }
 
 fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
@@ -138,7 +147,7 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
             machine_limit,
         } => {
             let u = users
-                .add(&name, &password, &email, approver, machine_limit)
+                .add(&name, password.expose(), &email, approver, machine_limit)
                 .map_err(|e| e.to_string())?;
             format!(
                 "added user {} (machine limit {})",
@@ -194,10 +203,11 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
                 u.machine_limit = n;
             }
             if let Some(p) = password {
+                let p = p.expose();
                 if p.is_empty() || p.chars().count() > 72 {
                     return Err("The password must be 1 to 72 characters long.".into());
                 }
-                u.password = hash_password(&p).map_err(|e| e.to_string())?;
+                u.password = hash_password(p).map_err(|e| e.to_string())?;
             }
             if approver && !u.is_approver() {
                 u.groups.push(APPROVERS.to_string());

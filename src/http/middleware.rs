@@ -212,7 +212,7 @@ async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next
     parts.extensions.insert(BodyLimit {
         bytes: limit,
         deadline: tokio::time::Instant::now() + state.config.body_read_timeout(),
-        timeout_s: state.config.body_read_timeout_s,
+        timeout_s: state.config.body_read_timeout().as_secs_f64(),
     });
     let body = Body::new(http_body_util::Limited::new(body, limit));
     next.run(Request::from_parts(parts, body)).await

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::fleet::{
     PASSWORD, add_user, approve, create_run, fixed_args, key, user_cli, worker_info,
 };
-use crate::harness::{Opts, TestServer, metric_sum, run_bin};
+use crate::harness::{Opts, TestServer, bin, metric_sum, run_bin};
 
 const TOO_BUSY: &str = "Request_task: the server is currently too busy...";
 
@@ -1105,4 +1105,104 @@ fn invalid_settings_stop_start_up_naming_the_key() {
     );
     assert!(!status.success());
     assert!(stderr.contains("mongodb"), "{stderr}");
+}
+
+/// Runs the binary in `cwd` with only `env`; returns (success, stdout + stderr).
+fn run_bin_all(args: &[&str], env: &[(&str, &str)], cwd: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("run shoal");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn secrets_and_passwords_never_show() {
+    const SECRET: &str = "0123-very-secret-cookie-key-4567-89ab";
+    const DB_PASSWORD: &str = "db-pa55word-xyz";
+    const USER_PASSWORD: &str = "user-pa55word-xyz";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uri = format!("mongodb://fish:{DB_PASSWORD}@db.example.org:27017/fishtest");
+
+    // check-config prints the effective values: the secret redacted, the URI without its
+    // password, whether they came from the environment or from the file.
+    let env = [
+        ("SHOAL_SECRET", SECRET),
+        ("SHOAL_MONGODB_URI", uri.as_str()),
+    ];
+    let (ok, out) = run_bin_all(&["check-config"], &env, dir.path());
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("port = 8000"),
+        "check-config prints the values: {out}"
+    );
+    assert!(out.contains("secret = \"[REDACTED]\""), "{out}");
+    assert!(
+        out.contains("mongodb_uri = \"mongodb://fish:[REDACTED]@db.example.org:27017/fishtest\""),
+        "{out}"
+    );
+    assert!(!out.contains(SECRET) && !out.contains(DB_PASSWORD), "{out}");
+    let file = format!("secret = \"{SECRET}\"\nmongodb_uri = \"{uri}\"\n");
+    std::fs::write(dir.path().join("s.toml"), file).expect("write");
+    let (ok, out) = run_bin_all(&["check-config", "--config", "s.toml"], &[], dir.path());
+    assert!(ok, "{out}");
+    assert!(out.contains("[REDACTED]"), "{out}");
+    assert!(!out.contains(SECRET) && !out.contains(DB_PASSWORD), "{out}");
+    // A refused secret is named, not quoted.
+    let (ok, out) = run_bin_all(
+        &["check-config"],
+        &[("SHOAL_SECRET", "short-secret")],
+        dir.path(),
+    );
+    assert!(
+        !ok && out.contains("secret") && !out.contains("short-secret"),
+        "{out}"
+    );
+
+    // Nor does the validated configuration's Debug.
+    let config = shoal::config::Config::from_sources(
+        None,
+        "test",
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+    .expect("valid");
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains(SECRET) && !debug.contains(DB_PASSWORD),
+        "{debug}"
+    );
+    assert!(debug.contains("[REDACTED]"), "{debug}");
+
+    // A password given to `shoal user` is not echoed, whatever happens.
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    let env = [("SHOAL_DATA_DIR", data)];
+    for (args, success) in [
+        (
+            &["user", "add", "alice", "--password", USER_PASSWORD][..],
+            true,
+        ),
+        (&["user", "set", "alice", "--password", USER_PASSWORD], true),
+        (
+            &["user", "add", "alice", "--password", USER_PASSWORD],
+            false,
+        ),
+        (
+            &["user", "set", "nobody", "--password", USER_PASSWORD],
+            false,
+        ),
+        (&["user", "list"], true),
+    ] {
+        let (ok, out) = run_bin_all(args, &env, dir.path());
+        assert_eq!(ok, success, "{args:?}: {out}");
+        assert!(!out.contains(USER_PASSWORD), "{args:?}: {out}");
+    }
 }

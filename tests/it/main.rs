@@ -1,5 +1,8 @@
 //! The one integration-test binary: real server processes, real HTTP, real SQLite.
 
+// Tests may panic on the unexpected: that is how they fail (Cargo.toml denies these in src/).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod core;
 mod fleet;
 mod fuzz;

@@ -306,7 +306,7 @@ async fn upload(
         Some(l) => (l.deadline, l.timeout_s),
         None => (
             tokio::time::Instant::now() + state.config.body_read_timeout(),
-            state.config.body_read_timeout_s,
+            state.config.body_read_timeout().as_secs_f64(),
         ),
     };
     let unchecked_budget = state.config.api_body_limit_bytes;
