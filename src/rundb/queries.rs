@@ -1,10 +1,11 @@
 //! Read-side queries the HTTP layer (and the UI to come) asks of the run database: finished
-//! runs with filters and paging, a task view, PGN look-ups and reads, net download counts, and
-//! the debug key-value probe.
+//! runs with filters and paging, a run (whole or without its task lists) and the active runs,
+//! a task view, PGN look-ups and reads, net download counts, and the debug key-value probe.
 //!
 //! Owns: turning a request's filters into a store query, and reading the cached run under its
-//! lock for a task view. Blocking: call every method from the offload pool.
-//! Must not: know HTTP (no status codes, no JSON reply shapes), or change a run.
+//! lock for a copy or a task view. Blocking: call every method from the offload pool.
+//! Must not: know HTTP (no status codes, no JSON reply shapes), change a run, or call the
+//! other operations (scheduler, tasks, lifecycle, jobs) or recovery.
 
 use serde_json::{Value, json};
 
@@ -132,5 +133,42 @@ impl RunDb {
         Ok(self
             .store
             .get(Collection::Kvstore, &format!("debug:{key}"))?)
+    }
+}
+
+impl RunDb {
+    /// A copy of a run without its task lists (cheap even for runs with many tasks).
+    pub fn run_head(&self, run_id: &str) -> DbResult<Option<Run>> {
+        Ok(self.entry(run_id)?.map(|e| {
+            let mut run = e.run.lock();
+            let tasks = std::mem::take(&mut run.tasks);
+            let bad = std::mem::take(&mut run.bad_tasks);
+            let head = run.clone();
+            run.tasks = tasks;
+            run.bad_tasks = bad;
+            head
+        }))
+    }
+
+    /// Copies of every unfinished run without their task lists, oldest first.
+    pub fn active_heads(&self) -> DbResult<Vec<Run>> {
+        let ids = self.unfinished.read().clone();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(run) = self.run_head(&id)? {
+                out.push(run);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A copy of a run.
+    pub fn get_run(&self, run_id: &str) -> DbResult<Option<Run>> {
+        Ok(self.entry(run_id)?.map(|e| e.run.lock().clone()))
+    }
+
+    /// The unfinished runs' ids.
+    pub fn unfinished_ids(&self) -> Vec<String> {
+        self.unfinished.read().clone()
     }
 }

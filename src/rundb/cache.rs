@@ -1,0 +1,315 @@
+//! The run cache and the write-behind.
+//!
+//! Owns: `RunEntry` (one cached run behind its lock, with its dirty priority, journal seq,
+//! last write and compiled `arch_filter`), loading a run into the cache on a miss, `commit`
+//! (a run's change as a journal patch, the run marked dirty), `save_now`, the write-behind
+//! (`flush`: the most urgent dirty runs, and the pending CPU hours), eviction (`clean_cache`),
+//! and the patch format the journal replays (`patch_of`, `apply_patch`). Entries are private to
+//! `rundb`: callers outside get copies (`queries.rs`).
+//! Must not: call any layer above it (transitions, the operations, recovery); decide what a
+//! change is (its callers do); write the cache while holding another lock of the run database.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::model::Run;
+use super::schedule::ArchFilter;
+use super::{DbResult, RunDb, RunDbError, Ticket};
+use crate::store::{Collection, Doc, JournalEntry, RunRecord, StoreError};
+
+/// Write-behind priorities, as Fishtest's: the flusher takes the dirty run with the smallest
+/// `last_sync - 60 s × priority` first, so a new task is written before an ended one, and both
+/// before any other change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Prio {
+    Normal = 0,
+    Medium = 1,
+    High = 2,
+}
+
+/// One cached run.
+pub(super) struct RunEntry {
+    pub run: Mutex<Run>,
+    /// 0 = clean, p + 1 = dirty with priority p.
+    dirty: AtomicU8,
+    /// Highest journal seq applied to `run`.
+    seq: AtomicU64,
+    last_sync: Mutex<Instant>,
+    arch: Mutex<Option<(String, ArchFilter)>>,
+}
+
+impl RunEntry {
+    pub(super) fn new(run: Run) -> Arc<RunEntry> {
+        // The filter is compiled here, when a run enters the cache (creation, start-up, a
+        // cache miss), never inside request_task's critical section.
+        let arch = run
+            .args
+            .arch_filter
+            .as_ref()
+            .map(|p| (p.clone(), ArchFilter::compile(p)));
+        Arc::new(RunEntry {
+            run: Mutex::new(run),
+            dirty: AtomicU8::new(0),
+            seq: AtomicU64::new(0),
+            last_sync: Mutex::new(Instant::now()),
+            arch: Mutex::new(arch),
+        })
+    }
+
+    pub(super) fn mark_dirty(&self, prio: Prio) {
+        self.dirty.fetch_max(prio as u8 + 1, Ordering::AcqRel);
+    }
+
+    pub(super) fn arch_filter(&self, pattern: &str) -> ArchFilter {
+        let mut cached = self.arch.lock();
+        match &*cached {
+            Some((p, f)) if p == pattern => f.clone(),
+            _ => {
+                let f = ArchFilter::compile(pattern);
+                *cached = Some((pattern.to_string(), f.clone()));
+                f
+            }
+        }
+    }
+}
+
+pub(super) fn to_doc<T: serde::Serialize>(v: &T) -> DbResult<Doc> {
+    match serde_json::to_value(v) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(RunDbError::Corrupt("?".into(), "not an object".into())),
+        Err(e) => Err(RunDbError::Corrupt("?".into(), e.to_string())),
+    }
+}
+
+/// The write-behind record of a run, serialised straight from the typed run (no intermediate
+/// `Doc`: for a run with thousands of tasks that tree was most of a flush's allocations).
+fn run_record(run: &Run, seq: u64) -> DbResult<RunRecord> {
+    let json = serde_json::to_string(run)
+        .map_err(|e| RunDbError::Corrupt(run.id.clone(), e.to_string()))?;
+    Ok(RunRecord {
+        id: run.id.clone(),
+        json,
+        seq,
+        finished: Some(run.finished),
+        last_updated: Some(run.last_updated.to_iso()),
+        username: Some(run.args.username.clone()),
+    })
+}
+
+pub(super) fn parse_run(doc: Doc) -> DbResult<Run> {
+    let id = doc
+        .get("_id")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string();
+    serde_json::from_value(Value::Object(doc)).map_err(|e| RunDbError::Corrupt(id, e.to_string()))
+}
+
+/// The patch that makes a journal entry: every run field but the task lists, plus the
+/// touched tasks as `"tasks.<i>"`.
+fn patch_of(run: &mut Run, touched: &[usize]) -> DbResult<Doc> {
+    let tasks = std::mem::take(&mut run.tasks);
+    let bad = std::mem::take(&mut run.bad_tasks);
+    let head = to_doc(&*run);
+    run.tasks = tasks;
+    run.bad_tasks = bad;
+    let mut patch = head?;
+    patch.remove("tasks");
+    patch.remove("bad_tasks");
+    for &i in touched {
+        if let Some(t) = run.tasks.get(i) {
+            patch.insert(format!("tasks.{i}"), Value::Object(to_doc(t)?));
+        }
+    }
+    Ok(patch)
+}
+
+/// Applies a journal patch to a stored run document.
+pub fn apply_patch(doc: &mut Doc, patch: &Doc) {
+    for (key, value) in patch {
+        if let Some(index) = key.strip_prefix("tasks.") {
+            let Ok(i) = index.parse::<usize>() else {
+                continue;
+            };
+            let tasks = doc
+                .entry("tasks")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(list) = tasks {
+                if i < list.len() {
+                    list[i] = value.clone();
+                } else {
+                    // Entries are applied in seq order, so a new task is always the next index.
+                    while list.len() < i {
+                        list.push(Value::Null);
+                    }
+                    list.push(value.clone());
+                }
+            }
+        } else {
+            doc.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+impl RunDb {
+    /// The cached entry of a run, loading it from the store if needed. A secondary does not
+    /// cache: the primary changes runs, and the store is where a secondary sees them.
+    pub(super) fn entry(&self, run_id: &str) -> DbResult<Option<Arc<RunEntry>>> {
+        if let Some(e) = self.cache.read().get(run_id) {
+            return Ok(Some(e.clone()));
+        }
+        let Some(doc) = self.store.get(Collection::Runs, run_id)? else {
+            return Ok(None);
+        };
+        let run = parse_run(doc)?;
+        if !self.cfg.primary {
+            return Ok(Some(RunEntry::new(run)));
+        }
+        let mut cache = self.cache.write();
+        Ok(Some(
+            cache
+                .entry(run_id.to_string())
+                .or_insert_with(|| RunEntry::new(run))
+                .clone(),
+        ))
+    }
+
+    /// Journals the state of `run` (touched tasks included) and marks it dirty. Call with the
+    /// run's lock held.
+    pub(super) fn commit(
+        &self,
+        entry: &RunEntry,
+        run: &mut Run,
+        touched: &[usize],
+        prio: Prio,
+    ) -> DbResult<Ticket> {
+        let patch = patch_of(run, touched)?;
+        let seq = self.journal.next_seq();
+        entry.seq.store(seq, Ordering::Release);
+        entry.mark_dirty(prio);
+        Ok(self.journal.submit(JournalEntry {
+            seq,
+            run_id: run.id.clone(),
+            patch,
+        }))
+    }
+
+    /// Writes a run document now (Fishtest's SAVE_NOW) and folds its journal entries.
+    pub(super) fn save_now(&self, entry: &RunEntry, run: &Run) -> DbResult<()> {
+        let seq = entry.seq.load(Ordering::Acquire);
+        self.store.flush_runs(&[run_record(run, seq)?])?;
+        entry.dirty.store(0, Ordering::Release);
+        *entry.last_sync.lock() = Instant::now();
+        Ok(())
+    }
+
+    /// Writes dirty runs behind: up to `flush_runs_per_tick`, most urgent first
+    /// (minimum of last_sync − 60 s · priority, as Fishtest), and the pending CPU hours.
+    /// Returns how many runs were written.
+    pub fn flush(&self, all: bool) -> DbResult<usize> {
+        let hours = self.persist_cpu_hours();
+        let runs = self.flush_runs(all);
+        hours?;
+        runs
+    }
+
+    fn flush_runs(&self, all: bool) -> DbResult<usize> {
+        let entries: Vec<(String, Arc<RunEntry>)> = self
+            .cache
+            .read()
+            .iter()
+            .filter(|(_, e)| e.dirty.load(Ordering::Acquire) > 0)
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let mut scored: Vec<(f64, Arc<RunEntry>)> = entries
+            .into_iter()
+            .map(|(_, e)| {
+                let prio = f64::from(e.dirty.load(Ordering::Acquire).saturating_sub(1));
+                let age = e.last_sync.lock().elapsed().as_secs_f64();
+                (-(age + 60.0 * prio), e)
+            })
+            .collect();
+        scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let limit = if all {
+            usize::MAX
+        } else {
+            self.cfg.flush_runs_per_tick
+        };
+        let mut batch = Vec::new();
+        let mut taken = Vec::new();
+        for (_, e) in scored.into_iter().take(limit) {
+            // Serialise under the lock, straight to text: one pass over the run, cheaper than
+            // the clone it replaces (and no second copy of a run with thousands of tasks).
+            let record = {
+                let run = e.run.lock();
+                let seq = e.seq.load(Ordering::Acquire);
+                e.dirty.store(0, Ordering::Release);
+                run_record(&run, seq)
+            };
+            match record {
+                Ok(r) => batch.push(r),
+                Err(err) => {
+                    e.mark_dirty(Prio::Normal);
+                    return Err(err);
+                }
+            }
+            taken.push(e);
+        }
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        // One run per transaction: the store has a single writer, and the journal appends that
+        // acknowledged updates wait for must not queue behind a whole batch of big documents.
+        let mut written = 0;
+        let mut failure = None;
+        for (item, entry) in batch.into_iter().zip(&taken) {
+            let started = Instant::now();
+            match self.store.flush_runs(std::slice::from_ref(&item)) {
+                Ok(()) => {
+                    metrics::histogram!("shoal_flush_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    *entry.last_sync.lock() = Instant::now();
+                    written += 1;
+                }
+                Err(e) => {
+                    // Retried on a later tick.
+                    entry.mark_dirty(Prio::Normal);
+                    failure = Some(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e.into()),
+            None => Ok(written),
+        }
+    }
+
+    /// Runs still waiting to be written.
+    pub fn dirty_count(&self) -> usize {
+        self.cache
+            .read()
+            .values()
+            .filter(|e| e.dirty.load(Ordering::Acquire) > 0)
+            .count()
+    }
+
+    /// Evicts finished, clean runs from the cache.
+    pub fn clean_cache(&self) {
+        let unfinished: HashSet<String> = self.unfinished.read().iter().cloned().collect();
+        self.cache.write().retain(|id, e| {
+            unfinished.contains(id)
+                || e.dirty.load(Ordering::Acquire) > 0
+                || e.last_sync.lock().elapsed() < Duration::from_secs(300)
+        });
+    }
+
+    /// Closes the store (at shutdown, after the last flush).
+    pub fn close_store(&self) -> Result<(), StoreError> {
+        self.store.close()
+    }
+}

@@ -1,0 +1,90 @@
+//! The CPU-hour ledger: what each user's finished tasks have cost (the figure stop_run's
+//! 1000-hour rule reads).
+//!
+//! Owns: adding a finished task's hours in memory (under its run's lock, where no store write
+//! may happen), the stored totals in `kvstore` (`cpu_hours:<user>`), and `persist_cpu_hours`,
+//! which the write-behind calls each tick and at shutdown.
+//! Must not: call any other layer of `rundb` (it is below the cache); write the store under a
+//! run's lock.
+
+use serde_json::{Value, json};
+
+use super::model::Run;
+use super::schedule;
+use super::{DbResult, RunDb};
+use crate::store::{Collection, Doc};
+
+impl RunDb {
+    /// CPU hours a user has contributed (finished tasks' games × concurrency × game time).
+    pub fn cpu_hours(&self, username: &str) -> DbResult<f64> {
+        let pending = self
+            .cpu_hours_pending
+            .lock()
+            .get(username)
+            .copied()
+            .unwrap_or(0.0);
+        Ok(self.stored_cpu_hours(username)? + pending)
+    }
+
+    fn stored_cpu_hours(&self, username: &str) -> DbResult<f64> {
+        if let Some(doc) = self
+            .store
+            .get(Collection::Kvstore, &format!("cpu_hours:{username}"))?
+        {
+            return Ok(doc.get("value").and_then(Value::as_f64).unwrap_or(0.0));
+        }
+        Ok(0.0)
+    }
+
+    /// Adds a finished task's CPU time to its user (games × game duration × threads), the
+    /// figure stop_run's 1000-hour rule reads. In memory: called under the run's lock;
+    /// [`RunDb::persist_cpu_hours`] writes it.
+    pub(super) fn add_cpu_hours(&self, run: &Run, task_id: usize) {
+        let Some(task) = run.tasks.get(task_id) else {
+            return;
+        };
+        let Some(tc) = schedule::parse_tc(&run.args.tc) else {
+            return;
+        };
+        let hours =
+            task.stats.games() as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads)
+                / 3600.0;
+        if hours <= 0.0 {
+            return;
+        }
+        *self
+            .cpu_hours_pending
+            .lock()
+            .entry(task.worker_info.username.clone())
+            .or_insert(0.0) += hours;
+    }
+
+    /// Adds the pending CPU hours to the stored totals (write-behind job, shutdown). A user
+    /// whose write fails keeps its hours pending for the next call.
+    pub fn persist_cpu_hours(&self) -> DbResult<usize> {
+        let pending = std::mem::take(&mut *self.cpu_hours_pending.lock());
+        let mut written = 0;
+        let mut failure = None;
+        // Read-modify-write of one document per user: serialise so no increment is lost.
+        let _guard = self.cpu_hours_lock.lock();
+        for (username, hours) in pending {
+            let result = self.stored_cpu_hours(&username).and_then(|total| {
+                let mut doc = Doc::new();
+                doc.insert("_id".into(), json!(format!("cpu_hours:{username}")));
+                doc.insert("value".into(), json!(total + hours));
+                Ok(self.store.put(Collection::Kvstore, &doc)?)
+            });
+            match result {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    *self.cpu_hours_pending.lock().entry(username).or_insert(0.0) += hours;
+                    failure = Some(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
+    }
+}

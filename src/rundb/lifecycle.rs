@@ -1,0 +1,150 @@
+//! The run lifecycle: a run created, approved, stopped by a worker, purged by its owner or an
+//! approver (and, to come, modified and deleted).
+//!
+//! Owns: who may do each, the states each is allowed from, and the action each logs.
+//! Must not: call the other operations (scheduler, tasks, jobs, queries) or recovery; change
+//! a run on a secondary instance.
+
+use std::time::Duration;
+
+use super::actions::run_fields;
+use super::cache::{Prio, RunEntry};
+use super::model::WorkerInfo;
+use super::transitions::PurgeOutcome;
+use super::users::User;
+use super::{DbResult, Reply, RunDb, RunDbError, Ticket, create, secs_since};
+
+/// CPU hours a user needs before stop_run may fail a run.
+pub const STOP_RUN_CPU_HOURS: f64 = 1000.0;
+
+/// Runs older than this cannot be purged (or modified).
+pub const PURGE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl RunDb {
+    /// Creates a run from validated arguments; returns its id.
+    pub fn create_run(&self, args: create::CreateArgs, user: &User) -> DbResult<String> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
+        let run =
+            create::build_run(args, &user.username, &self.books).map_err(RunDbError::Invalid)?;
+        let id = run.id.clone();
+        let entry = RunEntry::new(run.clone());
+        self.save_now(&entry, &run)?;
+        self.cache.write().insert(id.clone(), entry);
+        self.unfinished.write().push(id.clone());
+        let f = run_fields(&run, Some(run.args.info.clone()));
+        self.log_action("new_run", &user.username, f)?;
+        Ok(id)
+    }
+
+    /// Approves a run: approvers only, never the submitter, only once.
+    pub fn approve_run(&self, run_id: &str, approver: &User) -> DbResult<()> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
+        if !approver.is_approver() {
+            return Err(RunDbError::Unauthorized(
+                "Only approvers can approve runs.".into(),
+            ));
+        }
+        let entry = self
+            .entry(run_id)?
+            .ok_or_else(|| RunDbError::NotFound(format!("Unknown run {run_id}")))?;
+        let mut run = entry.run.lock();
+        if run.args.username == approver.username {
+            return Err(RunDbError::Unauthorized(
+                "You cannot approve your own run.".into(),
+            ));
+        }
+        if run.approved {
+            return Err(RunDbError::Invalid(format!(
+                "Run {run_id} is already approved"
+            )));
+        }
+        if run.finished || run.deleted {
+            return Err(RunDbError::Invalid(format!("Run {run_id} is finished")));
+        }
+        run.approved = true;
+        run.approver = approver.username.clone();
+        self.save_now(&entry, &run)?;
+        let f = run_fields(&run, None);
+        drop(run);
+        self.log_action("approve_run", &approver.username, f)?;
+        Ok(())
+    }
+
+    /// stop_run: a worker found a fatal problem with the run (wrong bench, engine bug).
+    pub fn stop_run(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        message: &str,
+        wi: &WorkerInfo,
+    ) -> DbResult<(Reply, Option<Ticket>)> {
+        let entry = self.run_entry(run_id)?;
+        let hours = self.cpu_hours(&wi.username)?;
+        let mut run = entry.run.lock();
+        self.task_of(&run, task_id, wi)?;
+        if run.finished {
+            return Err(RunDbError::Unauthorized(format!(
+                "Stop_run: run {run_id} is already finished"
+            )));
+        }
+        let short: String = message.chars().take(1024).collect();
+        if hours < STOP_RUN_CPU_HOURS {
+            self.set_inactive(&mut run, task_id);
+            // The worker sends no failed_task after this; the task is made inactive here.
+            let _ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
+            self.task_action(
+                "stop_run",
+                &run,
+                task_id,
+                &format!("{short} (not authorized)"),
+            )?;
+            return Err(RunDbError::Unauthorized(format!(
+                "Stop_run: user {} has fewer than {STOP_RUN_CPU_HOURS} CPU hours",
+                wi.username
+            )));
+        }
+        run.failed = true;
+        run.failures += 1;
+        let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
+        self.finish_run(&entry, &mut run)?;
+        self.task_action("stop_run", &run, task_id, &short)?;
+        Ok((Reply::new(), Some(ticket)))
+    }
+
+    /// The manual purge (docs/protocol.md#dead-tasks-and-purge): run owner or approver; only
+    /// finished, non-failed runs started within 30 days.
+    pub fn purge_run(&self, run_id: &str, user: &User) -> DbResult<PurgeOutcome> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
+        let entry = self
+            .entry(run_id)?
+            .ok_or_else(|| RunDbError::NotFound(format!("Unknown run {run_id}")))?;
+        let mut run = entry.run.lock();
+        if run.args.username != user.username && !user.is_approver() {
+            return Err(RunDbError::Unauthorized(
+                "Only the run's owner or an approver can purge it.".into(),
+            ));
+        }
+        if !run.finished {
+            return Err(RunDbError::Invalid("Can only purge finished runs.".into()));
+        }
+        if run.failed {
+            return Err(RunDbError::Invalid("Cannot purge a failed run.".into()));
+        }
+        if secs_since(&run.start_time) > PURGE_WINDOW.as_secs_f64() {
+            return Err(RunDbError::Invalid(
+                "Runs older than 30 days cannot be purged.".into(),
+            ));
+        }
+        let outcome = self.purge_locked(&entry, &mut run, crate::purge::MANUAL_PURGE)?;
+        let f = run_fields(&run, Some(format!("Purged {} tasks", outcome.purged.len())));
+        drop(run);
+        self.log_action("purge_run", &user.username, f)?;
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,299 @@
+//! The scheduler: request_task's critical section (docs/protocol.md#request_task) and its
+//! memory.
+//!
+//! Owns: `Sched` (the worker -> task map and each worker's runs, persisted by
+//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the per-address task counts
+//! it checks against the machine limit, and the choice of a run and the task created in it.
+//! The rules themselves are pure functions in `schedule.rs`.
+//! Must not: call the other operations (tasks, lifecycle, jobs, queries) or recovery; do work
+//! proportional to all tasks ever created; hold a run's lock while taking another's.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use super::cache::Prio;
+use super::model::{Stats, Task, WorkerInfo};
+use super::schedule::{self, Candidate, WorkerNeeds};
+use super::users::User;
+use super::{DbResult, Reply, RunDb, RunDbError, Ticket, now, reply, secs_since};
+use crate::store::{Collection, Cond, Doc, Query};
+
+/// Two workers with the same short name within this window are duplicates.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+#[derive(Default)]
+pub(super) struct WorkerRuns {
+    pub(super) runs: HashSet<String>,
+    pub(super) last_run: Option<String>,
+}
+
+/// The scheduler's memory (primary only).
+#[derive(Default)]
+pub(super) struct Sched {
+    /// short worker name -> (run id, task id) of its latest task.
+    pub(super) wtt: HashMap<String, (String, usize)>,
+    pub(super) worker_runs: HashMap<String, WorkerRuns>,
+}
+
+impl RunDb {
+    /// request_task's critical section (docs/protocol.md#request_task). The caller holds the
+    /// gate's slot.
+    pub fn request_task(&self, user: &User, wi: WorkerInfo) -> DbResult<(Reply, Option<Ticket>)> {
+        let started = Instant::now();
+        let result = self.request_task_inner(user, wi);
+        metrics::histogram!("shoal_request_task_critical_seconds")
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    fn request_task_inner(&self, user: &User, wi: WorkerInfo) -> DbResult<(Reply, Option<Ticket>)> {
+        let short = wi.short_name();
+        // 1. Blocked worker.
+        if self.blocked.read().contains(&short) {
+            let mut doc = self
+                .store
+                .get(Collection::Workers, &short)?
+                .unwrap_or_default();
+            doc.insert("_id".into(), json!(short));
+            doc.insert("worker_name".into(), json!(short));
+            doc.insert("last_updated".into(), now().to_value());
+            self.store.put(Collection::Workers, &doc)?;
+            let error = format!(
+                "Request_task: This worker has been blocked! See /actions?text=\"{short}\" \
+                 and /workers/{short} for details."
+            );
+            return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+        }
+        let mut sched = self.sched.lock();
+        // 2. Duplicate name. (Also notes whether this very worker still holds an active task
+        // from this address: that task is failed as stale below, so it must not count
+        // against the machine limit.)
+        let mut own_stale_task = false;
+        let previous = sched.wtt.get(&short).cloned();
+        let previous_entry = previous
+            .as_ref()
+            .and_then(|(run_id, _)| self.cache.read().get(run_id).cloned());
+        if let (Some((_, task_id)), Some(entry)) = (&previous, previous_entry) {
+            let task_id = *task_id;
+            let run = entry.run.lock();
+            if let Some(t) = run.tasks.get(task_id) {
+                own_stale_task = t.active
+                    && t.worker_info.unique_key == wi.unique_key
+                    && t.worker_info.remote_addr == wi.remote_addr;
+                let ago = secs_since(&t.last_updated);
+                if t.active
+                    && t.worker_info.unique_key != wi.unique_key
+                    && ago <= DUPLICATE_WINDOW.as_secs_f64()
+                {
+                    let error = format!(
+                        "Request_task: There is already a worker running with name {short} \
+                         which sent an update {} seconds ago",
+                        ago.max(0.0) as u64
+                    );
+                    return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+                }
+            }
+        }
+        // 3. Machine limit.
+        let active_here = self
+            .conns
+            .lock()
+            .get(&wi.remote_addr)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(u32::from(own_stale_task));
+        if active_here >= user.machine_limit {
+            let error = format!(
+                "Request_task: This user has reached the maximum number of connections \
+                 ({}) from the IP address {}.",
+                user.machine_limit, wi.remote_addr
+            );
+            return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+        }
+        // 4-5. Order the unfinished runs and take the first that fits.
+        let worker_runs = sched.worker_runs.get(&short);
+        let last_run = worker_runs.and_then(|w| w.last_run.clone());
+        let ids = self.unfinished.read().clone();
+        let cache = self.cache.read();
+        let mut candidates = Vec::with_capacity(ids.len());
+        let mut entries = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let Some(entry) = cache.get(id) else { continue };
+            let run = entry.run.lock();
+            let arch_filter = run
+                .args
+                .arch_filter
+                .as_deref()
+                .map(|p| entry.arch_filter(p));
+            candidates.push(Candidate {
+                index: entries.len(),
+                priority: run.args.priority,
+                cores: run.cores,
+                itp: run.args.itp,
+                finished: run.finished,
+                approved: run.approved,
+                threads: run.args.threads,
+                remaining: run.remaining_games(),
+                hash_new: schedule::hash_mib(&run.args.new_options),
+                hash_base: schedule::hash_mib(&run.args.base_options),
+                spsa_params: run.args.spsa.as_ref().map(|s| s.params.len()),
+                arch_filter,
+                compiler: run.args.compiler.clone(),
+                is_last_run: last_run.as_deref() == Some(id.as_str()),
+                in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
+            });
+            entries.push(entry.clone());
+        }
+        drop(cache);
+        let needs = WorkerNeeds {
+            concurrency: wi.concurrency,
+            min_threads: wi.min_threads,
+            max_memory: wi.max_memory,
+            near_github_api_limit: wi.near_github_api_limit,
+            worker_arch: &wi.worker_arch,
+            compiler: &wi.compiler,
+        };
+        let (choice, _) = schedule::choose(candidates, &needs);
+        let Some(choice) = choice else {
+            return Ok((reply(json!({"task_waiting": false})), None));
+        };
+        let entry = entries[choice.index].clone();
+
+        // 7. Create the task under the run lock.
+        let mut run = entry.run.lock();
+        let remaining = run.remaining_games();
+        if run.finished || remaining == 0 {
+            return Ok((
+                reply(
+                    json!({"task_waiting": false, "info": "Request_task: the chosen run no longer needs games"}),
+                ),
+                None,
+            ));
+        }
+        let Some(tc) = schedule::parse_tc(&run.args.tc) else {
+            return Err(RunDbError::Corrupt(run.id.clone(), "bad tc".into()));
+        };
+        let sprt = run.args.sprt.is_some();
+        let num_games = schedule::task_games(
+            &tc,
+            wi.concurrency,
+            run.args.threads,
+            run.batch_games(),
+            remaining,
+            sprt,
+        );
+        let task_id = run.tasks.len();
+        let task = Task {
+            num_games,
+            active: true,
+            last_updated: now(),
+            start: run.total_games,
+            stats: Stats::default(),
+            worker_info: wi.clone(),
+            bad: false,
+            spsa_params: None,
+            extra: Default::default(),
+        };
+        run.tasks.push(task);
+        run.workers += 1;
+        run.cores += u64::from(wi.concurrency);
+        run.committed_games += num_games;
+        run.total_games += num_games;
+        *self.conns.lock().entry(wi.remote_addr.clone()).or_default() += 1;
+        let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
+        let mut args = serde_json::to_value(&run.args).unwrap_or(Value::Null);
+        if let (Value::Object(a), Some(book)) = (&mut args, self.books.get(&run.args.book)) {
+            a.insert("book_sri".into(), json!(book.sri));
+        }
+        let run_id = run.id.clone();
+        let body = json!({
+            "run": {
+                "_id": run_id,
+                "args": args,
+                "my_task": {
+                    "num_games": num_games,
+                    "start": run.tasks[task_id].start,
+                    "stats": run.tasks[task_id].stats,
+                },
+            },
+            "task_id": task_id,
+        });
+        drop(run);
+
+        // 8. After the run lock: the worker's map entry, a stale task, the worker's runs.
+        let mut stale_ticket = None;
+        if let Some((old_run, old_task)) =
+            sched.wtt.insert(short.clone(), (run_id.clone(), task_id))
+            && (old_run != run_id || old_task != task_id)
+            && let Some(old_entry) = self.cache.read().get(&old_run).cloned()
+        {
+            let mut old = old_entry.run.lock();
+            if old.tasks.get(old_task).is_some_and(|t| t.active) {
+                self.set_inactive(&mut old, old_task);
+                self.task_action("failed_task", &old, old_task, "Stale active task")?;
+                stale_ticket =
+                    Some(self.commit(&old_entry, &mut old, &[old_task], Prio::Medium)?);
+            }
+        }
+        let wr = sched.worker_runs.entry(short).or_default();
+        wr.runs.insert(run_id.clone());
+        wr.last_run = Some(run_id);
+        drop(sched);
+        // The stale task's change is journalled too; nobody awaits it (it acknowledges
+        // nothing to anyone).
+        drop(stale_ticket);
+        Ok((reply(body), Some(ticket)))
+    }
+
+    /// Re-reads the blocked workers.
+    pub fn refresh_blocked(&self) -> DbResult<()> {
+        let docs = self.store.find(
+            Collection::Workers,
+            &Query::new().with(Cond::Eq("blocked".into(), json!(true))),
+        )?;
+        let set = docs
+            .iter()
+            .filter_map(|d| d.get("worker_name").and_then(Value::as_str))
+            .map(String::from)
+            .collect();
+        *self.blocked.write() = set;
+        Ok(())
+    }
+
+    /// Persists `worker_runs` and forgets runs that are finished.
+    pub fn clean_worker_runs(&self) -> DbResult<()> {
+        let unfinished: HashSet<String> = self.unfinished.read().iter().cloned().collect();
+        let value = {
+            let mut sched = self.sched.lock();
+            let mut value = Map::new();
+            sched.worker_runs.retain(|_, w| {
+                w.runs.retain(|r| unfinished.contains(r));
+                !w.runs.is_empty()
+            });
+            for (name, w) in &sched.worker_runs {
+                let mut m = Map::new();
+                for r in &w.runs {
+                    m.insert(r.clone(), json!(true));
+                }
+                if let Some(l) = &w.last_run {
+                    m.insert("last_run".into(), json!(l));
+                }
+                value.insert(name.clone(), Value::Object(m));
+            }
+            sched.wtt.retain(|_, (run, _)| unfinished.contains(run));
+            value
+        };
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), json!("worker_runs"));
+        doc.insert("value".into(), Value::Object(value));
+        self.store.put(Collection::Kvstore, &doc)?;
+        Ok(())
+    }
+
+    /// Number of active tasks per remote address (for tests and metrics).
+    pub fn connections(&self, addr: &str) -> u32 {
+        self.conns.lock().get(addr).copied().unwrap_or(0)
+    }
+}

@@ -1,0 +1,298 @@
+//! The task-bound worker calls: update_task, beat, request_spsa, failed_task, worker_log and
+//! upload_pgn (docs/protocol.md).
+//!
+//! Owns: checking and applying a worker's report on its task (deltas against the stored
+//! totals, SPSA steps, the SPRT, a decided run finished and auto-purged), keeping tasks alive,
+//! and the checks before a PGN is stored.
+//! Must not: call the other operations (scheduler, lifecycle, jobs, queries) or recovery;
+//! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`).
+
+use serde_json::{Value, json};
+
+use super::actions::{run_fields, run_label};
+use super::cache::Prio;
+use super::model::{Run, Stats, WorkerInfo};
+use super::transitions::sprt_results;
+use super::{DbResult, Reply, RunDb, RunDbError, Ticket, now, reply};
+use crate::store::Doc;
+
+impl RunDb {
+    /// update_task (docs/protocol.md#update_task).
+    pub fn update_task(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        stats: Stats,
+        spsa: Option<crate::spsa::SpsaResult>,
+        mut wi: WorkerInfo,
+    ) -> DbResult<(Reply, Option<Ticket>)> {
+        let entry = self.run_entry(run_id)?;
+        let mut run = entry.run.lock();
+        let task = self.task_of(&run, task_id, &wi)?;
+        if !task.active {
+            let info = format!("Update_task: task {run_id}/{task_id} is not active");
+            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+        }
+        // Impossible counts are refused outright and change nothing (not even the task):
+        // they are a broken or hostile client, not a result.
+        stats
+            .check()
+            .map_err(|e| RunDbError::Invalid(format!("stats: {e}")))?;
+        let (g_new, size) = (stats.games(), task.num_games);
+        if g_new > size {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: {g_new} games reported, but the task has only {size}"
+            )));
+        }
+        wi.remote_addr = task.worker_info.remote_addr.clone();
+        wi.country_code = task.worker_info.country_code.clone();
+        let old = task.stats;
+        let g_old = old.games();
+        let is_spsa = run.args.spsa.is_some();
+        let batch = run.batch_games();
+        let rejection = if g_new < g_old {
+            Some(format!(
+                "Update_task: task {run_id}/{task_id}: the number of games went down from {g_old} to {g_new}"
+            ))
+        } else if is_spsa && g_new <= g_old {
+            Some(format!(
+                "Update_task: task {run_id}/{task_id}: SPSA updates must add games ({g_old} -> {g_new})"
+            ))
+        } else if (g_new - g_old) % 2 != 0 {
+            Some(format!(
+                "Update_task: task {run_id}/{task_id}: odd number of new games ({})",
+                g_new - g_old
+            ))
+        } else if run.args.sprt.is_some() && g_new % batch != 0 {
+            Some(format!(
+                "Update_task: task {run_id}/{task_id}: {g_new} games is not a multiple of the SPRT batch ({batch})"
+            ))
+        } else {
+            None
+        };
+        if let (None, Some(result)) = (&rejection, &spsa)
+            && result.num_games > g_new.saturating_sub(g_old)
+        {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: the spsa block counts {} games, but only {} were added",
+                result.num_games,
+                g_new.saturating_sub(g_old)
+            )));
+        }
+        let delta = match (rejection, stats.delta(&old)) {
+            (None, Some(d)) => d,
+            (rejection, _) => {
+                let error = rejection.unwrap_or_else(|| {
+                    format!("Update_task: task {run_id}/{task_id}: a result count went down")
+                });
+                self.set_inactive(&mut run, task_id);
+                let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
+                return Ok((
+                    reply(json!({"task_alive": false, "error": error})),
+                    Some(ticket),
+                ));
+            }
+        };
+        let Some(results) = run.results.checked_add(&delta) else {
+            return Err(RunDbError::Invalid(format!(
+                "Update_task: task {run_id}/{task_id}: the run's totals would overflow"
+            )));
+        };
+        run.results = results;
+        {
+            let task = &mut run.tasks[task_id];
+            task.stats = stats;
+            task.last_updated = now();
+            task.worker_info = wi;
+        }
+        if let (Some(result), true) = (spsa, is_spsa) {
+            let Run { args, tasks, .. } = &mut *run;
+            if let Some(s) = args.spsa.as_mut()
+                && let Err(e) =
+                    crate::spsa::update_spsa(s, &mut tasks[task_id].spsa_params, &result)
+            {
+                // Fishtest logs and skips a stale or forged signature; the games still count.
+                tracing::warn!(run = run_id, task = task_id, error = %e, "SPSA update skipped");
+            }
+        }
+        if g_new >= run.tasks[task_id].num_games {
+            self.set_inactive(&mut run, task_id);
+            self.check_crash_or_time(&run, task_id)?;
+        }
+        if run.args.sprt.is_some() {
+            run.last_updated = now();
+            let results = sprt_results(&run.results);
+            if let Some(sprt) = run.args.sprt.as_mut()
+                && let Err(e) = crate::stats::update_sprt(&results, sprt)
+            {
+                tracing::error!(run = run_id, error = %e, "update_SPRT failed");
+            }
+        }
+        let decided = run.results.games() >= run.args.num_games
+            || run
+                .args
+                .sprt
+                .as_ref()
+                .is_some_and(|s| s.state != crate::stats::SprtState::Running);
+        if decided {
+            let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
+            self.finish_run(&entry, &mut run)?;
+            // Auto-purge (never for SPSA) runs inside the stop: it may revive the run.
+            if run.args.auto_purge && run.args.spsa.is_none() {
+                let outcome = self.purge_locked(&entry, &mut run, crate::purge::AUTO_PURGE)?;
+                if !outcome.purged.is_empty() {
+                    let message = format!("Auto-purged {} tasks", outcome.purged.len());
+                    let f = run_fields(&run, Some(message));
+                    self.locked_action("purge_run", "fishtest.system", f);
+                }
+                if outcome.revived {
+                    return Ok((reply(json!({"task_alive": false})), Some(ticket)));
+                }
+            }
+            let f = run_fields(&run, Some(format!("{:?}", run.results)));
+            let username = run.args.username.clone();
+            drop(run);
+            self.log_action("finished_run", &username, f)?;
+            return Ok((reply(json!({"task_alive": false})), Some(ticket)));
+        }
+        let alive = run.tasks[task_id].active;
+        let prio = if alive { Prio::Normal } else { Prio::Medium };
+        let ticket = self.commit(&entry, &mut run, &[task_id], prio)?;
+        Ok((reply(json!({"task_alive": alive})), Some(ticket)))
+    }
+
+    /// beat: keeps an active task alive.
+    pub fn beat(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<Reply> {
+        let entry = self.run_entry(run_id)?;
+        let mut run = entry.run.lock();
+        let task = self.task_of(&run, task_id, wi)?;
+        let alive = task.active;
+        if alive {
+            run.tasks[task_id].last_updated = now();
+            entry.mark_dirty(Prio::Normal);
+        }
+        Ok(reply(json!({"task_alive": alive})))
+    }
+
+    /// beat without waiting, for the event loop: `None` when it would have to (the run is not
+    /// in the cache, or its lock or the cache's is held), and the caller then takes the pool
+    /// path ([`RunDb::beat`]). A beat touches memory only (it is not journalled), so when
+    /// both locks are free it costs a microsecond, less than the hop to a pool thread.
+    pub fn try_beat(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        wi: &WorkerInfo,
+    ) -> Option<DbResult<Reply>> {
+        let entry = self.cache.try_read()?.get(run_id).cloned()?;
+        let mut run = entry.run.try_lock()?;
+        let task = match self.task_of(&run, task_id, wi) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        let alive = task.active;
+        if alive {
+            run.tasks[task_id].last_updated = now();
+            entry.mark_dirty(Prio::Normal);
+        }
+        Some(Ok(reply(json!({"task_alive": alive}))))
+    }
+
+    /// request_spsa: the parameters for the next SPSA batch.
+    pub fn request_spsa(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        wi: &WorkerInfo,
+    ) -> DbResult<(Reply, Option<Ticket>)> {
+        let entry = self.run_entry(run_id)?;
+        let mut run = entry.run.lock();
+        let task = self.task_of(&run, task_id, wi)?;
+        if !task.active {
+            let info = format!("Request_spsa: task {run_id}/{task_id} is not active");
+            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+        }
+        let Some(spsa) = run.args.spsa.as_ref() else {
+            return Err(RunDbError::Invalid(format!(
+                "Run {run_id} is not an SPSA run"
+            )));
+        };
+        let request = crate::spsa::request_spsa(spsa, &mut rand::rng())
+            .map_err(|e| RunDbError::Invalid(format!("Request_spsa: {e}")))?;
+        run.tasks[task_id].spsa_params = Some(request.spsa_params);
+        let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Normal)?;
+        let body = serde_json::to_value(&request.reply).unwrap_or(Value::Null);
+        Ok((reply(body), Some(ticket)))
+    }
+
+    /// failed_task: the worker gave up on its task.
+    pub fn failed_task(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        message: &str,
+        wi: &WorkerInfo,
+    ) -> DbResult<(Reply, Option<Ticket>)> {
+        let entry = self.run_entry(run_id)?;
+        let mut run = entry.run.lock();
+        let task = self.task_of(&run, task_id, wi)?;
+        if !task.active {
+            let info = format!("Failed_task: task {run_id}/{task_id} is not active");
+            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+        }
+        self.set_inactive(&mut run, task_id);
+        self.check_crash_or_time(&run, task_id)?;
+        self.task_action("failed_task", &run, task_id, message)?;
+        let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
+        Ok((Reply::new(), Some(ticket)))
+    }
+
+    /// worker_log: a worker's warning, kept in the action log.
+    pub fn worker_log(
+        &self,
+        message: &str,
+        task: Option<(&str, usize)>,
+        wi: &WorkerInfo,
+    ) -> DbResult<Reply> {
+        let mut f = Doc::new();
+        f.insert("worker".into(), json!(wi.long_name()));
+        f.insert("message".into(), json!(message));
+        if let Some((run_id, task_id)) = task {
+            let entry = self.run_entry(run_id)?;
+            let run = entry.run.lock();
+            self.task_of(&run, task_id, wi)?;
+            f.insert("run_id".into(), json!(run_id));
+            f.insert("run".into(), json!(run_label(&run)));
+            f.insert("task_id".into(), json!(task_id));
+        }
+        self.log_action("worker_log", &wi.username, f)?;
+        Ok(Reply::new())
+    }
+
+    /// upload_pgn: stores a task's PGN (already base64-decoded and checked to be gzip).
+    pub fn upload_pgn(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        gz: &[u8],
+        wi: &WorkerInfo,
+    ) -> DbResult<Reply> {
+        self.check_upload(run_id, task_id, wi)?;
+        self.store.pgn_put(&format!("{run_id}-{task_id}"), gz)?;
+        Ok(Reply::new())
+    }
+
+    /// Whether this worker may upload the PGN of this task: the run exists and the task is
+    /// the worker's (active or not). Checked before an upload's body is read.
+    pub fn check_upload(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<()> {
+        let entry = self.run_entry(run_id)?;
+        let run = entry.run.lock();
+        // A secondary sees the primary's runs through the store, which may not hold a
+        // task handed out in the last second yet: accept such a task there.
+        let unseen = !self.cfg.primary && task_id >= run.tasks.len();
+        if !unseen {
+            self.task_of(&run, task_id, wi)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! Transitions that several operations share: a task set inactive (with its load and CPU
+//! hours), a crash or time-loss noted, a run finished, a finished run purged (and maybe
+//! revived); and the checks every task-bound call starts with (`run_entry`, `task_of`).
+//!
+//! Owns: the bookkeeping that must be the same whoever ends a task or a run (update_task,
+//! failed_task, stop_run, request_task's stale task, the dead-task job, a purge), and the
+//! green/yellow flags of a finished run. The transitions are called with the run's lock held.
+//! Must not: call the operations above it (scheduler, tasks, lifecycle, jobs, queries) or
+//! recovery; build replies; take `sched` or the cache's write lock.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::cache::{RunEntry, to_doc};
+use super::model::{Run, Stats, Task, WorkerInfo};
+use super::{DbResult, RunDb, RunDbError, now};
+
+/// What a purge did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PurgeOutcome {
+    /// Ids of the tasks marked bad.
+    pub purged: Vec<usize>,
+    /// True if the run became undecided again and was put back to work.
+    pub revived: bool,
+}
+
+impl RunDb {
+    /// Looks up a task for a task-bound call and checks that it belongs to this worker.
+    pub(super) fn task_of<'a>(
+        &self,
+        run: &'a Run,
+        task_id: usize,
+        wi: &WorkerInfo,
+    ) -> DbResult<&'a Task> {
+        let task = run.tasks.get(task_id).ok_or_else(|| {
+            RunDbError::Invalid(format!("Invalid task_id {task_id} for run_id {}", run.id))
+        })?;
+        if task.worker_info.unique_key != wi.unique_key {
+            return Err(RunDbError::Invalid(format!(
+                "Invalid unique key {} for task {}/{task_id}",
+                wi.unique_key, run.id
+            )));
+        }
+        if task.worker_info.username != wi.username {
+            return Err(RunDbError::Invalid(format!(
+                "Invalid username {} for task {}/{task_id}",
+                wi.username, run.id
+            )));
+        }
+        Ok(task)
+    }
+
+    pub(super) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
+        self.entry(run_id)?
+            .ok_or_else(|| RunDbError::Invalid(format!("Invalid run_id: {run_id}")))
+    }
+
+    /// Fishtest's set_inactive_task: the task stops counting towards the run's load (workers,
+    /// cores, committed games, its address's task count) and its CPU hours go to its user.
+    pub(super) fn set_inactive(&self, run: &mut Run, task_id: usize) {
+        let Some(task) = run.tasks.get_mut(task_id) else {
+            return;
+        };
+        if !task.active {
+            return;
+        }
+        task.active = false;
+        task.spsa_params = None;
+        let played = task.stats.games();
+        let num_games = task.num_games;
+        let concurrency = u64::from(task.worker_info.concurrency);
+        let ip = task.worker_info.remote_addr.clone();
+        run.workers = run.workers.saturating_sub(1);
+        run.cores = run.cores.saturating_sub(concurrency);
+        run.committed_games = (run.committed_games + played).saturating_sub(num_games);
+        {
+            let mut conns = self.conns.lock();
+            if let Some(n) = conns.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    conns.remove(&ip);
+                }
+            }
+        }
+        self.add_cpu_hours(run, task_id);
+    }
+
+    /// Logs a crash_or_time action if the task's stats say so.
+    pub(super) fn check_crash_or_time(&self, run: &Run, task_id: usize) -> DbResult<()> {
+        let Some(s) = run.tasks.get(task_id).map(|t| t.stats) else {
+            return Ok(());
+        };
+        if s.crash_or_time() {
+            let message = format!(
+                "Time losses: {}, crashes: {}, games: {}",
+                s.time_losses,
+                s.crashes,
+                s.games()
+            );
+            self.task_action("crash_or_time", run, task_id, &message)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes a run: every task inactive, counters zeroed, flags set, out of the
+    /// scheduler's list. Saved at once.
+    pub(super) fn finish_run(&self, entry: &RunEntry, run: &mut Run) -> DbResult<()> {
+        for i in 0..run.tasks.len() {
+            self.set_inactive(run, i);
+        }
+        run.finished = true;
+        run.workers = 0;
+        run.cores = 0;
+        run.nps = 0.0;
+        run.games_per_minute = 0.0;
+        run.last_updated = now();
+        let flags = run_flags(run);
+        run.is_green = flags.is_green;
+        run.is_yellow = flags.is_yellow;
+        self.unfinished.write().retain(|id| id != &run.id);
+        self.save_now(entry, run)
+    }
+
+    /// Marks the purge's bad tasks, recomputes results and the SPRT, and revives the run if
+    /// it is undecided again. The run must be finished; it is saved at once.
+    pub(super) fn purge_locked(
+        &self,
+        entry: &RunEntry,
+        run: &mut Run,
+        thresholds: crate::purge::PurgeThresholds,
+    ) -> DbResult<PurgeOutcome> {
+        let plan = {
+            let view: Vec<crate::purge::PurgeTask<'_>> = run
+                .tasks
+                .iter()
+                .map(|t| crate::purge::PurgeTask {
+                    unique_key: &t.worker_info.unique_key,
+                    stats: t.stats.to_purge(),
+                    bad: t.bad,
+                })
+                .collect();
+            crate::purge::plan_purge(&view, thresholds, crate::purge::PURGE_ROUNDS)
+        };
+        let mut outcome = PurgeOutcome::default();
+        for b in &plan.bad_tasks {
+            let Some(task) = run.tasks.get_mut(b.index) else {
+                continue;
+            };
+            let mut copy = to_doc(&*task)?;
+            copy.insert("task_id".into(), json!(b.index));
+            copy.insert("bad".into(), json!(true));
+            // JSON has no infinity; Fishtest's API shows it as "inf" too.
+            let residual = if b.residual.is_finite() {
+                json!(b.residual)
+            } else {
+                json!("inf")
+            };
+            copy.insert("residual".into(), residual);
+            copy.insert("residual_color".into(), json!(b.color));
+            run.bad_tasks.push(Value::Object(copy));
+            task.stats = Stats::default();
+            task.bad = true;
+            task.active = false;
+            task.spsa_params = None;
+            outcome.purged.push(b.index);
+        }
+        if outcome.purged.is_empty() {
+            return Ok(outcome);
+        }
+        let mut results = Stats::default();
+        let mut committed = 0;
+        for t in &run.tasks {
+            results.add(&t.stats);
+            committed += if t.active {
+                t.num_games
+            } else {
+                t.stats.games()
+            };
+        }
+        run.results = results;
+        run.committed_games = committed;
+        let undecided = match run.args.sprt.as_mut() {
+            Some(sprt) => {
+                if let Err(e) = crate::stats::update_sprt(&sprt_results(&results), sprt) {
+                    tracing::error!(run = %run.id, error = %e, "update_SPRT after purge failed");
+                }
+                sprt.state == crate::stats::SprtState::Running
+            }
+            None => results.games() < run.args.num_games,
+        };
+        if undecided && run.finished {
+            run.finished = false;
+            run.is_green = false;
+            run.is_yellow = false;
+            let mut unfinished = self.unfinished.write();
+            if !unfinished.contains(&run.id) {
+                unfinished.push(run.id.clone());
+            }
+            outcome.revived = true;
+        } else {
+            let flags = run_flags(run);
+            run.is_green = flags.is_green;
+            run.is_yellow = flags.is_yellow;
+        }
+        run.last_updated = now();
+        self.save_now(entry, run)?;
+        Ok(outcome)
+    }
+}
+
+pub(super) fn sprt_results(s: &Stats) -> crate::stats::Results {
+    crate::stats::Results {
+        wins: s.wins,
+        losses: s.losses,
+        draws: s.draws,
+        pentanomial: Some(s.pentanomial),
+    }
+}
+
+/// The green/yellow flags of a finished run (docs/protocol.md#dead-tasks-and-purge, Flags).
+fn run_flags(run: &Run) -> crate::purge::RunFlags {
+    use crate::purge::{RunKind, run_flags};
+    let kind = if let Some(s) = &run.args.sprt {
+        RunKind::Sprt {
+            state: s.state,
+            elo0: s.elo0,
+            elo1: s.elo1,
+        }
+    } else if run.args.spsa.is_some() {
+        RunKind::Spsa
+    } else {
+        let r = &run.results;
+        let trinomial = [r.losses as f64, r.draws as f64, r.wins as f64];
+        let los = crate::stats::get_elo(&trinomial).map_or(0.5, |e| e.los);
+        RunKind::FixedGames { los }
+    };
+    run_flags(kind, run.results.wins, run.results.losses)
+}
