@@ -18,6 +18,7 @@ use shoal::offload::Offload;
 use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
 use shoal::rundb::model::{Stats, WorkerInfo};
+use shoal::rundb::outcome::{Assignment, TaskReply};
 use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
 use shoal::store::sqlite::SqliteStore;
@@ -152,7 +153,7 @@ fn bench_big_flush(db: &RunDb) {
     let id = approved_run(db, &user, &approver, "big", 3_200_000, 100);
     for n in 0..BIG_RUN_TASKS {
         let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
-        assert_eq!(reply["run"]["_id"].as_str(), Some(id.as_str()));
+        assert!(matches!(&reply, Assignment::Task(t) if t.run_id == id));
     }
     db.flush(true).expect("flush");
     let stats = batch_stats();
@@ -183,8 +184,10 @@ fn bench(db: &RunDb) {
     let mut tasks = Vec::with_capacity(ACTIVE_TASKS);
     for n in 0..ACTIVE_TASKS {
         let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
-        let run_id = reply["run"]["_id"].as_str().expect("run").to_string();
-        let task_id = reply["task_id"].as_u64().expect("task") as usize;
+        let Assignment::Task(t) = reply else {
+            panic!("no task: {reply:?}");
+        };
+        let (run_id, task_id) = (t.run_id, t.task_id);
         tasks.push((run_id, task_id, n));
     }
     println!(
@@ -199,7 +202,7 @@ fn bench(db: &RunDb) {
         let t = Instant::now();
         let (reply, _) = db.request_task(&user, w).expect("request_task");
         samples.push(t.elapsed());
-        assert!(reply.contains_key("run"));
+        assert!(matches!(reply, Assignment::Task(_)));
     }
     percentiles("request_task (200 runs, 10k active tasks)", samples);
 
@@ -212,7 +215,7 @@ fn bench(db: &RunDb) {
             .update_task(run_id, *task_id, stats, None, worker(*n))
             .expect("update_task");
         samples.push(t.elapsed());
-        assert_eq!(reply["task_alive"], true);
+        assert!(matches!(reply, TaskReply::Alive(true)));
     }
     percentiles("update_task (10k active tasks)", samples);
 

@@ -10,9 +10,10 @@ use std::time::Duration;
 use super::actions::run_fields;
 use super::cache::{Prio, RunEntry};
 use super::model::WorkerInfo;
+use super::outcome::TaskReply;
 use super::transitions::PurgeOutcome;
 use super::users::User;
-use super::{DbResult, Reply, RunDb, RunDbError, Ticket, create, secs_since};
+use super::{DbResult, RunDb, RunDbError, Ticket, create, secs_since};
 
 /// CPU hours a user needs before stop_run may fail a run.
 pub const STOP_RUN_CPU_HOURS: f64 = 1000.0;
@@ -81,7 +82,7 @@ impl RunDb {
         task_id: usize,
         message: &str,
         wi: &WorkerInfo,
-    ) -> DbResult<(Reply, Option<Ticket>)> {
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
         let hours = self.cpu_hours(&wi.username)?;
         let mut run = entry.run.lock();
@@ -112,7 +113,7 @@ impl RunDb {
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
         self.finish_run(&entry, &mut run)?;
         self.task_action("stop_run", &run, task_id, &short)?;
-        Ok((Reply::new(), Some(ticket)))
+        Ok((TaskReply::Done, Some(ticket)))
     }
 
     /// The manual purge (docs/protocol.md#dead-tasks-and-purge): run owner or approver; only

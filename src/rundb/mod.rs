@@ -14,7 +14,9 @@
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
 //! - `actions.rs` (the action log) and `cpu_hours.rs` (the CPU-hour ledger);
-//! - this file: the struct and its fields, the errors, the settings and `Reply`; and the
+//! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
+//!   into Fishtest's JSON and messages);
+//! - this file: the struct and its fields, the errors and the settings; and the
 //!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
 //!   [`books`], [`create`], [`nets`], [`users`].
 //!
@@ -44,6 +46,7 @@ pub mod journal;
 mod lifecycle;
 pub mod model;
 pub mod nets;
+pub mod outcome;
 pub mod queries;
 mod recovery;
 pub mod schedule;
@@ -57,7 +60,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use serde_json::{Map, Value};
 
 pub use crate::protocol::WORKER_VERSION;
 use crate::store::{Date, SharedStore, StoreError};
@@ -70,16 +72,6 @@ pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;
 pub use transitions::PurgeOutcome;
 use users::Users;
-
-/// A worker reply body (the HTTP layer adds `duration`).
-pub type Reply = Map<String, Value>;
-
-fn reply(v: Value) -> Reply {
-    match v {
-        Value::Object(m) => m,
-        _ => Reply::new(),
-    }
-}
 
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);

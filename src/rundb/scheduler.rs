@@ -15,9 +15,10 @@ use serde_json::{Map, Value, json};
 
 use super::cache::Prio;
 use super::model::{Stats, Task, WorkerInfo};
+use super::outcome::{Assignment, Refusal, TaskAssignment};
 use super::schedule::{self, Candidate, WorkerNeeds};
 use super::users::User;
-use super::{DbResult, Reply, RunDb, RunDbError, Ticket, now, reply, secs_since};
+use super::{DbResult, RunDb, RunDbError, Ticket, now, secs_since};
 use crate::store::{Collection, Cond, Doc, Query};
 
 /// Two workers with the same short name within this window are duplicates.
@@ -40,7 +41,11 @@ pub(super) struct Sched {
 impl RunDb {
     /// request_task's critical section (docs/protocol.md#request_task). The caller holds the
     /// gate's slot.
-    pub fn request_task(&self, user: &User, wi: WorkerInfo) -> DbResult<(Reply, Option<Ticket>)> {
+    pub fn request_task(
+        &self,
+        user: &User,
+        wi: WorkerInfo,
+    ) -> DbResult<(Assignment, Option<Ticket>)> {
         let started = Instant::now();
         let result = self.request_task_inner(user, wi);
         metrics::histogram!("shoal_request_task_critical_seconds")
@@ -48,7 +53,11 @@ impl RunDb {
         result
     }
 
-    fn request_task_inner(&self, user: &User, wi: WorkerInfo) -> DbResult<(Reply, Option<Ticket>)> {
+    fn request_task_inner(
+        &self,
+        user: &User,
+        wi: WorkerInfo,
+    ) -> DbResult<(Assignment, Option<Ticket>)> {
         let short = wi.short_name();
         // 1. Blocked worker.
         if self.blocked.read().contains(&short) {
@@ -60,11 +69,10 @@ impl RunDb {
             doc.insert("worker_name".into(), json!(short));
             doc.insert("last_updated".into(), now().to_value());
             self.store.put(Collection::Workers, &doc)?;
-            let error = format!(
-                "Request_task: This worker has been blocked! See /actions?text=\"{short}\" \
-                 and /workers/{short} for details."
-            );
-            return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+            return Ok((
+                Assignment::Refused(Refusal::BlockedWorker { name: short }),
+                None,
+            ));
         }
         let mut sched = self.sched.lock();
         // 2. Duplicate name. (Also notes whether this very worker still holds an active task
@@ -87,12 +95,11 @@ impl RunDb {
                     && t.worker_info.unique_key != wi.unique_key
                     && ago <= DUPLICATE_WINDOW.as_secs_f64()
                 {
-                    let error = format!(
-                        "Request_task: There is already a worker running with name {short} \
-                         which sent an update {} seconds ago",
-                        ago.max(0.0) as u64
-                    );
-                    return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+                    let refusal = Refusal::DuplicateName {
+                        name: short,
+                        seconds_ago: ago.max(0.0) as u64,
+                    };
+                    return Ok((Assignment::Refused(refusal), None));
                 }
             }
         }
@@ -105,12 +112,11 @@ impl RunDb {
             .unwrap_or(0)
             .saturating_sub(u32::from(own_stale_task));
         if active_here >= user.machine_limit {
-            let error = format!(
-                "Request_task: This user has reached the maximum number of connections \
-                 ({}) from the IP address {}.",
-                user.machine_limit, wi.remote_addr
-            );
-            return Ok((reply(json!({"task_waiting": false, "error": error})), None));
+            let refusal = Refusal::MachineLimit {
+                limit: user.machine_limit,
+                addr: wi.remote_addr.clone(),
+            };
+            return Ok((Assignment::Refused(refusal), None));
         }
         // 4-5. Order the unfinished runs and take the first that fits.
         let worker_runs = sched.worker_runs.get(&short);
@@ -157,7 +163,7 @@ impl RunDb {
         };
         let (choice, _) = schedule::choose(candidates, &needs);
         let Some(choice) = choice else {
-            return Ok((reply(json!({"task_waiting": false})), None));
+            return Ok((Assignment::NoTask, None));
         };
         let entry = entries[choice.index].clone();
 
@@ -165,12 +171,7 @@ impl RunDb {
         let mut run = entry.run.lock();
         let remaining = run.remaining_games();
         if run.finished || remaining == 0 {
-            return Ok((
-                reply(
-                    json!({"task_waiting": false, "info": "Request_task: the chosen run no longer needs games"}),
-                ),
-                None,
-            ));
+            return Ok((Assignment::RunNoLongerNeedsGames, None));
         }
         let Some(tc) = schedule::parse_tc(&run.args.tc) else {
             return Err(RunDbError::Corrupt(run.id.clone(), "bad tc".into()));
@@ -203,23 +204,16 @@ impl RunDb {
         run.total_games += num_games;
         *self.conns.lock().entry(wi.remote_addr.clone()).or_default() += 1;
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
-        let mut args = serde_json::to_value(&run.args).unwrap_or(Value::Null);
-        if let (Value::Object(a), Some(book)) = (&mut args, self.books.get(&run.args.book)) {
-            a.insert("book_sri".into(), json!(book.sri));
-        }
         let run_id = run.id.clone();
-        let body = json!({
-            "run": {
-                "_id": run_id,
-                "args": args,
-                "my_task": {
-                    "num_games": num_games,
-                    "start": run.tasks[task_id].start,
-                    "stats": run.tasks[task_id].stats,
-                },
-            },
-            "task_id": task_id,
-        });
+        let assignment = TaskAssignment {
+            run_id: run_id.clone(),
+            args: run.args.clone(),
+            book_sri: self.books.get(&run.args.book).map(|b| b.sri.clone()),
+            task_id,
+            num_games,
+            start: run.tasks[task_id].start,
+            stats: run.tasks[task_id].stats,
+        };
         drop(run);
 
         // 8. After the run lock: the worker's map entry, a stale task, the worker's runs.
@@ -244,7 +238,7 @@ impl RunDb {
         // The stale task's change is journalled too; nobody awaits it (it acknowledges
         // nothing to anyone).
         drop(stale_ticket);
-        Ok((reply(body), Some(ticket)))
+        Ok((Assignment::Task(Box::new(assignment)), Some(ticket)))
     }
 
     /// Re-reads the blocked workers.

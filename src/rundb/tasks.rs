@@ -7,13 +7,14 @@
 //! Must not: call the other operations (scheduler, lifecycle, jobs, queries) or recovery;
 //! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`).
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::actions::{run_fields, run_label};
 use super::cache::Prio;
 use super::model::{Run, Stats, WorkerInfo};
+use super::outcome::{TaskReply, UpdateRejection};
 use super::transitions::sprt_results;
-use super::{DbResult, Reply, RunDb, RunDbError, Ticket, now, reply};
+use super::{DbResult, RunDb, RunDbError, Ticket, now};
 use crate::store::Doc;
 
 impl RunDb {
@@ -25,13 +26,12 @@ impl RunDb {
         stats: Stats,
         spsa: Option<crate::spsa::SpsaResult>,
         mut wi: WorkerInfo,
-    ) -> DbResult<(Reply, Option<Ticket>)> {
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
         let mut run = entry.run.lock();
         let task = self.task_of(&run, task_id, &wi)?;
         if !task.active {
-            let info = format!("Update_task: task {run_id}/{task_id} is not active");
-            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+            return Ok((TaskReply::NotActive, None));
         }
         // Impossible counts are refused outright and change nothing (not even the task):
         // they are a broken or hostile client, not a result.
@@ -51,22 +51,22 @@ impl RunDb {
         let is_spsa = run.args.spsa.is_some();
         let batch = run.batch_games();
         let rejection = if g_new < g_old {
-            Some(format!(
-                "Update_task: task {run_id}/{task_id}: the number of games went down from {g_old} to {g_new}"
-            ))
+            Some(UpdateRejection::GamesWentDown {
+                from: g_old,
+                to: g_new,
+            })
         } else if is_spsa && g_new <= g_old {
-            Some(format!(
-                "Update_task: task {run_id}/{task_id}: SPSA updates must add games ({g_old} -> {g_new})"
-            ))
+            Some(UpdateRejection::SpsaMustAddGames {
+                from: g_old,
+                to: g_new,
+            })
         } else if (g_new - g_old) % 2 != 0 {
-            Some(format!(
-                "Update_task: task {run_id}/{task_id}: odd number of new games ({})",
-                g_new - g_old
-            ))
+            Some(UpdateRejection::OddIncrement(g_new - g_old))
         } else if run.args.sprt.is_some() && g_new % batch != 0 {
-            Some(format!(
-                "Update_task: task {run_id}/{task_id}: {g_new} games is not a multiple of the SPRT batch ({batch})"
-            ))
+            Some(UpdateRejection::NotBatchMultiple {
+                games: g_new,
+                batch,
+            })
         } else {
             None
         };
@@ -82,15 +82,10 @@ impl RunDb {
         let delta = match (rejection, stats.delta(&old)) {
             (None, Some(d)) => d,
             (rejection, _) => {
-                let error = rejection.unwrap_or_else(|| {
-                    format!("Update_task: task {run_id}/{task_id}: a result count went down")
-                });
+                let why = rejection.unwrap_or(UpdateRejection::CountWentDown);
                 self.set_inactive(&mut run, task_id);
                 let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
-                return Ok((
-                    reply(json!({"task_alive": false, "error": error})),
-                    Some(ticket),
-                ));
+                return Ok((TaskReply::Rejected(why), Some(ticket)));
             }
         };
         let Some(results) = run.results.checked_add(&delta) else {
@@ -146,23 +141,23 @@ impl RunDb {
                     self.locked_action("purge_run", "fishtest.system", f);
                 }
                 if outcome.revived {
-                    return Ok((reply(json!({"task_alive": false})), Some(ticket)));
+                    return Ok((TaskReply::Alive(false), Some(ticket)));
                 }
             }
             let f = run_fields(&run, Some(format!("{:?}", run.results)));
             let username = run.args.username.clone();
             drop(run);
             self.log_action("finished_run", &username, f)?;
-            return Ok((reply(json!({"task_alive": false})), Some(ticket)));
+            return Ok((TaskReply::Alive(false), Some(ticket)));
         }
         let alive = run.tasks[task_id].active;
         let prio = if alive { Prio::Normal } else { Prio::Medium };
         let ticket = self.commit(&entry, &mut run, &[task_id], prio)?;
-        Ok((reply(json!({"task_alive": alive})), Some(ticket)))
+        Ok((TaskReply::Alive(alive), Some(ticket)))
     }
 
     /// beat: keeps an active task alive.
-    pub fn beat(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<Reply> {
+    pub fn beat(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<TaskReply> {
         let entry = self.run_entry(run_id)?;
         let mut run = entry.run.lock();
         let task = self.task_of(&run, task_id, wi)?;
@@ -171,7 +166,7 @@ impl RunDb {
             run.tasks[task_id].last_updated = now();
             entry.mark_dirty(Prio::Normal);
         }
-        Ok(reply(json!({"task_alive": alive})))
+        Ok(TaskReply::Alive(alive))
     }
 
     /// beat without waiting, for the event loop: `None` when it would have to (the run is not
@@ -183,7 +178,7 @@ impl RunDb {
         run_id: &str,
         task_id: usize,
         wi: &WorkerInfo,
-    ) -> Option<DbResult<Reply>> {
+    ) -> Option<DbResult<TaskReply>> {
         let entry = self.cache.try_read()?.get(run_id).cloned()?;
         let mut run = entry.run.try_lock()?;
         let task = match self.task_of(&run, task_id, wi) {
@@ -195,7 +190,7 @@ impl RunDb {
             run.tasks[task_id].last_updated = now();
             entry.mark_dirty(Prio::Normal);
         }
-        Some(Ok(reply(json!({"task_alive": alive}))))
+        Some(Ok(TaskReply::Alive(alive)))
     }
 
     /// request_spsa: the parameters for the next SPSA batch.
@@ -204,13 +199,12 @@ impl RunDb {
         run_id: &str,
         task_id: usize,
         wi: &WorkerInfo,
-    ) -> DbResult<(Reply, Option<Ticket>)> {
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
         let mut run = entry.run.lock();
         let task = self.task_of(&run, task_id, wi)?;
         if !task.active {
-            let info = format!("Request_spsa: task {run_id}/{task_id} is not active");
-            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+            return Ok((TaskReply::NotActive, None));
         }
         let Some(spsa) = run.args.spsa.as_ref() else {
             return Err(RunDbError::Invalid(format!(
@@ -221,8 +215,7 @@ impl RunDb {
             .map_err(|e| RunDbError::Invalid(format!("Request_spsa: {e}")))?;
         run.tasks[task_id].spsa_params = Some(request.spsa_params);
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Normal)?;
-        let body = serde_json::to_value(&request.reply).unwrap_or(Value::Null);
-        Ok((reply(body), Some(ticket)))
+        Ok((TaskReply::Spsa(request.reply), Some(ticket)))
     }
 
     /// failed_task: the worker gave up on its task.
@@ -232,19 +225,18 @@ impl RunDb {
         task_id: usize,
         message: &str,
         wi: &WorkerInfo,
-    ) -> DbResult<(Reply, Option<Ticket>)> {
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
         let mut run = entry.run.lock();
         let task = self.task_of(&run, task_id, wi)?;
         if !task.active {
-            let info = format!("Failed_task: task {run_id}/{task_id} is not active");
-            return Ok((reply(json!({"task_alive": false, "info": info})), None));
+            return Ok((TaskReply::NotActive, None));
         }
         self.set_inactive(&mut run, task_id);
         self.check_crash_or_time(&run, task_id)?;
         self.task_action("failed_task", &run, task_id, message)?;
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
-        Ok((Reply::new(), Some(ticket)))
+        Ok((TaskReply::Done, Some(ticket)))
     }
 
     /// worker_log: a worker's warning, kept in the action log.
@@ -253,7 +245,7 @@ impl RunDb {
         message: &str,
         task: Option<(&str, usize)>,
         wi: &WorkerInfo,
-    ) -> DbResult<Reply> {
+    ) -> DbResult<TaskReply> {
         let mut f = Doc::new();
         f.insert("worker".into(), json!(wi.long_name()));
         f.insert("message".into(), json!(message));
@@ -266,7 +258,7 @@ impl RunDb {
             f.insert("task_id".into(), json!(task_id));
         }
         self.log_action("worker_log", &wi.username, f)?;
-        Ok(Reply::new())
+        Ok(TaskReply::Done)
     }
 
     /// upload_pgn: stores a task's PGN (already base64-decoded and checked to be gzip).
@@ -276,10 +268,10 @@ impl RunDb {
         task_id: usize,
         gz: &[u8],
         wi: &WorkerInfo,
-    ) -> DbResult<Reply> {
+    ) -> DbResult<TaskReply> {
         self.check_upload(run_id, task_id, wi)?;
         self.store.pgn_put(&format!("{run_id}-{task_id}"), gz)?;
-        Ok(Reply::new())
+        Ok(TaskReply::Done)
     }
 
     /// Whether this worker may upload the PGN of this task: the run exists and the task is

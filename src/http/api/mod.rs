@@ -22,6 +22,7 @@ use super::reply::ApiError;
 pub mod call;
 pub mod files;
 pub mod public;
+pub mod replies;
 pub mod runs;
 pub mod upload;
 pub mod worker;

@@ -16,12 +16,14 @@ use axum::routing::post;
 use serde_json::{Map, Value, json};
 
 use super::call::{ClientAddr, Needs, WorkerCall, bad};
+use super::replies;
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::{AppState, TOO_BUSY_INFO};
 use crate::rundb::model::{Stats, WorkerInfo};
-use crate::rundb::{Reply, RunDb, RunDbError, Ticket, WORKER_VERSION};
+use crate::rundb::outcome::TaskReply;
+use crate::rundb::{RunDb, RunDbError, Ticket, WORKER_VERSION};
 
 /// The worker endpoints, primary only.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
@@ -105,15 +107,15 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
             db.request_task(&user, wi)
         })
         .await??;
-    durable(reply, ticket).await
+    durable(replies::assignment(reply), ticket).await
 }
 
 /// What a task-bound endpoint does once the caller is authenticated (runs in the pool).
-type TaskWork = fn(&RunDb, TaskCall) -> Result<(Reply, Option<Ticket>), RunDbError>;
+type TaskWork = fn(&RunDb, TaskCall) -> Result<(TaskReply, Option<Ticket>), RunDbError>;
 
 /// Work that may be done on the event loop when it needs no wait (never blocks: `None` means
 /// "take the pool path").
-type FastWork = fn(&RunDb, &TaskCall) -> Option<Result<Reply, RunDbError>>;
+type FastWork = fn(&RunDb, &TaskCall) -> Option<Result<TaskReply, RunDbError>>;
 
 /// A validated call about one task.
 struct TaskCall {
@@ -127,13 +129,21 @@ struct TaskCall {
 
 /// The common path of the task-bound endpoints: validate on the loop, authenticate and work in
 /// the pool, await the journal, reply.
-async fn task_bound(state: &AppState, call: WorkerCall, needs: Needs, work: TaskWork) -> ApiResult {
-    task_bound_or_fast(state, call, needs, work, None).await
+async fn task_bound(
+    state: &AppState,
+    name: &'static str,
+    call: WorkerCall,
+    needs: Needs,
+    work: TaskWork,
+) -> ApiResult {
+    task_bound_or_fast(state, name, call, needs, work, None).await
 }
 
-/// [`task_bound`], first trying `fast` on the event loop (labelled for metrics).
+/// [`task_bound`], first trying `fast` on the event loop (labelled for metrics). `name` is
+/// the endpoint as Fishtest's messages spell it (`Update_task`, …).
 async fn task_bound_or_fast(
     state: &AppState,
+    name: &'static str,
     call: WorkerCall,
     needs: Needs,
     work: TaskWork,
@@ -175,11 +185,17 @@ async fn task_bound_or_fast(
         let db = rundb(state);
         if let Some(result) = fast(&db, &task) {
             metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
-            return Ok(ApiReply::ok(result?));
+            return Ok(ApiReply::ok(replies::task_reply(
+                name,
+                &task.run_id,
+                task.task_id,
+                result?,
+            )));
         }
     }
+    let (run_id, task_id) = (task.run_id.clone(), task.task_id);
     let (reply, ticket) = with_login(state, login, on_loop, move |db, _| work(db, task)).await?;
-    durable(reply, ticket).await
+    durable(replies::task_reply(name, &run_id, task_id, reply), ticket).await
 }
 
 /// POST /api/update_task.
@@ -188,7 +204,7 @@ pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
         stats: true,
         ..Needs::default()
     };
-    task_bound(&state, call, needs, |db, c| {
+    task_bound(&state, "Update_task", call, needs, |db, c| {
         db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi)
     })
     .await
@@ -198,6 +214,7 @@ pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
 pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     task_bound_or_fast(
         &state,
+        "Beat",
         call,
         Needs::default(),
         |db, c| db.beat(&c.run_id, c.task_id, &c.wi).map(|r| (r, None)),
@@ -209,7 +226,7 @@ pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiRe
 
 /// POST /api/request_spsa.
 pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
-    task_bound(&state, call, Needs::default(), |db, c| {
+    task_bound(&state, "Request_spsa", call, Needs::default(), |db, c| {
         db.request_spsa(&c.run_id, c.task_id, &c.wi)
     })
     .await
@@ -217,7 +234,7 @@ pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) 
 
 /// POST /api/failed_task.
 pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
-    task_bound(&state, call, Needs::default(), |db, c| {
+    task_bound(&state, "Failed_task", call, Needs::default(), |db, c| {
         db.failed_task(&c.run_id, c.task_id, &c.message, &c.wi)
     })
     .await
@@ -225,7 +242,7 @@ pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
 
 /// POST /api/stop_run.
 pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
-    task_bound(&state, call, Needs::default(), |db, c| {
+    task_bound(&state, "Stop_run", call, Needs::default(), |db, c| {
         db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi)
     })
     .await
@@ -245,9 +262,9 @@ pub async fn worker_log(State(state): State<Arc<AppState>>, call: WorkerCall) ->
         username,
         password: call.password,
     };
-    let reply = with_user(&state, login, move |db, _| {
+    with_user(&state, login, move |db, _| {
         db.worker_log(&message, task.as_ref().map(|(r, t)| (r.as_str(), *t)), &wi)
     })
     .await?;
-    Ok(ApiReply::ok(reply))
+    Ok(ApiReply::ok(Map::new()))
 }
