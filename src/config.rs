@@ -45,6 +45,7 @@ pub const KEYS: &[&str] = &[
     "shutdown_grace_s",
     "books_file",
     "nn_url",
+    "public_url",
     "trusted_proxies",
     "dead_task_timeout_s",
     "scavenge_interval_s",
@@ -108,6 +109,9 @@ pub struct Config {
     shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
     pub nn_url: Option<String>,
+    /// The address people use to reach the server (`https://…` makes the session cookie
+    /// `Secure`).
+    pub public_url: Option<String>,
     pub trusted_proxies: Vec<String>,
     dead_task_timeout_s: f64,
     scavenge_interval_s: f64,
@@ -148,6 +152,7 @@ impl Default for Config {
             shutdown_grace_s: 10.0,
             books_file: None,
             nn_url: None,
+            public_url: None,
             trusted_proxies: Vec::new(),
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
@@ -421,6 +426,11 @@ impl Config {
         {
             return Err(invalid("nn_url", "must start with http:// or https://"));
         }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid("public_url", "must start with http:// or https://"));
+        }
         if let Some(path) = &self.books_file
             && path.as_os_str().is_empty()
         {
@@ -632,6 +642,7 @@ mod tests {
             ("scavenge_interval_s = 0", "scavenge_interval_s"),
             ("books_file = \"\"", "books_file"),
             ("nn_url = \"ftp://x\"", "nn_url"),
+            ("public_url = \"example.org\"", "public_url"),
             ("secret = \"short\"", "secret"),
             ("log = \"info,[[\"", "log"),
             ("sqlite_synchronous = \"off\"", "sqlite_synchronous"),
