@@ -51,6 +51,7 @@ pub mod queries;
 mod recovery;
 pub mod schedule;
 mod scheduler;
+pub mod sessions;
 mod tasks;
 mod transitions;
 pub mod users;
@@ -153,6 +154,8 @@ pub struct RunDb {
     /// Tasks finish under their run's lock, where no store write may happen; the write-behind
     /// job adds these to the store each tick (and at shutdown).
     cpu_hours_pending: Mutex<HashMap<String, f64>>,
+    /// Browser sessions (`sessions`).
+    sessions: sessions::Sessions,
 }
 
 fn now() -> Date {

@@ -82,6 +82,7 @@ impl RunDb {
             blocked: RwLock::new(HashSet::new()),
             cpu_hours_lock: Mutex::new(()),
             cpu_hours_pending: Mutex::new(HashMap::new()),
+            sessions: Default::default(),
         };
         if db.cfg.primary {
             db.load_unfinished()?;

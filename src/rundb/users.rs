@@ -33,6 +33,8 @@ pub const APPROVERS: &str = "group:approvers";
 pub const MSG_INVALID: &str = "Invalid username or password.";
 pub const MSG_BLOCKED: &str = "Your account is blocked.";
 pub const MSG_PENDING: &str = "Your account is pending approval.";
+/// Signup: the username or the email belongs to an account already.
+pub const MSG_TAKEN: &str = "Username or email is already registered";
 
 /// A user document (Fishtest's `users` fields; docs/fishtest-compatibility.md#data-model).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -552,6 +554,51 @@ impl Users {
             },
             tests_repo: String::new(),
             machine_limit: machine_limit.unwrap_or(DEFAULT_MACHINE_LIMIT),
+            extra: Default::default(),
+        };
+        self.store.insert(Collection::Users, to_doc(&user)?)?;
+        Ok(user)
+    }
+
+    /// Signs a user up from the web form: the account starts pending (an approver accepts
+    /// it). The caller has validated the fields; a taken username or email is refused with
+    /// [`MSG_TAKEN`].
+    pub fn register(
+        &self,
+        username: &str,
+        password: &str,
+        email: &str,
+        tests_repo: &str,
+    ) -> Result<User, UserError> {
+        if !valid_username(username) {
+            return Err(UserError::Invalid(
+                "Error! Invalid username or password".into(),
+            ));
+        }
+        let email_taken = !email.is_empty()
+            && !self
+                .store
+                .find(
+                    Collection::Users,
+                    &Query::new()
+                        .with(Cond::Eq("email".into(), Value::String(email.into())))
+                        .limit(1),
+                )?
+                .is_empty();
+        if email_taken || self.load(username)?.is_some() {
+            return Err(UserError::Invalid(MSG_TAKEN.into()));
+        }
+        let user = User {
+            id: crate::store::new_object_id(),
+            username: username.to_string(),
+            password: hash_password(password)?,
+            registration_time: Date::now(),
+            pending: true,
+            blocked: false,
+            email: email.to_string(),
+            groups: Vec::new(),
+            tests_repo: tests_repo.trim_end_matches('/').to_string(),
+            machine_limit: DEFAULT_MACHINE_LIMIT,
             extra: Default::default(),
         };
         self.store.insert(Collection::Users, to_doc(&user)?)?;
