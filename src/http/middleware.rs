@@ -10,7 +10,9 @@
 //!    nothing is refused at the front door.
 //! 5. **body limit**: 413 JSON before reading when Content-Length is over the route's limit,
 //!    and a hard cap on the stream otherwise.
-//! 6. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
+//! 6. **security headers** (`ui::security_headers`): CSP, nosniff, `X-Frame-Options`,
+//!    Referrer-Policy on every response outside `/api`.
+//! 7. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
 //!    a dropped connection.
 //!
 //!
@@ -59,6 +61,7 @@ pub fn apply(router: Router, state: Arc<AppState>) -> Router {
     router
         .route_layer(from_fn(route_label))
         .layer(from_fn(catch_panic))
+        .layer(from_fn(super::ui::security_headers))
         .layer(from_fn_with_state(state.clone(), body_limit))
         .layer(from_fn_with_state(state.clone(), concurrency_cap))
         .layer(from_fn(head_as_get))

@@ -17,6 +17,7 @@ pub mod extract;
 pub mod middleware;
 pub mod ops;
 pub mod reply;
+pub mod ui;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -67,7 +68,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
-        .merge(api::router(&state));
+        .merge(api::router(&state))
+        .merge(ui::router());
     if state.config.debug_endpoints {
         routes = routes.merge(debug::routes());
     }
@@ -75,13 +77,18 @@ pub fn router(state: Arc<AppState>) -> Router {
     middleware::apply(routes, state)
 }
 
-/// Unknown paths: the API's `{"detail": "Not Found"}` under `/api`, plain text elsewhere.
-async fn not_found(uri: Uri) -> Response {
+/// Unknown paths: the API's `{"detail": "Not Found"}` under `/api`, the HTML 404 page
+/// elsewhere.
+async fn not_found(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+) -> Response {
     if uri.path().starts_with("/api") {
         let mut reply = ApiReply::json(json!({"detail": "Not Found"}));
         reply.status = StatusCode::NOT_FOUND;
         reply.into_response()
     } else {
-        (StatusCode::NOT_FOUND, "Not Found").into_response()
+        ui::errors::not_found(axum::extract::State(state), headers).await
     }
 }

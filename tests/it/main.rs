@@ -14,4 +14,5 @@ mod spsa_props;
 mod stats_corpus;
 mod stats_props;
 mod tuning;
+mod ui;
 mod worker_api;

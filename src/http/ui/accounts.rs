@@ -1,0 +1,375 @@
+//! Accounts: `/login`, `/logout`, `/signup`.
+//!
+//! Login goes through the same path as every API login (`http::auth`: the throttle, the
+//! credential cache, argon2 in the pool), after the CSRF check, so a refused form is never
+//! counted as a failed login. A login starts a new server-side session under a new cookie id.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use askama::Template;
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::session::{self, Ctx};
+use super::{Flash, Input, Layout, Out, errors, page, respond};
+use crate::http::AppState;
+use crate::http::auth::{self, Login};
+use crate::http::reply::ApiError;
+use crate::rundb::users::{MSG_INVALID, MSG_PENDING};
+
+/// Shown after a successful signup (Fishtest's words).
+pub const MSG_CREATED: &str = "Account created! To avoid spam, a person will now manually \
+    approve your new account. This is usually quick but sometimes takes a few hours. Thank you \
+    for contributing!";
+/// Appended to the pending message at login, as Fishtest does.
+const PENDING_MORE: &str = " To avoid spam, a person will now manually approve your new \
+    account. This is usually quick but sometimes takes a few hours.";
+
+#[derive(Template)]
+#[template(path = "login.html")]
+pub struct LoginPage {
+    pub l: Layout,
+    /// The form's action (keeps `?next=`).
+    pub action: String,
+    pub remember: bool,
+}
+
+#[derive(Template)]
+#[template(path = "signup.html")]
+pub struct SignupPage {
+    pub l: Layout,
+}
+
+#[derive(Deserialize, Default)]
+pub struct NextQuery {
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default)]
+    came_from: Option<String>,
+    #[serde(default)]
+    created: Option<String>,
+}
+
+/// A body that is not a form is an empty form: its missing token refuses it (403).
+fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
+    form.map(|Form(f)| f).unwrap_or_default()
+}
+
+/// Only a same-origin path is a place to go after login.
+fn safe_next(q: &NextQuery) -> String {
+    [q.next.as_deref(), q.came_from.as_deref()]
+        .into_iter()
+        .flatten()
+        .find(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') && n.len() < 2000)
+        .unwrap_or("/")
+        .to_string()
+}
+
+fn login_action(q: &NextQuery) -> String {
+    match &q.next {
+        Some(_) => format!("/login?next={}", percent(&safe_next(q))),
+        None => "/login".into(),
+    }
+}
+
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> Out {
+    let mut l = Layout::new(ctx, "Login");
+    if let Some(f) = flash {
+        l = l.flash(f);
+    }
+    Out::render(
+        StatusCode::OK,
+        &LoginPage {
+            l,
+            action: login_action(q),
+            remember,
+        },
+    )
+}
+
+/// `GET /login`.
+pub async fn login_form(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<NextQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        if ctx.user.is_some() {
+            return Out::Redirect("/tests".into());
+        }
+        let flash = q.created.is_some().then(|| Flash::info(MSG_CREATED));
+        login_page(ctx, &q, true, flash)
+    })
+    .await
+}
+
+#[derive(Deserialize, Default)]
+pub struct LoginForm {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    /// The checkbox (`1` when ticked); absent means not remembered.
+    #[serde(default)]
+    stay_logged_in: Option<String>,
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// `POST /login`: CSRF, then the throttled credential check, then a new session.
+pub async fn login(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<NextQuery>,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    let form = unform(form);
+    let input = Input::post(&state, &headers, form.csrf_token.clone());
+    let keys = input.keys.clone();
+    // First pool job: the session and the token. Anything but "go on" is the answer.
+    let checked = page(&state, input, |_, ctx, _| {
+        if ctx.user.is_some() {
+            Out::Redirect("/tests".into())
+        } else {
+            Out::Html(StatusCode::CONTINUE, String::new())
+        }
+    })
+    .await;
+    if checked.status() != StatusCode::CONTINUE {
+        return checked;
+    }
+    let remember = form
+        .stay_logged_in
+        .as_deref()
+        .is_some_and(|v| matches!(v, "1" | "true" | "on" | "yes"));
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let verdict = auth::credentials(
+        &state,
+        Login::at(ip, form.username.trim().to_string(), form.password),
+    )
+    .await;
+    let id = keys.read_id(&headers);
+    let db = state.rundb.clone();
+    let k = keys.clone();
+    let job = move || {
+        let mut ctx = match session::resolve(&db, &k, id) {
+            Ok(ctx) => ctx,
+            Err(_) => return (None, errors::internal()),
+        };
+        let out = match verdict {
+            Ok(user) => match ctx.login(&db, user, remember) {
+                Ok(()) => Out::Redirect(safe_next(&q)),
+                Err(e) => {
+                    tracing::error!(error = %e, "session not started");
+                    errors::internal()
+                }
+            },
+            Err(ApiError::Throttled { retry_after_s }) => errors::throttled(&ctx, retry_after_s),
+            Err(ApiError::Unauthorized(m)) => {
+                let text = if m == MSG_PENDING {
+                    format!("{m}{PENDING_MORE}")
+                } else {
+                    m
+                };
+                login_page(&ctx, &q, remember, Some(Flash::error(text)))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "login failed");
+                login_page(&ctx, &q, remember, Some(Flash::error(MSG_INVALID)))
+            }
+        };
+        (ctx.set_cookie.clone(), out)
+    };
+    match state.offload.run(job).await {
+        Ok((cookie, out)) => respond(&keys, cookie, out),
+        Err(_) => respond(&keys, None, errors::internal()),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct TokenForm {
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// `POST /logout`: ends the session on the server; the old cookie is worthless after it.
+pub async fn logout(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Response {
+    let form = unform(form);
+    page(
+        &state,
+        Input::post(&state, &headers, form.csrf_token),
+        |db, ctx, keys| match ctx.logout(db, keys) {
+            Ok(()) => Out::Redirect("/tests".into()),
+            Err(e) => {
+                tracing::error!(error = %e, "logout failed");
+                errors::internal()
+            }
+        },
+    )
+    .await
+}
+
+fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> Out {
+    let mut l = Layout::new(ctx, "Register");
+    l.flashes = flashes;
+    Out::render(StatusCode::OK, &SignupPage { l })
+}
+
+/// `GET /signup`.
+pub async fn signup_form(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    page(&state, Input::get(&state, &headers), |_, ctx, _| {
+        if ctx.user.is_some() {
+            return Out::Redirect("/tests".into());
+        }
+        signup_page(ctx, Vec::new())
+    })
+    .await
+}
+
+#[derive(Deserialize, Default)]
+pub struct SignupForm {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    password2: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    tests_repo: String,
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// The signup checks, all of them (Fishtest reports every failure at once).
+pub fn signup_errors(f: &SignupForm) -> Vec<String> {
+    let mut errors = Vec::new();
+    let (username, password, email) = (f.username.trim(), f.password.trim(), f.email.trim());
+    if password.is_empty() {
+        errors.push("Error! Non-empty password required".to_string());
+    } else if password.chars().count() > 72 {
+        errors.push("Error! Password too long (max 72 characters)".into());
+    } else {
+        let strength = zxcvbn::zxcvbn(password, &[username, email]);
+        if (strength.score() as u8) < 3 {
+            let mut text = String::from("Error! Weak password");
+            if let Some(fb) = strength.feedback() {
+                if let Some(s) = fb.suggestions().first() {
+                    text.push_str(&format!(": {s}"));
+                }
+                if let Some(w) = fb.warning() {
+                    text.push_str(&format!(" {w}"));
+                }
+            }
+            errors.push(text);
+        }
+    }
+    if password != f.password2.trim() {
+        errors.push("Error! Matching verify password required".into());
+    }
+    if let Err(reason) = check_email(email) {
+        errors.push(format!("Error! Invalid email: {reason}"));
+    }
+    if username.is_empty() {
+        errors.push("Error! Username required".into());
+    } else if !username.chars().all(|c| c.is_ascii_alphanumeric()) {
+        errors.push("Error! Alphanumeric username required".into());
+    }
+    let repo = f.tests_repo.trim();
+    if !repo.is_empty() && !valid_tests_repo(repo) {
+        errors.push(format!(
+            "Error! Invalid tests repo {repo}: expected https://github.com/<owner>/<repo>"
+        ));
+    }
+    errors
+}
+
+/// Email syntax only (shoal calls no outside service, so no deliverability check).
+fn check_email(email: &str) -> Result<(), &'static str> {
+    let Some((local, domain)) = email.split_once('@') else {
+        return Err("The email address is not valid. It must have exactly one @-sign.");
+    };
+    if local.is_empty() || domain.contains('@') || email.chars().any(char::is_whitespace) {
+        return Err("The email address is not valid.");
+    }
+    let labels: Vec<&str> = domain.split('.').collect();
+    if labels.len() < 2 || labels.iter().any(|l| l.is_empty()) {
+        return Err("The part after the @-sign is not valid.");
+    }
+    Ok(())
+}
+
+fn valid_tests_repo(repo: &str) -> bool {
+    let rest = repo
+        .strip_prefix("https://github.com/")
+        .or_else(|| repo.strip_prefix("https://www.github.com/"));
+    let Some(rest) = rest else { return false };
+    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    parts.len() == 2 && parts.iter().all(|p| ok(p))
+}
+
+/// `POST /signup`: a pending account, then `/login` with the "account created" message.
+pub async fn signup(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    form: Result<Form<SignupForm>, FormRejection>,
+) -> Response {
+    let form = unform(form);
+    let token = form.csrf_token.clone();
+    page(
+        &state,
+        Input::post(&state, &headers, token),
+        move |db, ctx, _| {
+            if ctx.user.is_some() {
+                return Out::Redirect("/tests".into());
+            }
+            let errors = signup_errors(&form);
+            if !errors.is_empty() {
+                return signup_page(ctx, errors.into_iter().map(Flash::error).collect());
+            }
+            match db.users.register(
+                form.username.trim(),
+                form.password.trim(),
+                form.email.trim(),
+                form.tests_repo.trim(),
+            ) {
+                Ok(_) => Out::Redirect("/login?created=1".into()),
+                Err(crate::rundb::users::UserError::Invalid(m)) => {
+                    signup_page(ctx, vec![Flash::error(m)])
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "signup failed");
+                    errors::internal()
+                }
+            }
+        },
+    )
+    .await
+}

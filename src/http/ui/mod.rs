@@ -1,0 +1,289 @@
+//! The web UI: HTML pages rendered from `askama` templates (`templates/`), one file per page
+//! group with its handlers and template structs side by side.
+//!
+//! Owns: the UI routes ([`router`]), the page machinery ([`page`]: the session resolved, the
+//! CSRF token checked and the handler body run and rendered in **one pool job**), the HTML
+//! error pages, static files (`/static/…?v=<content hash>`, cached for a year), and the
+//! security headers every non-API response carries ([`security_headers`]).
+//! Must not: call the store, render a template or resolve a session outside `Offload::run`
+//! (the event loop only parses forms and verifies the cookie's signature).
+
+pub mod accounts;
+pub mod dashboard;
+pub mod errors;
+pub mod session;
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use askama::Template;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use sha2::{Digest, Sha256};
+use tower_http::compression::CompressionLayer;
+use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use super::AppState;
+use crate::rundb::RunDb;
+use session::{CookieKeys, Ctx};
+
+/// The Content-Security-Policy of every page: nothing inline, nothing from elsewhere.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+    img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; \
+    frame-ancestors 'none'";
+
+/// The UI's routes (merged into `http::router` beside `api::router`).
+pub fn router() -> Router<Arc<AppState>> {
+    let statics = Router::new()
+        .nest_service("/static", ServeDir::new(static_dir()))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=31536000, immutable"),
+        ));
+    Router::new()
+        .route("/", get(dashboard::root))
+        .route("/tests", get(dashboard::tests))
+        .route("/login", get(accounts::login_form).post(accounts::login))
+        .route("/logout", axum::routing::post(accounts::logout))
+        .route("/signup", get(accounts::signup_form).post(accounts::signup))
+        .merge(statics)
+        .layer(CompressionLayer::new())
+}
+
+/// Adds the security headers to every response outside `/api` (pages, errors, static files).
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let mut response = next.run(req).await;
+    if !api {
+        let h = response.headers_mut();
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        h.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        );
+    }
+    response
+}
+
+/// Where the static files are: `./static` when the server runs from a checkout or an
+/// installation that has one, else the source tree's `static/` (tests, `cargo run`).
+fn static_dir() -> PathBuf {
+    let local = PathBuf::from("static");
+    if local.join("style.css").is_file() {
+        local
+    } else {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/static"))
+    }
+}
+
+/// The URL of a static file with its content hash (`?v=`), computed once (in the pool: pages
+/// call it while rendering).
+pub fn asset(name: &'static str) -> String {
+    static HASHES: OnceLock<parking_lot::Mutex<std::collections::HashMap<&'static str, String>>> =
+        OnceLock::new();
+    let map = HASHES.get_or_init(Default::default);
+    let mut map = map.lock();
+    let v = map.entry(name).or_insert_with(|| {
+        let bytes = std::fs::read(static_dir().join(name)).unwrap_or_default();
+        hex::encode(&Sha256::digest(&bytes)[..6])
+    });
+    format!("/static/{name}?v={v}")
+}
+
+/// One flash message on a page.
+pub struct Flash {
+    /// `error`, `warning` or `info`.
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl Flash {
+    pub fn error(text: impl Into<String>) -> Self {
+        Flash {
+            kind: "error",
+            text: text.into(),
+        }
+    }
+    pub fn info(text: impl Into<String>) -> Self {
+        Flash {
+            kind: "info",
+            text: text.into(),
+        }
+    }
+}
+
+/// What the base layout needs from every page.
+pub struct Layout {
+    pub title: String,
+    pub user: Option<String>,
+    pub csrf: String,
+    pub css: String,
+    pub flashes: Vec<Flash>,
+}
+
+impl Layout {
+    pub fn new(ctx: &Ctx, title: &str) -> Self {
+        Layout {
+            title: if title.is_empty() {
+                "shoal testing framework".into()
+            } else {
+                format!("{title} | shoal testing")
+            },
+            user: ctx.username(),
+            csrf: ctx.csrf.clone(),
+            css: asset("style.css"),
+            flashes: Vec::new(),
+        }
+    }
+
+    pub fn flash(mut self, flash: Flash) -> Self {
+        self.flashes.push(flash);
+        self
+    }
+}
+
+/// What a page handler produces (in the pool).
+pub enum Out {
+    Html(StatusCode, String),
+    Redirect(String),
+    /// 429 with `Retry-After` (seconds) and a page.
+    Throttled(u64, String),
+}
+
+impl Out {
+    /// Renders a template with a status.
+    pub fn render(status: StatusCode, t: &impl Template) -> Out {
+        match t.render() {
+            Ok(html) => Out::Html(status, html),
+            Err(e) => {
+                tracing::error!(error = %e, "template failed");
+                Out::Html(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal Server Error".into(),
+                )
+            }
+        }
+    }
+}
+
+/// What the event loop passes to [`page`]: the verified cookie id and, for a POST, the
+/// submitted CSRF token (the `X-CSRF-Token` header, else the form's `csrf_token`).
+pub struct Input {
+    pub keys: CookieKeys,
+    pub id: Option<String>,
+    pub csrf: Option<Option<String>>,
+}
+
+impl Input {
+    /// A GET: no token to check.
+    pub fn get(state: &AppState, headers: &HeaderMap) -> Self {
+        let keys = keys(state);
+        Input {
+            id: keys.read_id(headers),
+            keys,
+            csrf: None,
+        }
+    }
+
+    /// A state-changing POST: its token must match the session's.
+    pub fn post(state: &AppState, headers: &HeaderMap, form_token: Option<String>) -> Self {
+        let header_token = headers
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Input {
+            csrf: Some(header_token.or(form_token)),
+            ..Input::get(state, headers)
+        }
+    }
+}
+
+fn keys(state: &AppState) -> CookieKeys {
+    let secure = state
+        .config
+        .public_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("https://"));
+    CookieKeys::new(&state.secret, secure)
+}
+
+/// Runs a page in the pool: resolves the session (a session ended on this request →
+/// `/tests`), refuses a POST whose CSRF token does not match (403 page, the body never runs),
+/// then runs `body` and renders. Returns the response with the session cookie if it changed.
+pub async fn page<F>(state: &AppState, input: Input, body: F) -> Response
+where
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Out + Send + 'static,
+{
+    let db = state.rundb.clone();
+    let keys = input.keys.clone();
+    let job = move || {
+        let mut ctx = match session::resolve(&db, &keys, input.id) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                tracing::error!(error = %e, "session lookup failed");
+                return (None, errors::internal());
+            }
+        };
+        let out = if ctx.ended {
+            Out::Redirect("/tests".into())
+        } else if input
+            .csrf
+            .as_ref()
+            .is_some_and(|token| !ctx.csrf_ok(token.as_deref()))
+        {
+            metrics::counter!("shoal_ui_csrf_refused_total").increment(1);
+            errors::forbidden(&ctx)
+        } else {
+            body(&db, &mut ctx, &keys)
+        };
+        (ctx.set_cookie.clone(), out)
+    };
+    match state.offload.run(job).await {
+        Ok((cookie, out)) => respond(&input.keys, cookie, out),
+        Err(e) => {
+            tracing::warn!(error = %e, "page not rendered");
+            (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
+        }
+    }
+}
+
+/// Builds the response on the event loop: status, body, cookie, `no-store`.
+pub fn respond(keys: &CookieKeys, cookie: Option<(String, bool)>, out: Out) -> Response {
+    let mut response = match out {
+        Out::Html(status, html) => (status, axum::response::Html(html)).into_response(),
+        Out::Redirect(to) => {
+            let mut r = StatusCode::FOUND.into_response();
+            if let Ok(v) = HeaderValue::from_str(&to) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Out::Throttled(retry_after, html) => {
+            let mut r = (StatusCode::TOO_MANY_REQUESTS, axum::response::Html(html)).into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            r
+        }
+    };
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some((id, remember)) = cookie
+        && let Some(v) = keys.set_cookie(&id, remember)
+    {
+        h.append(header::SET_COOKIE, v);
+    }
+    response
+}
