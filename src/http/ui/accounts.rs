@@ -15,8 +15,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::session::{self, Ctx};
-use super::{Flash, Input, Layout, Out, errors, page, respond};
+use super::session::Ctx;
+use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
@@ -143,18 +143,12 @@ pub async fn login(
     let form = unform(form);
     let input = Input::post(&state, &headers, form.csrf_token.clone());
     let keys = input.keys.clone();
-    // First pool job: the session and the token. Anything but "go on" is the answer.
-    let checked = page(&state, input, |_, ctx, _| {
-        if ctx.user.is_some() {
-            Out::Redirect("/tests".into())
-        } else {
-            Out::Html(StatusCode::CONTINUE, String::new())
-        }
-    })
-    .await;
-    if checked.status() != StatusCode::CONTINUE {
-        return checked;
-    }
+    // The session and the token first: a refused form is not a failed login.
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) if ctx.user.is_some() => return redirect_home(&keys),
+        Ok(ctx) => ctx,
+        Err(answer) => return answer,
+    };
     let remember = form
         .stay_logged_in
         .as_deref()
@@ -165,42 +159,33 @@ pub async fn login(
         Login::at(ip, form.username.trim().to_string(), form.password),
     )
     .await;
-    let id = keys.read_id(&headers);
-    let db = state.rundb.clone();
-    let k = keys.clone();
-    let job = move || {
-        let mut ctx = match session::resolve(&db, &k, id) {
-            Ok(ctx) => ctx,
-            Err(_) => return (None, errors::internal()),
-        };
-        let out = match verdict {
-            Ok(user) => match ctx.login(&db, user, remember) {
-                Ok(()) => Out::Redirect(safe_next(&q)),
-                Err(e) => {
-                    tracing::error!(error = %e, "session not started");
-                    errors::internal()
-                }
-            },
-            Err(ApiError::Throttled { retry_after_s }) => errors::throttled(&ctx, retry_after_s),
-            Err(ApiError::Unauthorized(m)) => {
-                let text = if m == MSG_PENDING {
-                    format!("{m}{PENDING_MORE}")
-                } else {
-                    m
-                };
-                login_page(&ctx, &q, remember, Some(Flash::error(text)))
-            }
+    continue_page(&state, keys, ctx, move |db, ctx, _| match verdict {
+        Ok(user) => match ctx.login(db, user, remember) {
+            Ok(()) => Out::Redirect(safe_next(&q)),
             Err(e) => {
-                tracing::warn!(error = %e, "login failed");
-                login_page(&ctx, &q, remember, Some(Flash::error(MSG_INVALID)))
+                tracing::error!(error = %e, "session not started");
+                errors::internal()
             }
-        };
-        (ctx.set_cookie.clone(), out)
-    };
-    match state.offload.run(job).await {
-        Ok((cookie, out)) => respond(&keys, cookie, out),
-        Err(_) => respond(&keys, None, errors::internal()),
-    }
+        },
+        Err(ApiError::Throttled { retry_after_s }) => errors::throttled(ctx, retry_after_s),
+        Err(ApiError::Unauthorized(m)) => {
+            let text = if m == MSG_PENDING {
+                format!("{m}{PENDING_MORE}")
+            } else {
+                m
+            };
+            login_page(ctx, &q, remember, Some(Flash::error(text)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "login failed");
+            login_page(ctx, &q, remember, Some(Flash::error(MSG_INVALID)))
+        }
+    })
+    .await
+}
+
+fn redirect_home(keys: &super::session::CookieKeys) -> Response {
+    respond(keys, None, Out::Redirect("/tests".into()))
 }
 
 #[derive(Deserialize, Default)]

@@ -220,44 +220,89 @@ fn keys(state: &AppState) -> CookieKeys {
     CookieKeys::new(&state.secret, secure)
 }
 
-/// Runs a page in the pool: resolves the session (a session ended on this request →
-/// `/tests`), refuses a POST whose CSRF token does not match (403 page, the body never runs),
-/// then runs `body` and renders. Returns the response with the session cookie if it changed.
+/// The session and, for a POST, the token (blocking: in the pool). `Err` is the answer
+/// instead of the page: a session ended on this request → `/tests`; a POST whose CSRF token
+/// does not match → the 403 page (the handler never runs).
+fn open(db: &RunDb, keys: &CookieKeys, input: Input) -> Result<Ctx, (Option<(String, bool)>, Out)> {
+    let ctx = match session::resolve(db, keys, input.id) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            tracing::error!(error = %e, "session lookup failed");
+            return Err((None, errors::internal()));
+        }
+    };
+    if ctx.ended {
+        return Err((ctx.set_cookie, Out::Redirect("/tests".into())));
+    }
+    if let Some(token) = &input.csrf
+        && !ctx.csrf_ok(token.as_deref())
+    {
+        metrics::counter!("shoal_ui_csrf_refused_total").increment(1);
+        let out = errors::forbidden(&ctx);
+        return Err((ctx.set_cookie, out));
+    }
+    Ok(ctx)
+}
+
+/// Runs a page in the pool: [`open`], then `body`, which renders. Returns the response with
+/// the session cookie if it changed.
 pub async fn page<F>(state: &AppState, input: Input, body: F) -> Response
 where
     F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Out + Send + 'static,
 {
     let db = state.rundb.clone();
     let keys = input.keys.clone();
-    let job = move || {
-        let mut ctx = match session::resolve(&db, &keys, input.id) {
-            Ok(ctx) => ctx,
-            Err(e) => {
-                tracing::error!(error = %e, "session lookup failed");
-                return (None, errors::internal());
-            }
-        };
-        let out = if ctx.ended {
-            Out::Redirect("/tests".into())
-        } else if input
-            .csrf
-            .as_ref()
-            .is_some_and(|token| !ctx.csrf_ok(token.as_deref()))
-        {
-            metrics::counter!("shoal_ui_csrf_refused_total").increment(1);
-            errors::forbidden(&ctx)
-        } else {
-            body(&db, &mut ctx, &keys)
-        };
-        (ctx.set_cookie.clone(), out)
-    };
-    match state.offload.run(job).await {
-        Ok((cookie, out)) => respond(&input.keys, cookie, out),
-        Err(e) => {
-            tracing::warn!(error = %e, "page not rendered");
-            (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
+    let k = keys.clone();
+    let job = move || match open(&db, &k, input) {
+        Ok(mut ctx) => {
+            let out = body(&db, &mut ctx, &k);
+            (ctx.set_cookie, out)
         }
+        Err(answer) => answer,
+    };
+    finish(state, &keys, job).await
+}
+
+/// The first half of a page whose body must await something else first (the login's
+/// credential check): [`open`] in the pool. `Ok` to go on with [`continue_page`].
+pub async fn open_page(state: &AppState, input: Input) -> Result<Ctx, Response> {
+    let db = state.rundb.clone();
+    let keys = input.keys.clone();
+    let k = keys.clone();
+    match state.offload.run(move || open(&db, &k, input)).await {
+        Ok(Ok(ctx)) => Ok(ctx),
+        Ok(Err((cookie, out))) => Err(respond(&keys, cookie, out)),
+        Err(e) => Err(unavailable(e)),
     }
+}
+
+/// The second half: `body` in the pool with the session [`open_page`] resolved.
+pub async fn continue_page<F>(state: &AppState, keys: CookieKeys, mut ctx: Ctx, body: F) -> Response
+where
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Out + Send + 'static,
+{
+    let db = state.rundb.clone();
+    let k = keys.clone();
+    let job = move || {
+        let out = body(&db, &mut ctx, &k);
+        (ctx.set_cookie, out)
+    };
+    finish(state, &keys, job).await
+}
+
+async fn finish<J>(state: &AppState, keys: &CookieKeys, job: J) -> Response
+where
+    J: FnOnce() -> (Option<(String, bool)>, Out) + Send + 'static,
+{
+    match state.offload.run(job).await {
+        Ok((cookie, out)) => respond(keys, cookie, out),
+        Err(e) => unavailable(e),
+    }
+}
+
+fn unavailable(e: crate::offload::OffloadError) -> Response {
+    tracing::warn!(error = %e, "page not rendered");
+    (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
 }
 
 /// Builds the response on the event loop: status, body, cookie, `no-store`.
