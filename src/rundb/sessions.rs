@@ -2,7 +2,8 @@
 //!
 //! Owns: the logged-in sessions (random id → user, CSRF token, lifetime, a fingerprint of the
 //! user's password hash), in memory behind one mutex, with a copy in the store's `kvstore`
-//! (one document, rewritten on each login and logout) so that a restart keeps people logged in.
+//! (one document per session, `_id` `session:<id>`, written at login and deleted when the
+//! session ends) so that a restart keeps people logged in.
 //! A session is ended when it is logged out, when it expires, and on its next use when its user
 //! is gone, blocked, pending, or has a new password (the fingerprint no longer matches: the CLI
 //! or another process changed it) — so a password change or a block ends all of a user's
@@ -15,14 +16,16 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use crate::store::{Cond, Query};
 use sha2::{Digest, Sha256};
 
 use super::users::User;
 use super::{DbResult, RunDb};
 use crate::store::Collection;
 
-/// The `kvstore` document holding the sessions.
-const KV_ID: &str = "sessions";
+/// The `kind` of the `kvstore` documents holding sessions, and their `_id` prefix.
+const KIND: &str = "session";
 /// A remembered login lasts 400 days (Fishtest's cookie lifetime).
 pub const REMEMBER_S: i64 = 400 * 24 * 3600;
 /// A login that is not remembered ends with the browser, and on the server after a week.
@@ -58,8 +61,10 @@ pub enum SessionState {
 #[derive(Default)]
 pub(super) struct Sessions {
     map: Mutex<Option<HashMap<String, Session>>>,
-    /// Serialises the store writes so that a newer copy is never overwritten by an older one.
-    persist: Mutex<()>,
+}
+
+fn kv_id(id: &str) -> String {
+    format!("{KIND}:{id}")
 }
 
 fn fingerprint(user: &User) -> String {
@@ -79,27 +84,40 @@ impl RunDb {
     fn with_sessions<R>(&self, f: impl FnOnce(&mut HashMap<String, Session>) -> R) -> DbResult<R> {
         let mut guard = self.sessions.map.lock();
         if guard.is_none() {
-            let stored = self
-                .store
-                .get(Collection::Kvstore, KV_ID)?
-                .and_then(|d| d.get("value").cloned())
-                .and_then(|v| serde_json::from_value::<HashMap<String, Session>>(v).ok())
-                .unwrap_or_default();
+            let docs = self.store.find(
+                Collection::Kvstore,
+                &Query::new().with(Cond::Eq("kind".into(), Value::String(KIND.into()))),
+            )?;
+            let stored = docs
+                .into_iter()
+                .filter_map(|d| {
+                    let id = d
+                        .get("_id")?
+                        .as_str()?
+                        .strip_prefix("session:")?
+                        .to_string();
+                    let session = serde_json::from_value(d.get("session")?.clone()).ok()?;
+                    Some((id, session))
+                })
+                .collect();
             *guard = Some(stored);
         }
         let map = guard.get_or_insert_with(HashMap::new);
         Ok(f(map))
     }
 
-    fn persist_sessions(&self) -> DbResult<()> {
-        let _order = self.sessions.persist.lock();
-        let snapshot = self.with_sessions(|m| serde_json::to_value(&*m))?;
-        let value = snapshot.unwrap_or(Value::Object(Default::default()));
-        let doc = match json!({"_id": KV_ID, "value": value}) {
-            Value::Object(m) => m,
-            _ => return Ok(()),
-        };
-        self.store.put(Collection::Kvstore, &doc)?;
+    fn store_session(&self, id: &str, session: &Session) -> DbResult<()> {
+        let doc = json!({"_id": kv_id(id), "kind": KIND, "session": session});
+        if let Value::Object(doc) = doc {
+            self.store.put(Collection::Kvstore, &doc)?;
+        }
+        Ok(())
+    }
+
+    fn forget_sessions(&self, ids: &[String]) -> DbResult<()> {
+        for id in ids {
+            self.store.delete(Collection::Kvstore, &kv_id(id))?;
+        }
         Ok(())
     }
 
@@ -134,9 +152,17 @@ impl RunDb {
             expires: now + if remember { REMEMBER_S } else { SHORT_S },
             pw: fingerprint(user),
         };
-        self.with_sessions(|m| {
+        let dropped = self.with_sessions(|m| {
+            let mut dropped = Vec::new();
             if m.len() >= MAX_SESSIONS {
-                m.retain(|_, s| s.expires > now);
+                dropped.extend(
+                    m.iter()
+                        .filter(|(_, s)| s.expires <= now)
+                        .map(|(k, _)| k.clone()),
+                );
+                for k in &dropped {
+                    m.remove(k);
+                }
             }
             while m.len() >= MAX_SESSIONS {
                 let Some(first) = m
@@ -147,17 +173,20 @@ impl RunDb {
                     break;
                 };
                 m.remove(&first);
+                dropped.push(first);
             }
             m.insert(id.clone(), session.clone());
+            dropped
         })?;
-        self.persist_sessions()?;
+        self.forget_sessions(&dropped)?;
+        self.store_session(&id, &session)?;
         Ok((id, session))
     }
 
     /// Ends session `id` (logout); an unknown id is fine.
     pub fn session_end(&self, id: &str) -> DbResult<()> {
         if self.with_sessions(|m| m.remove(id).is_some())? {
-            self.persist_sessions()?;
+            self.forget_sessions(&[id.to_string()])?;
         }
         Ok(())
     }
@@ -165,14 +194,18 @@ impl RunDb {
     /// Ends every session of `username` (for an administrative change made in this process;
     /// changes made elsewhere end them on next use, see the module docs).
     pub fn sessions_end_user(&self, username: &str) -> DbResult<usize> {
-        let ended = self.with_sessions(|m| {
-            let before = m.len();
-            m.retain(|_, s| s.user != username);
-            before - m.len()
+        let ended: Vec<String> = self.with_sessions(|m| {
+            let ids: Vec<String> = m
+                .iter()
+                .filter(|(_, s)| s.user == username)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in &ids {
+                m.remove(k);
+            }
+            ids
         })?;
-        if ended > 0 {
-            self.persist_sessions()?;
-        }
-        Ok(ended)
+        self.forget_sessions(&ended)?;
+        Ok(ended.len())
     }
 }
