@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 
-use crate::fleet::{PASSWORD, add_user, user_cli};
+use crate::fleet::{PASSWORD, add_user, create_run, fixed_args, user_cli};
 use crate::harness::{Opts, TestServer};
 
 /// A browser: keeps the session cookie, follows nothing.
@@ -129,8 +129,18 @@ async fn pages_carry_the_layout_security_headers_and_html_errors() {
     assert_eq!(root.status, 302);
     assert_eq!(root.header("location"), "/tests");
 
+    // A run waiting for approval shows in its table.
+    add_user(&server, "frank", &[]);
+    let run_id = create_run(&server, "frank", fixed_args(2000)).await;
+
     let page = b.get("/tests").await;
     assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("Pending approval - 1 tests"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(&format!("/tests/view/{run_id}")));
     assert!(page.header("content-type").starts_with("text/html"));
     assert_eq!(page.header("cache-control"), "no-store");
     assert!(page.body.contains("Stockfish Testing Queue"));
@@ -404,6 +414,15 @@ async fn sessions_survive_a_restart_and_failed_logins_are_throttled() {
         "https public_url"
     );
     let cookie = b.cookie.clone();
+    // A second session, logged out before the restart.
+    let mut gone = Browser::new(&server);
+    assert_eq!(gone.login("erin", PASSWORD).await.status, 302);
+    let gone_cookie = gone.cookie.clone();
+    let token = gone.get("/tests").await.csrf();
+    assert_eq!(
+        gone.post("/logout", &[("csrf_token", &token)]).await.status,
+        302
+    );
 
     server.signal(libc::SIGTERM);
     assert!(server.wait_exit(30).success());
@@ -414,6 +433,13 @@ async fn sessions_survive_a_restart_and_failed_logins_are_throttled() {
         b.whoami().await.as_deref(),
         Some("erin"),
         "kept across restart"
+    );
+    let mut gone = Browser::new(&server);
+    gone.cookie = gone_cookie;
+    assert_eq!(
+        gone.whoami().await,
+        None,
+        "a logged-out session stays ended"
     );
 
     // Failed logins go through the login throttle: 429 with Retry-After.

@@ -358,3 +358,72 @@ pub async fn signup(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(username: &str, password: &str, email: &str, repo: &str) -> SignupForm {
+        SignupForm {
+            username: username.into(),
+            password: password.into(),
+            password2: password.into(),
+            email: email.into(),
+            tests_repo: repo.into(),
+            csrf_token: None,
+        }
+    }
+
+    #[test]
+    fn signup_checks() {
+        let good = form(
+            "bob",
+            "violet otter juggles nine lamps",
+            "bob@example.org",
+            "",
+        );
+        assert!(signup_errors(&good).is_empty());
+        let weak = form("bob", "bob12345", "bob@example.org", "");
+        assert!(signup_errors(&weak)[0].starts_with("Error! Weak password"));
+        let long = form("bob", &"x".repeat(73), "bob@example.org", "");
+        assert_eq!(
+            signup_errors(&long),
+            ["Error! Password too long (max 72 characters)"]
+        );
+        let empty = form("", "", "", "");
+        let errors = signup_errors(&empty);
+        assert!(errors.contains(&"Error! Non-empty password required".to_string()));
+        assert!(errors.contains(&"Error! Username required".to_string()));
+        assert!(errors.iter().any(|e| e.starts_with("Error! Invalid email")));
+        for repo in [
+            "https://github.com/bob/Stockfish",
+            "https://www.github.com/bob/Stockfish/",
+        ] {
+            assert!(valid_tests_repo(repo), "{repo}");
+        }
+        for repo in [
+            "http://github.com/bob/Stockfish",
+            "https://github.com/bob",
+            "https://github.com/bob/Stockfish/tree/x",
+            "https://gitlab.com/bob/Stockfish",
+        ] {
+            assert!(!valid_tests_repo(repo), "{repo}");
+        }
+        for email in ["a@b", "@b.org", "a b@c.org", "a@@b.org", "a@b..org"] {
+            assert!(check_email(email).is_err(), "{email}");
+        }
+    }
+
+    #[test]
+    fn next_is_a_same_site_path() {
+        let q = |next: &str| NextQuery {
+            next: Some(next.into()),
+            ..NextQuery::default()
+        };
+        assert_eq!(safe_next(&q("/tests/view/1?x=2")), "/tests/view/1?x=2");
+        for bad in ["//evil.org", "https://evil.org", "/\\evil.org", "tests"] {
+            assert_eq!(safe_next(&q(bad)), "/", "{bad}");
+        }
+        assert_eq!(login_action(&q("/a b")), "/login?next=/a%20b");
+    }
+}
