@@ -337,8 +337,8 @@ mod tests {
         owner: User,
         other: User,
         approver: User,
-        _rt: tokio::runtime::Runtime,
-        _dir: tempfile::TempDir,
+        rt: tokio::runtime::Runtime,
+        dir: tempfile::TempDir,
     }
 
     fn fixture() -> Fixture {
@@ -366,8 +366,8 @@ mod tests {
             owner,
             other,
             approver,
-            _rt: rt,
-            _dir: dir,
+            rt,
+            dir,
         }
     }
 
@@ -811,6 +811,28 @@ mod tests {
         );
         // Back on the schedule.
         assert!(matches!(f.request(2), Assignment::Task(t) if t.run_id == id));
+    }
+
+    #[test]
+    fn the_controls_are_refused_on_a_secondary() {
+        let f = fixture();
+        let id = f.run(json!({}), true);
+        let _in_rt = f.rt.enter();
+        let store = Arc::new(SqliteStore::open(f.dir.path(), SqliteSync::Normal).expect("store"));
+        let cfg = RunDbConfig {
+            primary: false,
+            ..RunDbConfig::default()
+        };
+        let books = Books::shipped().expect("books");
+        let secondary = RunDb::open(store, Offload::new(2), books, cfg).expect("secondary");
+        let modify = secondary.modify_run(&id, changes(1000, 0, 100), &f.owner);
+        assert!(matches!(modify, Err(RunDbError::NotPrimary)));
+        let delete = secondary.delete_run(&id, &f.owner);
+        assert!(matches!(delete, Err(RunDbError::NotPrimary)));
+        let stop = secondary.stop_run_by_user(&id, &f.owner);
+        assert!(matches!(stop, Err(RunDbError::NotPrimary)));
+        let run = f.checked(&id);
+        assert!(!run.finished && !run.deleted && run.args.num_games == 10_000);
     }
 
     #[test]
