@@ -152,6 +152,15 @@ fn may_control(run: &Run, by: &User) -> bool {
 }
 
 impl RunDb {
+    /// The cache entry of a run a control acts on: primary only; an unknown id is refused.
+    fn control_entry(&self, run_id: &str) -> DbResult<std::sync::Arc<super::cache::RunEntry>> {
+        if !self.cfg.primary {
+            return Err(RunDbError::NotPrimary);
+        }
+        self.entry(run_id)?
+            .ok_or_else(|| RunDbError::NotFound(NO_SUCH_RUN.into()))
+    }
+
     /// `/tests/modify`: the run's owner or an approver changes its games, priority,
     /// throughput, auto-purge (and the owner its info), within 30 days of its start. A
     /// non-approver who raises throughput above max(old, 100) or priority above max(old, 0),
@@ -164,12 +173,7 @@ impl RunDb {
         changes: RunChanges,
         by: &User,
     ) -> DbResult<ModifyOutcome> {
-        if !self.cfg.primary {
-            return Err(RunDbError::NotPrimary);
-        }
-        let entry = self
-            .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(NO_SUCH_RUN.into()))?;
+        let entry = self.control_entry(run_id)?;
         let mut run = entry.run.lock();
         if secs_since(&run.start_time) > PURGE_WINDOW.as_secs_f64() {
             return Err(RunDbError::Invalid("Run too old to be modified".into()));
@@ -241,12 +245,7 @@ impl RunDb {
     /// inactive, finished, `deleted`, out of the scheduler's list; saved at once; logs
     /// `delete_run`. Deleted runs leave the finished lists but can still be read.
     pub fn delete_run(&self, run_id: &str, by: &User) -> DbResult<()> {
-        if !self.cfg.primary {
-            return Err(RunDbError::NotPrimary);
-        }
-        let entry = self
-            .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(NO_SUCH_RUN.into()))?;
+        let entry = self.control_entry(run_id)?;
         let mut run = entry.run.lock();
         if !may_control(&run, by) {
             return Err(RunDbError::Unauthorized(NOT_YOURS.into()));
@@ -272,12 +271,7 @@ impl RunDb {
     /// it; logged as `purge_run` under the submitter's name). Logs `stop_run` "User stop". The
     /// worker's `stop_run` (a fatal problem found by a worker) is `RunDb::stop_run`.
     pub fn stop_run_by_user(&self, run_id: &str, by: &User) -> DbResult<UserStop> {
-        if !self.cfg.primary {
-            return Err(RunDbError::NotPrimary);
-        }
-        let entry = self
-            .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(NO_SUCH_RUN.into()))?;
+        let entry = self.control_entry(run_id)?;
         let mut run = entry.run.lock();
         if !may_control(&run, by) {
             return Err(RunDbError::Unauthorized(NOT_YOURS.into()));
