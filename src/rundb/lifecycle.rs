@@ -1,5 +1,5 @@
 //! The run lifecycle: a run created, approved, stopped by a worker, purged by its owner or an
-//! approver (and, to come, modified and deleted).
+//! approver (modified, deleted or stopped by a person: `control.rs`).
 //!
 //! Owns: who may do each, the states each is allowed from, and the action each logs.
 //! Must not: call the other operations (scheduler, tasks, jobs, queries) or recovery; change
@@ -69,7 +69,7 @@ impl RunDb {
         run.approved = true;
         run.approver = approver.username.clone();
         self.save_now(&entry, &run)?;
-        let f = run_fields(&run, None);
+        let f = run_fields(&run, Some("approved".into()));
         drop(run);
         self.log_action("approve_run", &approver.username, f)?;
         Ok(())

@@ -7,7 +7,8 @@
 //!   the scheduler's memory rebuilt (start-up only);
 //! - the operations, which never call one another: `scheduler.rs` (request_task and its
 //!   memory: worker -> task map, worker runs, blocked workers, per-IP counts), `tasks.rs` (the
-//!   task-bound worker calls), `lifecycle.rs` (create, approve, stop, purge), `jobs.rs` (the
+//!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
+//!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
@@ -39,6 +40,7 @@
 mod actions;
 pub mod books;
 mod cache;
+mod control;
 mod cpu_hours;
 pub mod create;
 mod jobs;
@@ -67,6 +69,7 @@ use crate::store::{Date, SharedStore, StoreError};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
+pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
 pub use scheduler::DUPLICATE_WINDOW;

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use super::SimError;
 use super::client::{Client, ClientConfig, ConnMode};
-use super::measure::{LatencySummary, new_histogram};
+use super::latency::{LatencySummary, new_histogram};
 use super::stats::Identity;
 
 /// Attempts to get a task for the beat benchmark.

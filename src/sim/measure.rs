@@ -1,10 +1,11 @@
-//! Measurement: what the fleet saw, and the report built from it.
+//! Measurement: what the fleet saw, and the fleet's part of the report built from it.
 //!
 //! Owns: the recorder every simulated worker writes to (per-endpoint HDR latency histograms,
 //! per-second timeline, too-busy replies, errors by kind, task and worker counters, the start
-//! time of every call for the baseline replay), the JSON report's schema, its arithmetic
-//! (percentiles, rates, the time until every worker held a task), the parsing of the server's
-//! Prometheus histograms, and the human summary.
+//! time of every call for the baseline replay), the schema of the fleet's part of the report
+//! ([`FleetReport`]), and its arithmetic (rates, the time until every worker held a task).
+//! Percentiles are `latency`'s; the server's Prometheus text is `metrics`'s; the human
+//! summary is `report`'s.
 //! Must not: do network or file I/O, or decide anything about the protocol: it only counts
 //! what the worker module tells it.
 
@@ -17,9 +18,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::client::ClientCounters;
+use super::latency::{LatencySummary, new_histogram};
 
-/// Highest latency a histogram holds (larger values saturate), in microseconds.
-const MAX_US: u64 = 300_000_000;
 /// Distinct error texts kept (others are counted under "(other)").
 const MAX_MESSAGES: usize = 50;
 /// Call start times kept for the replay baseline.
@@ -68,42 +68,6 @@ impl Endpoint {
 
     fn index(self) -> usize {
         self as usize
-    }
-}
-
-/// An empty latency histogram in microseconds, from 1 µs to 300 s (larger values saturate).
-pub fn new_histogram(sigfig: u8) -> Result<Histogram<u64>, hdrhistogram::CreationError> {
-    Histogram::new_with_bounds(1, MAX_US, sigfig)
-}
-
-/// Percentiles of a latency histogram, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub mean_ms: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-    pub max_ms: f64,
-}
-
-impl LatencySummary {
-    /// From a histogram of microseconds.
-    pub fn from_histogram(h: &Histogram<u64>) -> LatencySummary {
-        if h.is_empty() {
-            return LatencySummary::default();
-        }
-        let ms = |us: u64| us as f64 / 1000.0;
-        LatencySummary {
-            count: h.len(),
-            mean_ms: h.mean() / 1000.0,
-            p50_ms: ms(h.value_at_quantile(0.50)),
-            p90_ms: ms(h.value_at_quantile(0.90)),
-            p99_ms: ms(h.value_at_quantile(0.99)),
-            p999_ms: ms(h.value_at_quantile(0.999)),
-            max_ms: ms(h.max()),
-        }
     }
 }
 
@@ -592,175 +556,9 @@ pub struct FleetReport {
     pub timeline: Vec<SecondSample>,
 }
 
-/// A Prometheus histogram read from `/metrics`: cumulative buckets.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PromHistogram {
-    /// Observations (the `+Inf` bucket).
-    pub count: f64,
-    pub sum: f64,
-    /// (upper bound `le` in the metric's unit, cumulative count), ascending, finite bounds
-    /// only (the `+Inf` bucket is `count`).
-    pub buckets: Vec<(f64, f64)>,
-}
-
-fn labels_match(labels: &str, want: &[(&str, &str)]) -> bool {
-    want.iter()
-        .all(|(k, v)| labels.contains(&format!("{k}=\"{v}\"")))
-}
-
-fn sample_value(line: &str) -> Option<f64> {
-    line.rsplit(' ').next()?.parse().ok()
-}
-
-impl PromHistogram {
-    /// Parses histogram `name` (summing the series whose labels contain `labels`).
-    pub fn parse(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<PromHistogram> {
-        let bucket_prefix = format!("{name}_bucket{{");
-        let sum_name = format!("{name}_sum");
-        let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
-        let mut h = PromHistogram::default();
-        let mut seen = false;
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            if let Some(rest) = line.strip_prefix(&bucket_prefix) {
-                let Some((labels_text, _)) = rest.split_once('}') else {
-                    continue;
-                };
-                if !labels_match(labels_text, labels) {
-                    continue;
-                }
-                let Some(le) = labels_text
-                    .split(',')
-                    .find_map(|kv| kv.trim().strip_prefix("le=\""))
-                    .map(|v| v.trim_end_matches('"'))
-                else {
-                    continue;
-                };
-                let Some(v) = sample_value(line) else {
-                    continue;
-                };
-                seen = true;
-                if le == "+Inf" {
-                    h.count += v;
-                } else if let Ok(le) = le.parse::<f64>() {
-                    buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += v;
-                }
-            } else if let Some(rest) = line
-                .strip_prefix(&sum_name)
-                .filter(|r| r.starts_with(' ') || r.starts_with('{'))
-                && labels_match(rest, labels)
-            {
-                h.sum += sample_value(line).unwrap_or(0.0);
-            }
-        }
-        if !seen {
-            return None;
-        }
-        let mut b: Vec<(f64, f64)> = buckets.into_values().collect();
-        b.sort_by(|x, y| x.0.total_cmp(&y.0));
-        h.buckets = b;
-        Some(h)
-    }
-
-    /// `self - earlier`, bucket by bucket (for a histogram scraped before and after a phase).
-    pub fn since(&self, earlier: &PromHistogram) -> PromHistogram {
-        let buckets = self
-            .buckets
-            .iter()
-            .map(|(le, c)| {
-                let before = earlier
-                    .buckets
-                    .iter()
-                    .find(|(l, _)| l == le)
-                    .map_or(0.0, |b| b.1);
-                (*le, (c - before).max(0.0))
-            })
-            .collect();
-        PromHistogram {
-            count: (self.count - earlier.count).max(0.0),
-            sum: (self.sum - earlier.sum).max(0.0),
-            buckets,
-        }
-    }
-
-    /// Upper bound of the bucket holding quantile `q` (None when empty); +Inf if it lies
-    /// beyond the last finite bucket.
-    pub fn quantile_upper_bound(&self, q: f64) -> Option<f64> {
-        if self.count <= 0.0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * self.count).ceil().max(1.0);
-        Some(
-            self.buckets
-                .iter()
-                .find(|b| b.1 >= rank)
-                .map_or(f64::INFINITY, |b| b.0),
-        )
-    }
-
-    pub fn mean(&self) -> Option<f64> {
-        (self.count > 0.0).then(|| self.sum / self.count)
-    }
-}
-
-/// The sum of every sample of counter/gauge `name` whose labels contain `labels`.
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut total = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        if !(rest.starts_with('{') || rest.starts_with(' ')) || !labels_match(rest, labels) {
-            continue;
-        }
-        if let Some(v) = sample_value(line) {
-            *total.get_or_insert(0.0) += v;
-        }
-    }
-    total
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_from_a_known_histogram() {
-        let mut h = new_histogram(3).expect("histogram");
-        // 1 ms, 2 ms, ..., 1000 ms: one each.
-        for ms in 1..=1000u64 {
-            h.saturating_record(ms * 1000);
-        }
-        let s = LatencySummary::from_histogram(&h);
-        assert_eq!(s.count, 1000);
-        let close = |got: f64, want: f64| (got - want).abs() <= want * 0.002;
-        assert!(close(s.p50_ms, 500.0), "{s:?}");
-        assert!(close(s.p90_ms, 900.0), "{s:?}");
-        assert!(close(s.p99_ms, 990.0), "{s:?}");
-        assert!(close(s.p999_ms, 999.0), "{s:?}");
-        assert!(close(s.max_ms, 1000.0), "{s:?}");
-        assert!(close(s.mean_ms, 500.5), "{s:?}");
-        let empty = new_histogram(3).expect("histogram");
-        assert_eq!(LatencySummary::from_histogram(&empty).count, 0);
-    }
-
-    #[test]
-    fn skewed_histogram_tail() {
-        let mut h = new_histogram(3).expect("histogram");
-        for _ in 0..9_990 {
-            h.saturating_record(1_000);
-        }
-        for _ in 0..10 {
-            h.saturating_record(2_000_000);
-        }
-        let s = LatencySummary::from_histogram(&h);
-        assert!((s.p50_ms - 1.0).abs() < 0.01 && (s.p99_ms - 1.0).abs() < 0.01);
-        // 0.1% of calls took 2 s: p99.9 is the last fast one, max the slow ones.
-        assert!((s.p999_ms - 1.0).abs() < 0.01, "{s:?}");
-        assert!((s.max_ms - 2000.0).abs() < 2.0, "{s:?}");
-        // Values beyond the range saturate rather than fail.
-        h.saturating_record(u64::MAX);
-        assert!(LatencySummary::from_histogram(&h).max_ms >= 299_000.0);
-    }
 
     #[test]
     fn recorder_arithmetic() {
@@ -814,55 +612,5 @@ mod tests {
         let rep = r.summarize(Duration::from_secs(4), 2, ClientCounters::default());
         assert_eq!(rep.workers.all_assigned_after_s, Some(3.5));
         assert_eq!(rep.tasks.assigned, 2);
-    }
-
-    const METRICS: &str = "\
-# TYPE shoal_request_task_critical_seconds histogram
-shoal_request_task_critical_seconds_bucket{le=\"0.0001\"} 10
-shoal_request_task_critical_seconds_bucket{le=\"0.001\"} 80
-shoal_request_task_critical_seconds_bucket{le=\"0.01\"} 99
-shoal_request_task_critical_seconds_bucket{le=\"+Inf\"} 100
-shoal_request_task_critical_seconds_sum 0.2
-shoal_request_task_critical_seconds_count 100
-shoal_http_requests_total{route=\"/api/beat\",status=\"200\"} 7
-shoal_http_requests_total{route=\"/api/beat\",status=\"500\"} 1
-shoal_http_requests_total{route=\"/healthz\",status=\"200\"} 3
-shoal_dead_tasks_total 4
-";
-
-    #[test]
-    fn prometheus_parsing() {
-        let h = PromHistogram::parse(METRICS, "shoal_request_task_critical_seconds", &[])
-            .expect("histogram");
-        assert_eq!(h.count, 100.0);
-        assert_eq!(h.buckets.len(), 3);
-        assert_eq!(h.quantile_upper_bound(0.5), Some(0.001));
-        assert_eq!(h.quantile_upper_bound(0.99), Some(0.01));
-        assert_eq!(h.quantile_upper_bound(1.0), Some(f64::INFINITY));
-        assert_eq!(h.quantile_upper_bound(0.05), Some(0.0001));
-        assert!((h.mean().expect("mean") - 0.002).abs() < 1e-12);
-        let earlier = PromHistogram {
-            count: 50.0,
-            sum: 0.1,
-            buckets: vec![(0.0001, 10.0), (0.001, 40.0), (0.01, 50.0)],
-        };
-        let d = h.since(&earlier);
-        assert_eq!(d.count, 50.0);
-        assert_eq!(d.buckets[0].1, 0.0);
-        assert_eq!(d.quantile_upper_bound(0.5), Some(0.001));
-        assert_eq!(
-            metric_sum(
-                METRICS,
-                "shoal_http_requests_total",
-                &[("route", "/api/beat")]
-            ),
-            Some(8.0)
-        );
-        assert_eq!(
-            metric_sum(METRICS, "shoal_dead_tasks_total", &[]),
-            Some(4.0)
-        );
-        assert_eq!(metric_sum(METRICS, "shoal_missing_total", &[]), None);
-        assert!(PromHistogram::parse(METRICS, "shoal_missing_seconds", &[]).is_none());
     }
 }

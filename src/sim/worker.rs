@@ -3,116 +3,38 @@
 //! Owns: the worker's lifecycle (credential and version checks, then the main loop:
 //! request_version before every request_task, back-off on no task / too busy / errors, the
 //! task: setup, batches of games, update_task at each batch boundary with cumulative stats,
-//! the heartbeat (a task beside the game loop, as the real worker's thread) when 120 simulated
-//! seconds pass without an update or a beat, request_spsa for SPSA
-//! runs, failed_task at the configured rate or on an update error, upload_pgn at the end of
-//! every non-SPSA task), and how each reply is judged (only the body counts: `duration`,
-//! `error`, `task_waiting`, `task_alive`), including the replies that would make the real
-//! worker exit.
+//! the heartbeat (started beside the game loop, see `heartbeat`) for each task,
+//! request_spsa for SPSA runs, failed_task at the configured rate or on an update error,
+//! upload_pgn at the end of every non-SPSA task), and what each judged reply (`fleet::Reply`:
+//! `task_waiting`, `task_alive`, ...) makes it do, including the replies that would make the
+//! real worker exit.
 //! Must not: call server internals or fake results: everything it knows about the server
-//! comes from HTTP replies; everything it records goes through `measure::Recorder`. Every
-//! loop is bounded, and every wait ends at the run's deadline.
+//! comes from HTTP replies (through `Fleet::call`); everything it records goes through
+//! `measure::Recorder`. Every loop is bounded, and every wait ends at the run's deadline.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hyper::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, oneshot};
 
-use super::client::Client;
+use super::fleet::{Fleet, Reply};
+use super::heartbeat::{Heart, LastUpdated, heartbeat};
 use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
-use super::schedule::{Backoff, HEARTBEAT_S, TimeScale, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
-use super::stats::{GameModel, Identity, game_seconds, games_at_once, pgn_payload, update_batch};
+use super::schedule::{Backoff, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
+use super::stats::{Identity, game_seconds, games_at_once, pgn_payload, update_batch};
 use crate::protocol::{Stats, WORKER_VERSION};
 
 /// Main-loop iterations per worker, at most (each takes at least one call or one back-off).
 const MAX_ITERATIONS: u32 = 1_000_000;
-/// Heartbeats per task, at most.
-const MAX_BEATS_PER_TASK: u32 = 1_000_000;
 /// Simulated seconds to build the engines before the first task's bench, and to bench later.
 const FIRST_SETUP_S: (f64, f64) = (60.0, 180.0);
 const LATER_SETUP_S: (f64, f64) = (10.0, 30.0);
 /// The failure an injected failed_task reports (fastchess dying mid-batch).
 pub const INJECTED_FAILURE: &str = "Fastchess failed with error code 3";
-
-/// What every worker of a fleet shares.
-pub struct Fleet {
-    pub client: Client,
-    pub rec: Recorder,
-    pub scale: TimeScale,
-    pub deadline: Instant,
-    pub password: String,
-    pub model: GameModel,
-    /// Probability that a task ends with failed_task.
-    pub failed_rate: f64,
-    pub seed: u64,
-}
-
-impl Fleet {
-    /// One HTTP call, recorded. Err(Deadline) if the run is over before it starts.
-    async fn call(&self, ep: Endpoint, body: &Value) -> Result<Reply, ExitReason> {
-        if Instant::now() >= self.deadline {
-            return Err(ExitReason::Deadline);
-        }
-        let bytes = serde_json::to_vec(body).unwrap_or_default();
-        let rec = &self.rec;
-        let started = Instant::now();
-        rec.call_started(started);
-        let reply = match self
-            .client
-            .call(Method::POST, ep.path(), Some(bytes.into()))
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                rec.error(ep, e.kind(), Instant::now());
-                rec.message(ep, &e.to_string());
-                return Ok(Reply::Failed { no_duration: false });
-            }
-        };
-        rec.reply(ep, started, started.elapsed(), reply.connect);
-        let now = Instant::now();
-        match serde_json::from_slice::<Value>(&reply.body) {
-            Ok(Value::Object(m)) => {
-                if !m.get("duration").is_some_and(Value::is_number) {
-                    rec.error(ep, "no_duration", now);
-                    return Ok(Reply::Failed { no_duration: true });
-                }
-                if let Some(e) = m.get("error") {
-                    let text = e.as_str().map_or_else(|| e.to_string(), str::to_string);
-                    rec.error(ep, &format!("error_{}", reply.status), now);
-                    rec.message(ep, &text);
-                    return Ok(Reply::Error(text));
-                }
-                Ok(Reply::Ok(m))
-            }
-            _ => {
-                let kind = if reply.status >= 500 {
-                    format!("http_{}", reply.status)
-                } else {
-                    "not_json".to_string()
-                };
-                rec.error(ep, &kind, now);
-                Ok(Reply::Failed { no_duration: false })
-            }
-        }
-    }
-}
-
-/// A reply, judged as the official worker judges it.
-enum Reply {
-    /// A JSON object with a numeric `duration` and no `error`.
-    Ok(Map<String, Value>),
-    /// A JSON object with `duration` and an `error` (whatever the HTTP status).
-    Error(String),
-    /// No usable reply: a transport failure, a body that is not a JSON object, or an object
-    /// without `duration`.
-    Failed { no_duration: bool },
-}
 
 /// How a wait during a task ended.
 enum Wake {
@@ -163,87 +85,6 @@ pub async fn run(fleet: Arc<Fleet>, index: u32, start: Duration, username: Strin
         Err(r) => r,
     };
     w.fleet.rec.worker_exit(reason);
-}
-
-/// The heartbeat's clock, shared by the worker and its heartbeat: when the last update or
-/// beat attempt happened.
-struct LastUpdated {
-    base: Instant,
-    nanos: AtomicU64,
-}
-
-impl LastUpdated {
-    fn new(at: Instant) -> LastUpdated {
-        LastUpdated {
-            base: at,
-            nanos: AtomicU64::new(0),
-        }
-    }
-
-    fn set(&self, at: Instant) {
-        let n = at.saturating_duration_since(self.base).as_nanos();
-        self.nanos
-            .store(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    fn get(&self) -> Instant {
-        self.base + Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
-    }
-}
-
-/// What the heartbeat of one task tells the game loop.
-struct Heart {
-    /// A beat answered `error` or `task_alive: false`.
-    dropped: AtomicBool,
-    notify: Notify,
-}
-
-/// The heartbeat (docs/protocol.md#heartbeat-and-back-off): runs beside the task, from the
-/// request_task reply to the end of the task's handling, and beats when 120 simulated seconds
-/// pass without an update or a beat — also during a slow update_task, as the real worker's
-/// thread does. It sleeps until the next beat is due rather than waking every second; the real
-/// thread's 1 s tick is kept as up to one second of jitter.
-async fn heartbeat(
-    fleet: Arc<Fleet>,
-    last: Arc<LastUpdated>,
-    heart: Arc<Heart>,
-    body: Value,
-    mut stop: oneshot::Receiver<()>,
-    tick_jitter: f64,
-) {
-    let period = fleet.scale.real(HEARTBEAT_S);
-    let jitter = fleet.scale.real(tick_jitter);
-    for _ in 0..MAX_BEATS_PER_TASK {
-        let due = last.get() + period + jitter;
-        let wake = due.min(fleet.deadline);
-        tokio::select! {
-            () = tokio::time::sleep_until(wake.into()) => {}
-            _ = &mut stop => return,
-        }
-        let now = Instant::now();
-        if now >= fleet.deadline {
-            return;
-        }
-        if now < last.get() + period {
-            continue;
-        }
-        let reply = match fleet.call(Endpoint::Beat, &body).await {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        last.set(Instant::now());
-        fleet.rec.event(TaskEvent::Beat);
-        let alive = match reply {
-            Reply::Ok(m) => m.get("task_alive").and_then(Value::as_bool).unwrap_or(true),
-            Reply::Error(_) => false,
-            Reply::Failed { .. } => true,
-        };
-        if !alive {
-            heart.dropped.store(true, Ordering::Release);
-            heart.notify.notify_one();
-            return;
-        }
-    }
 }
 
 struct Worker {
@@ -682,7 +523,9 @@ mod tests {
     //! heartbeat, cumulative stats, and a reply that would kill the real worker.
 
     use super::*;
-    use crate::sim::client::{ClientConfig, ConnMode};
+    use crate::sim::client::{Client, ClientConfig, ConnMode};
+    use crate::sim::schedule::TimeScale;
+    use crate::sim::stats::GameModel;
     use axum::Json;
     use axum::extract::State;
     use axum::routing::post;

@@ -379,6 +379,18 @@ fn upload_head(password: &str, wi: &Value, run: &str, task: u64) -> String {
     )
 }
 
+/// Posts a raw upload_pgn body.
+async fn post_upload(server: &TestServer, body: String) -> reqwest::Response {
+    server
+        .client
+        .post(server.url("/api/upload_pgn"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("send")
+}
+
 #[tokio::test]
 async fn uploads_are_authenticated_before_their_body_is_read() {
     let server = TestServer::start_with(
@@ -420,14 +432,7 @@ async fn uploads_are_authenticated_before_their_body_is_read() {
          \"worker_info\": {}}}",
         w.info
     );
-    let r = server
-        .client
-        .post(server.url("/api/upload_pgn"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("send");
+    let r = post_upload(&server, body).await;
     assert_eq!(r.status().as_u16(), 413);
 
     // A gzip bomb from the task's own worker: refused, not stored.
@@ -437,14 +442,7 @@ async fn uploads_are_authenticated_before_their_body_is_read() {
         upload_head(PASSWORD, &w.info, &run, task),
         b64(&bomb)
     );
-    let r = server
-        .client
-        .post(server.url("/api/upload_pgn"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("send");
+    let r = post_upload(&server, body).await;
     assert_eq!(r.status().as_u16(), 400);
     let v: Value = r.json().await.expect("json");
     assert!(
@@ -461,14 +459,7 @@ async fn uploads_are_authenticated_before_their_body_is_read() {
         upload_head(PASSWORD, &w.info, &run, task),
         b64(&pgn)
     );
-    let r = server
-        .client
-        .post(server.url("/api/upload_pgn"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("send");
+    let r = post_upload(&server, body).await;
     assert_eq!(r.status().as_u16(), 200);
     let r = server
         .client

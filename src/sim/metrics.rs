@@ -1,0 +1,281 @@
+//! The server's `/metrics` text: Prometheus histograms and counters, and the server-side
+//! numbers of the report drawn from two scrapes (before and after the fleet phase).
+//!
+//! Owns: parsing the text exposition format (only what the report needs: histogram buckets,
+//! sums and counts, counter sums by label), the difference of two scrapes, and which server
+//! metrics the report keeps (the worker routes, the request_task critical section, the
+//! journal, the flushes, the periodic jobs).
+//! Must not: do network or file I/O (the caller scrapes), or read anything but the text.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::report::{ServerRoute, ServerSummary};
+
+/// A Prometheus histogram read from `/metrics`: cumulative buckets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromHistogram {
+    /// Observations (the `+Inf` bucket).
+    pub count: f64,
+    pub sum: f64,
+    /// (upper bound `le` in the metric's unit, cumulative count), ascending, finite bounds
+    /// only (the `+Inf` bucket is `count`).
+    pub buckets: Vec<(f64, f64)>,
+}
+
+fn labels_match(labels: &str, want: &[(&str, &str)]) -> bool {
+    want.iter()
+        .all(|(k, v)| labels.contains(&format!("{k}=\"{v}\"")))
+}
+
+fn sample_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+impl PromHistogram {
+    /// Parses histogram `name` (summing the series whose labels contain `labels`).
+    pub fn parse(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<PromHistogram> {
+        let bucket_prefix = format!("{name}_bucket{{");
+        let sum_name = format!("{name}_sum");
+        let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
+        let mut h = PromHistogram::default();
+        let mut seen = false;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            if let Some(rest) = line.strip_prefix(&bucket_prefix) {
+                let Some((labels_text, _)) = rest.split_once('}') else {
+                    continue;
+                };
+                if !labels_match(labels_text, labels) {
+                    continue;
+                }
+                let Some(le) = labels_text
+                    .split(',')
+                    .find_map(|kv| kv.trim().strip_prefix("le=\""))
+                    .map(|v| v.trim_end_matches('"'))
+                else {
+                    continue;
+                };
+                let Some(v) = sample_value(line) else {
+                    continue;
+                };
+                seen = true;
+                if le == "+Inf" {
+                    h.count += v;
+                } else if let Ok(le) = le.parse::<f64>() {
+                    buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += v;
+                }
+            } else if let Some(rest) = line
+                .strip_prefix(&sum_name)
+                .filter(|r| r.starts_with(' ') || r.starts_with('{'))
+                && labels_match(rest, labels)
+            {
+                h.sum += sample_value(line).unwrap_or(0.0);
+            }
+        }
+        if !seen {
+            return None;
+        }
+        let mut b: Vec<(f64, f64)> = buckets.into_values().collect();
+        b.sort_by(|x, y| x.0.total_cmp(&y.0));
+        h.buckets = b;
+        Some(h)
+    }
+
+    /// `self - earlier`, bucket by bucket (for a histogram scraped before and after a phase).
+    pub fn since(&self, earlier: &PromHistogram) -> PromHistogram {
+        let buckets = self
+            .buckets
+            .iter()
+            .map(|(le, c)| {
+                let before = earlier
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0.0, |b| b.1);
+                (*le, (c - before).max(0.0))
+            })
+            .collect();
+        PromHistogram {
+            count: (self.count - earlier.count).max(0.0),
+            sum: (self.sum - earlier.sum).max(0.0),
+            buckets,
+        }
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (None when empty); +Inf if it lies
+    /// beyond the last finite bucket.
+    pub fn quantile_upper_bound(&self, q: f64) -> Option<f64> {
+        if self.count <= 0.0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * self.count).ceil().max(1.0);
+        Some(
+            self.buckets
+                .iter()
+                .find(|b| b.1 >= rank)
+                .map_or(f64::INFINITY, |b| b.0),
+        )
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0.0).then(|| self.sum / self.count)
+    }
+}
+
+/// The sum of every sample of counter/gauge `name` whose labels contain `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) || !labels_match(rest, labels) {
+            continue;
+        }
+        if let Some(v) = sample_value(line) {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
+}
+
+impl ServerRoute {
+    fn from_hist(h: &PromHistogram) -> ServerRoute {
+        let ms = |s: Option<f64>| s.map(|v| v * 1000.0);
+        ServerRoute {
+            count: h.count,
+            mean_ms: ms(h.mean()),
+            p50_ms_at_most: ms(h.quantile_upper_bound(0.5)),
+            p99_ms_at_most: ms(h.quantile_upper_bound(0.99)),
+        }
+    }
+}
+
+/// A server histogram worth reporting: (key in the report, metric name, labels).
+type Internal = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const ROUTES: [&str; 6] = [
+    "/api/request_version",
+    "/api/request_task",
+    "/api/update_task",
+    "/api/beat",
+    "/api/upload_pgn",
+    "/healthz",
+];
+
+pub(super) fn server_numbers(before: Option<&str>, after: Option<&str>, s: &mut ServerSummary) {
+    let (Some(before), Some(after)) = (before, after) else {
+        return;
+    };
+    let delta = |name: &str, labels: &[(&str, &str)]| {
+        let a = metric_sum(after, name, labels);
+        let b = metric_sum(before, name, labels).unwrap_or(0.0);
+        Some(a.unwrap_or(0.0) - b)
+    };
+    s.dead_tasks = delta("shoal_dead_tasks_total", &[]);
+    s.gate_rejected = delta("shoal_gate_rejected_total", &[("gate", "request_task")]);
+    let hist = |name: &str, labels: &[(&str, &str)]| {
+        let a = PromHistogram::parse(after, name, labels)?;
+        Some(match PromHistogram::parse(before, name, labels) {
+            Some(b) => a.since(&b),
+            None => a,
+        })
+    };
+    if let Some(h) = hist("shoal_request_task_critical_seconds", &[]) {
+        s.request_task_critical_summary = Some(ServerRoute::from_hist(&h));
+        s.request_task_critical = Some(h);
+    }
+    for route in ROUTES {
+        if let Some(h) = hist("shoal_http_request_duration_seconds", &[("route", route)]) {
+            s.routes
+                .insert(route.to_string(), ServerRoute::from_hist(&h));
+        }
+    }
+    let internals: [Internal; 5] = [
+        ("journal_commit", "shoal_journal_commit_seconds", &[]),
+        ("flush", "shoal_flush_seconds", &[]),
+        (
+            "job_flush_buffers",
+            "shoal_job_seconds",
+            &[("job", "flush_buffers")],
+        ),
+        (
+            "job_scavenge_dead_tasks",
+            "shoal_job_seconds",
+            &[("job", "scavenge_dead_tasks")],
+        ),
+        (
+            "job_update_itp",
+            "shoal_job_seconds",
+            &[("job", "update_itp")],
+        ),
+    ];
+    for (key, name, labels) in internals {
+        if let Some(h) = hist(name, labels)
+            && h.count > 0.0
+        {
+            s.internals
+                .insert(key.to_string(), ServerRoute::from_hist(&h));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = "\
+# TYPE shoal_request_task_critical_seconds histogram
+shoal_request_task_critical_seconds_bucket{le=\"0.0001\"} 10
+shoal_request_task_critical_seconds_bucket{le=\"0.001\"} 80
+shoal_request_task_critical_seconds_bucket{le=\"0.01\"} 99
+shoal_request_task_critical_seconds_bucket{le=\"+Inf\"} 100
+shoal_request_task_critical_seconds_sum 0.2
+shoal_request_task_critical_seconds_count 100
+shoal_http_requests_total{route=\"/api/beat\",status=\"200\"} 7
+shoal_http_requests_total{route=\"/api/beat\",status=\"500\"} 1
+shoal_http_requests_total{route=\"/healthz\",status=\"200\"} 3
+shoal_dead_tasks_total 4
+";
+
+    #[test]
+    fn prometheus_parsing() {
+        let h = PromHistogram::parse(METRICS, "shoal_request_task_critical_seconds", &[])
+            .expect("histogram");
+        assert_eq!(h.count, 100.0);
+        assert_eq!(h.buckets.len(), 3);
+        assert_eq!(h.quantile_upper_bound(0.5), Some(0.001));
+        assert_eq!(h.quantile_upper_bound(0.99), Some(0.01));
+        assert_eq!(h.quantile_upper_bound(1.0), Some(f64::INFINITY));
+        assert_eq!(h.quantile_upper_bound(0.05), Some(0.0001));
+        assert!((h.mean().expect("mean") - 0.002).abs() < 1e-12);
+        let earlier = PromHistogram {
+            count: 50.0,
+            sum: 0.1,
+            buckets: vec![(0.0001, 10.0), (0.001, 40.0), (0.01, 50.0)],
+        };
+        let d = h.since(&earlier);
+        assert_eq!(d.count, 50.0);
+        assert_eq!(d.buckets[0].1, 0.0);
+        assert_eq!(d.quantile_upper_bound(0.5), Some(0.001));
+        assert_eq!(
+            metric_sum(
+                METRICS,
+                "shoal_http_requests_total",
+                &[("route", "/api/beat")]
+            ),
+            Some(8.0)
+        );
+        assert_eq!(
+            metric_sum(METRICS, "shoal_dead_tasks_total", &[]),
+            Some(4.0)
+        );
+        assert_eq!(metric_sum(METRICS, "shoal_missing_total", &[]), None);
+        assert!(PromHistogram::parse(METRICS, "shoal_missing_seconds", &[]).is_none());
+    }
+}
