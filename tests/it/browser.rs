@@ -1,0 +1,180 @@
+//! Browser tests in real Chromium: Debian's `chromium` and `chromium-driver` (installed by
+//! `.ci/run`), driven over WebDriver with `fantoccini`. Each test starts its own server and its
+//! own chromedriver on ephemeral ports, and saves screenshots under `target/screenshots/` for a
+//! person to look at. A missing chromedriver fails the test (it is not skipped): CI installs it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use crate::fleet::{Totals, Worker, add_user, approve, create_run, fixed_args, user_cli};
+use crate::harness::TestServer;
+
+const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
+
+/// A chromedriver child process, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn start_driver() -> Driver {
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver must be installed (apt-get install chromium chromium-driver)");
+    let driver = Driver { child, port };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    driver
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+        ]}),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a Chromium session")
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+async fn fill(c: &Client, name: &str, value: &str) {
+    c.find(Locator::Css(&format!("input[name=\"{name}\"]")))
+        .await
+        .unwrap_or_else(|e| panic!("input {name}: {e}"))
+        .send_keys(value)
+        .await
+        .expect("type");
+}
+
+async fn submit(c: &Client, form: &str) {
+    c.find(Locator::Css(&format!("{form} button[type=\"submit\"]")))
+        .await
+        .expect("submit button")
+        .click()
+        .await
+        .expect("click");
+}
+
+async fn body_text(c: &Client) -> String {
+    c.find(Locator::Css("body"))
+        .await
+        .expect("body")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Polls the page (reloading it) until its text contains `want`.
+async fn wait_for_text(c: &Client, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = body_text(c).await;
+        if text.contains(want) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "page never showed {want:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.refresh().await.expect("refresh");
+    }
+}
+
+#[tokio::test]
+async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let run = create_run(&server, "alice", fixed_args(1000)).await;
+    approve(&server, "boss", &run).await;
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+
+    // Sign up: the account starts pending.
+    c.goto(&server.url("/signup")).await.expect("signup page");
+    fill(&c, "username", "carol").await;
+    fill(&c, "password", "a long passphrase of horses").await;
+    fill(&c, "password2", "a long passphrase of horses").await;
+    fill(&c, "email", "carol@example.org").await;
+    submit(&c, "main form").await;
+    // A pending account cannot log in yet.
+    c.goto(&server.url("/login")).await.expect("login page");
+    fill(&c, "username", "carol").await;
+    fill(&c, "password", "a long passphrase of horses").await;
+    submit(&c, "main form").await;
+    let text = body_text(&c).await;
+    assert!(text.contains("pending"), "{text}");
+    // An approver approves it; now the login works.
+    user_cli(&server, &["set", "carol", "--approve"]);
+    c.goto(&server.url("/login")).await.expect("login page");
+    fill(&c, "username", "carol").await;
+    fill(&c, "password", "a long passphrase of horses").await;
+    submit(&c, "main form").await;
+    let text = wait_for_text(&c, "carol").await;
+    assert!(text.contains("Logout"), "{text}");
+
+    // The dashboard shows the run; a worker plays games and the results change.
+    c.goto(&server.url("/tests")).await.expect("dashboard");
+    wait_for_text(&c, "patch").await;
+    let mut w = Worker::new("alice", 4, 77);
+    let reply = w.request_task(&server).await;
+    let task_id = reply["task_id"].as_u64().expect("task");
+    let mut totals = Totals::default();
+    while totals.games() < 16 {
+        totals.play_pair(&mut w.rng, EVEN);
+    }
+    let body = json!({"run_id": run, "task_id": task_id, "stats": totals.json()});
+    let (status, v) = w.call(&server, "/api/update_task", body).await;
+    assert_eq!(status, 200, "{v}");
+    let wld = format!("{}/{}/{}", totals.wins, totals.losses, totals.draws);
+    wait_for_text(&c, &wld).await;
+    screenshot(&c, "dashboard").await;
+
+    // Log out: the page is anonymous again.
+    submit(&c, "form[action=\"/logout\"]").await;
+    let text = wait_for_text(&c, "Login").await;
+    assert!(!text.contains("Logout"), "{text}");
+    c.close().await.expect("close the browser");
+}
