@@ -1,0 +1,251 @@
+//! Pages under load: the dashboard (and a run page, when the server has one) rendered for 20
+//! concurrent clients on a run database of 200 approved runs and 10,000 active tasks, and
+//! `beat` measured over HTTP in the same process, first alone, then during the page load.
+//!
+//! Run with `cargo bench --bench pages`. The server is the real one (state, router, middleware,
+//! connection loop) on a loopback port of this process; the clients are `reqwest`. Numbers, not
+//! assertions: BENCHMARKS.md records them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+use shoal::config::Config;
+use shoal::rundb::create::CreateArgs;
+use shoal::rundb::model::WorkerInfo;
+use shoal::rundb::outcome::Assignment;
+
+const RUNS: usize = 200;
+const ACTIVE_TASKS: usize = 10_000;
+const PAGE_CLIENTS: usize = 20;
+const PHASE: Duration = Duration::from_secs(10);
+const PASSWORD: &str = "bench password";
+
+fn worker(n: usize) -> WorkerInfo {
+    WorkerInfo {
+        uname: "Linux 6.1".into(),
+        architecture: vec!["64bit".into(), "ELF".into()],
+        concurrency: 4,
+        max_memory: 8000,
+        min_threads: 1,
+        username: "bench".into(),
+        version: 325,
+        python_version: vec![3, 11, 7],
+        gcc_version: vec![12, 2, 0],
+        compiler: "g++".into(),
+        unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
+        modified: false,
+        worker_arch: "x86-64-avx2".into(),
+        arch: "?".into(),
+        nps: 1e6,
+        near_github_api_limit: false,
+        remote_addr: format!("10.{}.{}.{}", n >> 16 & 255, n >> 8 & 255, n & 255),
+        country_code: "?".into(),
+    }
+}
+
+/// The 16 keys a worker sends (without the server's own `remote_addr` and `country_code`).
+fn worker_json(w: &WorkerInfo) -> Value {
+    let mut v = serde_json::to_value(w).expect("worker_info");
+    if let Value::Object(m) = &mut v {
+        m.remove("remote_addr");
+        m.remove("country_code");
+    }
+    v
+}
+
+fn report(name: &str, h: &Histogram<u64>) {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "{name:<44} n={:<7} p50={:>8.2} ms p90={:>8.2} ms p99={:>8.2} ms max={:>8.2} ms",
+        h.len(),
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        h.max() as f64 / 1000.0
+    );
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")
+}
+
+/// Requests `url` in a loop until `stop`, recording latencies (µs).
+async fn load(client: reqwest::Client, url: String, stop: Arc<AtomicBool>) -> Histogram<u64> {
+    let mut h = histogram();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let r = client.get(&url).send().await.expect("page");
+        assert!(r.status().is_success(), "{url}: {}", r.status());
+        let _ = r.bytes().await.expect("page body");
+        let _ = h.record(t.elapsed().as_micros().max(1) as u64);
+    }
+    h
+}
+
+/// Beats in a loop (one beat every 2 ms, cycling over tasks) for `d`, recording latencies.
+async fn beats(
+    client: reqwest::Client,
+    url: String,
+    bodies: Arc<Vec<Value>>,
+    d: Duration,
+) -> Histogram<u64> {
+    let mut h = histogram();
+    let end = Instant::now() + d;
+    let mut i = 0;
+    while Instant::now() < end {
+        let t = Instant::now();
+        let r = client
+            .post(&url)
+            .json(&bodies[i % bodies.len()])
+            .send()
+            .await
+            .expect("beat");
+        let v: Value = r.json().await.expect("beat reply");
+        assert_eq!(v["task_alive"], true, "{v}");
+        let _ = h.record(t.elapsed().as_micros().max(1) as u64);
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    h
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = vec![
+            (
+                "SHOAL_DATA_DIR".to_string(),
+                dir.path().display().to_string(),
+            ),
+            ("SHOAL_LOG".to_string(), "warn".to_string()),
+        ];
+        let config = Config::from_sources(None, "bench", env).expect("config");
+        let state = shoal::app::build_state(config).await.expect("state");
+        let db = state.rundb.clone();
+        let started = Instant::now();
+        let (first_run, tasks) = state
+            .offload
+            .run(move || {
+                let user = db
+                    .users
+                    .add("bench", PASSWORD, "", false, Some(u32::MAX))
+                    .expect("user");
+                let boss = db.users.add("boss", "pw", "", true, None).expect("boss");
+                let mut first = String::new();
+                for i in 0..RUNS {
+                    let args: CreateArgs = serde_json::from_value(json!({
+                        "base_tag": "master", "new_tag": format!("patch{i}"),
+                        "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
+                        "base_signature": "1", "new_signature": "2",
+                        "base_options": "Hash=16", "new_options": "Hash=16",
+                        "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
+                        "tests_repo": "https://github.com/official-stockfish/Stockfish",
+                        "num_games": 100_000, "throughput": 100 + i % 50,
+                    }))
+                    .expect("args");
+                    let id = db.create_run(args, &user).expect("create");
+                    db.approve_run(&id, &boss).expect("approve");
+                    if first.is_empty() {
+                        first = id;
+                    }
+                }
+                let mut tasks = Vec::with_capacity(ACTIVE_TASKS);
+                for n in 0..ACTIVE_TASKS {
+                    let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+                    let Assignment::Task(t) = reply else {
+                        panic!("no task: {reply:?}");
+                    };
+                    tasks.push((t.run_id, t.task_id, n));
+                }
+                (first, tasks)
+            })
+            .await
+            .expect("set-up");
+        println!(
+            "set-up: {RUNS} runs, {ACTIVE_TASKS} active tasks in {:.1?}",
+            started.elapsed()
+        );
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = shoal::http::router(state.clone());
+        let shutdown = shoal::http::conn::Shutdown::new();
+        let timeouts = shoal::http::conn::ConnTimeouts {
+            header_read: Duration::from_secs(10),
+            keepalive: Duration::from_secs(30),
+        };
+        tokio::spawn(shoal::http::conn::serve(
+            listener,
+            app,
+            timeouts,
+            shutdown.clone(),
+        ));
+        let base = format!("http://{addr}");
+        let client = reqwest::Client::new();
+
+        // Beats over HTTP for 1,000 of the tasks (the credential cache warms on the first).
+        let bodies: Arc<Vec<Value>> = Arc::new(
+            tasks
+                .iter()
+                .take(1000)
+                .map(|(run, task, n)| {
+                    json!({"password": PASSWORD, "worker_info": worker_json(&worker(*n)),
+                           "run_id": run, "task_id": task})
+                })
+                .collect(),
+        );
+        let beat_url = format!("{base}/api/beat");
+        let _ = beats(
+            client.clone(),
+            beat_url.clone(),
+            bodies.clone(),
+            Duration::from_secs(1),
+        )
+        .await;
+        let alone = beats(client.clone(), beat_url.clone(), bodies.clone(), PHASE).await;
+
+        let mut pages = vec![("/tests".to_string(), "dashboard /tests")];
+        let run_page = format!("/tests/view/{first_run}");
+        if client
+            .get(format!("{base}{run_page}"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            pages.push((run_page, "run page /tests/view/{id}"));
+        }
+        for (path, name) in &pages {
+            let stop = Arc::new(AtomicBool::new(false));
+            let loaders: Vec<_> = (0..PAGE_CLIENTS)
+                .map(|_| {
+                    tokio::spawn(load(
+                        reqwest::Client::new(),
+                        format!("{base}{path}"),
+                        stop.clone(),
+                    ))
+                })
+                .collect();
+            let during = beats(client.clone(), beat_url.clone(), bodies.clone(), PHASE).await;
+            stop.store(true, Ordering::Relaxed);
+            let mut page = histogram();
+            for l in loaders {
+                page.add(l.await.expect("loader")).expect("merge");
+            }
+            report(&format!("{name}, {PAGE_CLIENTS} clients"), &page);
+            report("beat during that page load", &during);
+        }
+        report("beat alone (no page load)", &alone);
+        shutdown.trigger();
+    });
+}
