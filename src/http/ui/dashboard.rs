@@ -26,10 +26,14 @@ pub struct RunRow {
     pub workers: u64,
     pub cores: u64,
     pub info: String,
+    /// The SPRT state (`accepted`, `rejected`) of a decided run, else empty.
+    pub state: &'static str,
+    /// `green`, `yellow` or empty: the results cell's colour.
+    pub colour: &'static str,
 }
 
 impl RunRow {
-    fn of(run: &Run) -> Self {
+    pub fn of(run: &Run) -> Self {
         let r = &run.results;
         RunRow {
             id: run.id.clone(),
@@ -45,6 +49,14 @@ impl RunRow {
             workers: run.workers,
             cores: run.cores,
             info: run.args.info.lines().next().unwrap_or_default().to_string(),
+            state: run.args.sprt.as_ref().map_or("", |s| s.state.as_str()),
+            colour: if run.is_green {
+                "green"
+            } else if run.is_yellow {
+                "yellow"
+            } else {
+                ""
+            },
         }
     }
 }
