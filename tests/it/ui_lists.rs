@@ -167,6 +167,10 @@ async fn finished_and_user_lists_filter_and_page() {
     let b2 = get(&server, "/tests/user/bob?page=2").await;
     assert_eq!((b2.status, b2.location.as_str()), (302, "/tests/user/bob"));
 
+    // The dashboard's summary cards.
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Games / min") && home.body.contains("Nodes / sec"));
+
     // An unknown user: the HTML 404 page.
     let nobody = get(&server, "/tests/user/nobody").await;
     assert_eq!(nobody.status, 404);
