@@ -22,14 +22,51 @@ pub const FINISHED_PAGE_SIZE: u64 = 50;
 /// What `/api/finished_runs` (and the finished-runs pages) filter on.
 #[derive(Debug, Clone, Default)]
 pub struct FinishedFilter {
-    /// 1-based page of [`FINISHED_PAGE_SIZE`] runs, newest first.
+    /// 1-based page of `page_size` runs, newest first.
     pub page: u64,
+    /// Runs a page holds; 0 means [`FINISHED_PAGE_SIZE`] (the API's).
+    pub page_size: u64,
     pub username: Option<String>,
     pub success_only: bool,
     pub yellow_only: bool,
     pub ltc_only: bool,
     /// Only runs last updated at or after this moment.
     pub since: Option<Date>,
+}
+
+impl FinishedFilter {
+    /// Runs a page holds.
+    pub fn size(&self) -> u64 {
+        if self.page_size == 0 {
+            FINISHED_PAGE_SIZE
+        } else {
+            self.page_size
+        }
+    }
+
+    /// The store conditions: finished, not deleted, and the filter's.
+    fn conds(&self) -> Vec<Cond> {
+        let mut c = vec![
+            Cond::Eq("finished".into(), json!(true)),
+            Cond::Ne("deleted".into(), json!(true)),
+        ];
+        if let Some(u) = &self.username {
+            c.push(Cond::Eq("args.username".into(), json!(u)));
+        }
+        if self.success_only {
+            c.push(Cond::Eq("is_green".into(), json!(true)));
+        }
+        if self.yellow_only {
+            c.push(Cond::Eq("is_yellow".into(), json!(true)));
+        }
+        if self.ltc_only {
+            c.push(Cond::Gte("tc_base".into(), json!(40)));
+        }
+        if let Some(since) = &self.since {
+            c.push(Cond::Gte("last_updated".into(), since.to_value()));
+        }
+        c
+    }
 }
 
 /// Which task list a task view reads.
@@ -44,27 +81,12 @@ impl RunDb {
     /// One page of finished, undeleted runs, newest first. Unreadable documents are skipped
     /// (and logged).
     pub fn finished_runs(&self, f: &FinishedFilter) -> DbResult<Vec<Run>> {
+        let size = f.size();
         let mut q = Query::new()
-            .with(Cond::Eq("finished".into(), json!(true)))
-            .with(Cond::Ne("deleted".into(), json!(true)))
             .sort("last_updated", Order::Desc)
-            .skip(f.page.saturating_sub(1).saturating_mul(FINISHED_PAGE_SIZE))
-            .limit(FINISHED_PAGE_SIZE);
-        if let Some(u) = &f.username {
-            q = q.with(Cond::Eq("args.username".into(), json!(u)));
-        }
-        if f.success_only {
-            q = q.with(Cond::Eq("is_green".into(), json!(true)));
-        }
-        if f.yellow_only {
-            q = q.with(Cond::Eq("is_yellow".into(), json!(true)));
-        }
-        if f.ltc_only {
-            q = q.with(Cond::Gte("tc_base".into(), json!(40)));
-        }
-        if let Some(since) = &f.since {
-            q = q.with(Cond::Gte("last_updated".into(), since.to_value()));
-        }
+            .skip(f.page.saturating_sub(1).saturating_mul(size))
+            .limit(size);
+        q.filter = f.conds();
         let docs = self.store.find(Collection::Runs, &q)?;
         Ok(docs
             .into_iter()
@@ -78,6 +100,11 @@ impl RunDb {
                 },
             )
             .collect())
+    }
+
+    /// How many finished, undeleted runs match the filter (its page ignored).
+    pub fn count_finished_runs(&self, f: &FinishedFilter) -> DbResult<u64> {
+        Ok(self.store.count(Collection::Runs, &f.conds())?)
     }
 
     /// One task of a run as stored (a task list entry, or a purged copy), or `None`.

@@ -323,6 +323,7 @@ pub async fn finished_runs(
     };
     let mut filter = FinishedFilter {
         page,
+        page_size: 0,
         username: params.get("username").filter(|u| !u.is_empty()).cloned(),
         success_only: flag("success_only"),
         yellow_only: flag("yellow_only"),

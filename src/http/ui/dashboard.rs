@@ -26,10 +26,14 @@ pub struct RunRow {
     pub workers: u64,
     pub cores: u64,
     pub info: String,
+    /// The SPRT state (`accepted`, `rejected`) of a decided run, else empty.
+    pub state: &'static str,
+    /// `green`, `yellow` or empty: the results cell's colour.
+    pub colour: &'static str,
 }
 
 impl RunRow {
-    fn of(run: &Run) -> Self {
+    pub fn of(run: &Run) -> Self {
         let r = &run.results;
         RunRow {
             id: run.id.clone(),
@@ -45,6 +49,14 @@ impl RunRow {
             workers: run.workers,
             cores: run.cores,
             info: run.args.info.lines().next().unwrap_or_default().to_string(),
+            state: run.args.sprt.as_ref().map_or("", |s| s.state.as_str()),
+            colour: if run.is_green {
+                "green"
+            } else if run.is_yellow {
+                "yellow"
+            } else {
+                ""
+            },
         }
     }
 }
@@ -58,6 +70,10 @@ pub struct TestsPage {
     pub active: Vec<RunRow>,
     pub cores: u64,
     pub workers: u64,
+    /// Σ nps of the active runs, in millions.
+    pub mnps: u64,
+    /// Σ games per minute of the active runs.
+    pub games_per_minute: u64,
 }
 
 /// `GET /`: a 302 to the dashboard (no session work).
@@ -82,12 +98,17 @@ pub async fn tests(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
         let pending = rows(&|r| !r.approved && r.workers == 0);
         let paused = rows(&|r| r.approved && r.workers == 0);
         let active = rows(&|r| r.workers > 0);
+        let busy = || open().filter(|r| r.workers > 0);
+        let mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
+        let games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
         let p = TestsPage {
             l: Layout::new(ctx, "Tests"),
             pending,
             paused,
             cores: active.iter().map(|r| r.cores).sum(),
             workers: active.iter().map(|r| r.workers).sum(),
+            mnps,
+            games_per_minute,
             active,
         };
         Out::render(StatusCode::OK, &p)

@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod dashboard;
 pub mod errors;
+pub mod lists;
 pub mod session;
 
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(dashboard::root))
         .route("/tests", get(dashboard::tests))
+        .route("/tests/finished", get(lists::finished))
+        .route("/tests/user/{name}", get(lists::user))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))
         .route("/signup", get(accounts::signup_form).post(accounts::signup))

@@ -1,0 +1,178 @@
+//! The run lists through real HTTP: `/tests/finished` (tabs, count line, paging, a page past
+//! the end) and `/tests/user/{name}` (one submitter's runs only; an unknown user is a 404).
+//! Runs are finished the way workers finish them: a scripted worker plays every game.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::fleet::{Worker, add_user, approve, create_run, fixed_args};
+use crate::harness::TestServer;
+
+const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
+const STRONG: [f64; 5] = [0.01, 0.09, 0.4, 0.3, 0.2];
+const WEAK: [f64; 5] = [0.2, 0.3, 0.4, 0.09, 0.01];
+
+struct Page {
+    status: u16,
+    location: String,
+    body: String,
+}
+
+async fn get(server: &TestServer, path: &str) -> Page {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let r = client.get(server.url(path)).send().await.expect("request");
+    let status = r.status().as_u16();
+    let location = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = r.text().await.expect("body");
+    Page {
+        status,
+        location,
+        body,
+    }
+}
+
+/// Creates, approves and plays a fixed-games run to its end; returns its id.
+async fn finished_run(server: &TestServer, user: &str, args: Value, p: [f64; 5]) -> String {
+    let run = create_run(server, user, args).await;
+    approve(server, "boss", &run).await;
+    let mut w = Worker::new(user, 8, 1);
+    for _ in 0..100 {
+        let reply = w.request_task(server).await;
+        if reply.get("task_waiting").is_some() {
+            break;
+        }
+        assert_eq!(reply["run"]["_id"], run.as_str(), "{reply}");
+        w.play(server, &reply, 1000, p).await;
+    }
+    assert!(
+        crate::fleet::stored_run(server, &run).finished,
+        "run {run} finished"
+    );
+    run
+}
+
+fn row(id: &str) -> String {
+    format!("/tests/view/{id}\"")
+}
+
+#[tokio::test]
+async fn finished_and_user_lists_filter_and_page() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "bob", &[]);
+    add_user(&server, "boss", &["--approver"]);
+
+    // alice: a green run, an LTC run that is not green, and one pending approval.
+    let green = finished_run(&server, "alice", fixed_args(1000), STRONG).await;
+    let mut ltc_args = fixed_args(1000);
+    ltc_args["tc"] = "60+0.6".into();
+    let ltc = finished_run(&server, "alice", ltc_args, WEAK).await;
+    let pending = create_run(&server, "alice", fixed_args(1000)).await;
+    // bob: 24 runs, so that all finished runs fill two pages of 25.
+    let mut bobs = Vec::new();
+    for _ in 0..24 {
+        bobs.push(finished_run(&server, "bob", fixed_args(1000), EVEN).await);
+    }
+    let newest = bobs.last().expect("bob's runs").clone();
+
+    // All: 26 runs on two pages, newest first; the pending run is not finished.
+    let p1 = get(&server, "/tests/finished").await;
+    assert_eq!(p1.status, 200, "{}", p1.body);
+    assert!(p1.body.contains("Finished Tests"));
+    assert!(p1.body.contains("Finished - 26 tests"), "{}", p1.body);
+    assert!(
+        p1.body
+            .contains("Showing 25 of 26 matching finished test(s) on page 1 of 2."),
+        "{}",
+        p1.body
+    );
+    assert!(p1.body.contains(&row(&newest)));
+    assert!(!p1.body.contains(&row(&green)), "the oldest is on page 2");
+    assert!(!p1.body.contains(&row(&pending)));
+    assert!(p1.body.contains("href=\"/tests/finished?page=2\""), "pager");
+    let p2 = get(&server, "/tests/finished?page=2").await;
+    assert_eq!(p2.status, 200);
+    assert!(
+        p2.body
+            .contains("Showing 1 of 26 matching finished test(s) on page 2 of 2.")
+    );
+    assert!(p2.body.contains(&row(&green)));
+    assert!(!p2.body.contains(&row(&newest)));
+    // Past the end: to the last page; not a number: page 1; huge: capped, then the last page.
+    let past = get(&server, "/tests/finished?page=3").await;
+    assert_eq!(
+        (past.status, past.location.as_str()),
+        (302, "/tests/finished?page=2")
+    );
+    let huge = get(&server, "/tests/finished?page=99999999999").await;
+    assert_eq!(
+        (huge.status, huge.location.as_str()),
+        (302, "/tests/finished?page=2")
+    );
+    let junk = get(&server, "/tests/finished?page=abc").await;
+    assert_eq!(junk.status, 200);
+    assert!(junk.body.contains("on page 1 of 2."));
+
+    // Green: the STRONG run (coloured), never the WEAK one.
+    let g = get(&server, "/tests/finished?success_only=1").await;
+    assert_eq!(g.status, 200);
+    assert!(g.body.contains("Finished Tests - Green"));
+    assert!(g.body.contains(&row(&green)));
+    assert!(!g.body.contains(&row(&ltc)));
+    assert!(g.body.contains("class=\"result green\""));
+    // LTC: only the 60+0.6 run.
+    let l = get(&server, "/tests/finished?ltc_only=1").await;
+    assert!(l.body.contains("Finished - 1 tests"), "{}", l.body);
+    assert!(l.body.contains(&row(&ltc)));
+    assert!(!l.body.contains(&row(&green)));
+    // Yellow: a fixed-games run is never yellow.
+    let y = get(&server, "/tests/finished?yellow_only=1").await;
+    assert!(y.body.contains("Finished - 0 tests"), "{}", y.body);
+    assert!(y.body.contains("No finished tests"));
+    // An empty list has one page: asking for page 2 goes back to page 1.
+    let y2 = get(&server, "/tests/finished?yellow_only=1&page=2").await;
+    assert_eq!(
+        (y2.status, y2.location.as_str()),
+        (302, "/tests/finished?yellow_only=1")
+    );
+
+    // A user's page: that submitter's runs only, pending ones included.
+    let a = get(&server, "/tests/user/alice").await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("alice - Tests"));
+    assert!(a.body.contains("Pending approval - 1 tests"));
+    assert!(a.body.contains(&row(&pending)));
+    assert!(a.body.contains("Finished - 2 tests"));
+    assert!(a.body.contains(&row(&green)) && a.body.contains(&row(&ltc)));
+    assert!(bobs.iter().all(|b| !a.body.contains(&row(b))));
+    let al = get(&server, "/tests/user/alice?ltc_only=1").await;
+    assert!(al.body.contains("Finished - 1 tests"));
+    assert!(al.body.contains(&row(&ltc)) && !al.body.contains(&row(&green)));
+    let b = get(&server, "/tests/user/bob").await;
+    assert_eq!(b.status, 200);
+    assert!(b.body.contains("Finished - 24 tests"));
+    assert!(b.body.contains("Pending approval - 0 tests"));
+    assert!(!b.body.contains(&row(&green)) && !b.body.contains(&row(&pending)));
+    assert!(bobs.iter().all(|r| b.body.contains(&row(r))));
+    let b2 = get(&server, "/tests/user/bob?page=2").await;
+    assert_eq!((b2.status, b2.location.as_str()), (302, "/tests/user/bob"));
+
+    // The dashboard's summary cards.
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Games / min") && home.body.contains("Nodes / sec"));
+
+    // An unknown user: the HTML 404 page.
+    let nobody = get(&server, "/tests/user/nobody").await;
+    assert_eq!(nobody.status, 404);
+    assert!(nobody.body.contains("Page not found"));
+}
