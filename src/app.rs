@@ -159,6 +159,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         },
     ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
+    let page_renders = Arc::new(Semaphore::new(config.page_renders()));
     Ok(Arc::new(AppState {
         primary: config.is_primary(),
         request_cap: config
@@ -174,6 +175,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         secret,
         throttle,
         pgn_uploads,
+        page_renders,
         debug: Default::default(),
     }))
 }

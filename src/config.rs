@@ -46,6 +46,7 @@ pub const KEYS: &[&str] = &[
     "books_file",
     "nn_url",
     "public_url",
+    "page_render_concurrency",
     "trusted_proxies",
     "dead_task_timeout_s",
     "scavenge_interval_s",
@@ -112,6 +113,8 @@ pub struct Config {
     /// The address people use to reach the server (`https://…` makes the session cookie
     /// `Secure`).
     pub public_url: Option<String>,
+    /// Web pages rendered at once (0: one per CPU core); further page requests wait.
+    pub page_render_concurrency: usize,
     pub trusted_proxies: Vec<String>,
     dead_task_timeout_s: f64,
     scavenge_interval_s: f64,
@@ -153,6 +156,7 @@ impl Default for Config {
             books_file: None,
             nn_url: None,
             public_url: None,
+            page_render_concurrency: 0,
             trusted_proxies: Vec::new(),
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
@@ -431,6 +435,12 @@ impl Config {
         {
             return Err(invalid("public_url", "must start with http:// or https://"));
         }
+        if self.page_render_concurrency > 10_000 {
+            return Err(invalid(
+                "page_render_concurrency",
+                "must be at most 10000 (0: one per CPU core)",
+            ));
+        }
         if let Some(path) = &self.books_file
             && path.as_os_str().is_empty()
         {
@@ -487,6 +497,14 @@ impl Config {
     }
 
     /// `shutdown_grace_s`.
+    /// How many web pages may render at once: the setting, or one per CPU core for 0.
+    pub fn page_renders(&self) -> usize {
+        match self.page_render_concurrency {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
+    }
+
     pub fn shutdown_grace(&self) -> Duration {
         seconds(self.shutdown_grace_s)
     }

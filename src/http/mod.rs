@@ -57,6 +57,9 @@ pub struct AppState {
     pub throttle: Arc<crate::throttle::AuthThrottle>,
     /// Turns for reading large PGN upload bodies (`pgn_upload_concurrency`).
     pub pgn_uploads: Arc<Semaphore>,
+    /// Turns for rendering web pages (`page_render_concurrency`): pages queue for these
+    /// before taking a pool token, so a page storm cannot take every core.
+    pub page_renders: Arc<Semaphore>,
     /// Key for signing cookies (loaded or generated at start).
     pub secret: Vec<u8>,
     /// Debug routes' bookkeeping.

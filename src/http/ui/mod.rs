@@ -297,6 +297,14 @@ async fn finish<J>(state: &AppState, keys: &CookieKeys, job: J) -> Response
 where
     J: FnOnce() -> (Option<(String, bool)>, Out) + Send + 'static,
 {
+    // A render turn first (waiting costs no token and no thread), held until the job ends.
+    let Ok(turn) = state.page_renders.clone().acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response();
+    };
+    let job = move || {
+        let _turn = turn;
+        job()
+    };
     match state.offload.run(job).await {
         Ok((cookie, out)) => respond(keys, cookie, out),
         Err(e) => unavailable(e),
