@@ -447,3 +447,24 @@ async fn a_secondary_answers_503_after_the_token_check() {
         assert!(page.body.contains("Primary instance required."), "{path}");
     }
 }
+
+#[tokio::test]
+async fn a_blocked_owner_is_logged_out_and_changes_nothing() {
+    let server = server_with_users(Opts::new()).await;
+    let run = create_run(&server, "alice", fixed_args(10_000)).await;
+    let (mut alice, alice_token) = Browser::open(&server, Some("alice")).await;
+    crate::fleet::user_cli(&server, &["set", "alice", "--block"]);
+    // The block reaches the sessions within the blocked-list cache's life.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Logged out and sent to /tests by the first request; the old token is worthless after.
+    let page = alice.control("/tests/stop", &run, &alice_token).await;
+    assert_eq!((page.status, page.location.as_str()), (302, "/tests"));
+    let page = alice.control("/tests/delete", &run, &alice_token).await;
+    assert_eq!(page.status, 403);
+    let v = run_json(&server, &run).await;
+    assert_eq!(
+        (v["finished"].clone(), v["deleted"].clone()),
+        (false.into(), false.into())
+    );
+    assert!(stored_actions(&server, "stop_run").is_empty());
+}
