@@ -292,8 +292,10 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     let page = alice.control("/tests/purge", &run, &alice_token).await;
     assert_eq!(
         (page.status, page.location.as_str()),
-        (302, "/tests?done=purged")
+        (302, "/tests?done=purged-none")
     );
+    let dashboard = alice.get(&page.location).await;
+    assert!(dashboard.body.contains("No bad workers"));
     let page = boss.control("/tests/purge", &run, &boss_token).await;
     assert_eq!(page.status, 302);
     let purges = stored_actions(&server, "purge_run");

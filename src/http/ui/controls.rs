@@ -60,6 +60,7 @@ pub fn done_message(code: &str) -> Option<&'static str> {
         "approved" => "Run approved",
         "stopped" => "Stopped run",
         "purged" => "Purged run",
+        "purged-none" => "No bad workers",
         "deleted" => "Deleted run",
         "modified" => "The test was successfully modified!",
         "modified-unapproved" => {
@@ -163,7 +164,13 @@ pub async fn purge(
 ) -> Response {
     let f = unform(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.purge_run(&f.run_id, user).map(|_| "purged")
+        db.purge_run(&f.run_id, user).map(|outcome| {
+            if outcome.purged.is_empty() {
+                "purged-none"
+            } else {
+                "purged"
+            }
+        })
     })
     .await
 }
