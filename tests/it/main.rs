@@ -16,5 +16,6 @@ mod stats_corpus;
 mod stats_props;
 mod tuning;
 mod ui;
+mod ui_controls;
 mod ui_lists;
 mod worker_api;

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{Input, Layout, Out, errors, page};
+use super::{Flash, Input, Layout, Out, controls, errors, page};
 use crate::http::AppState;
 use crate::rundb::model::Run;
 
@@ -81,9 +81,21 @@ pub async fn root() -> Response {
     (StatusCode::FOUND, [(header::LOCATION, "/tests")]).into_response()
 }
 
+/// The dashboard's query: `done` names a run control that just succeeded (its message is
+/// flashed; only the known codes are, so a link cannot put words on the page).
+#[derive(serde::Deserialize, Default)]
+pub struct TestsQuery {
+    #[serde(default)]
+    done: Option<String>,
+}
+
 /// `GET /tests`: the active runs, with the machines and cores they use.
-pub async fn tests(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    page(&state, Input::get(&state, &headers), |db, ctx, _| {
+pub async fn tests(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<TestsQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let runs = match db.active_heads() {
             Ok(runs) => runs,
             Err(e) => {
@@ -101,8 +113,12 @@ pub async fn tests(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
         let busy = || open().filter(|r| r.workers > 0);
         let mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
         let games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
+        let mut l = Layout::new(ctx, "Tests");
+        if let Some(text) = q.done.as_deref().and_then(controls::done_message) {
+            l = l.flash(Flash::info(text));
+        }
         let p = TestsPage {
-            l: Layout::new(ctx, "Tests"),
+            l,
             pending,
             paused,
             cores: active.iter().map(|r| r.cores).sum(),

@@ -38,6 +38,12 @@ pub fn forbidden(ctx: &Ctx) -> Out {
     Out::render(StatusCode::FORBIDDEN, &p)
 }
 
+/// A refused action (a run control the domain turned down, a secondary instance): the
+/// domain's message on a page with `status`; nothing was changed.
+pub fn refused(ctx: &Ctx, status: StatusCode, heading: &str, detail: &str) -> Out {
+    Out::render(status, &error_page(ctx, heading, detail))
+}
+
 /// 429: too many failed logins; try again after `retry_after_s`.
 pub fn throttled(ctx: &Ctx, retry_after_s: u64) -> Out {
     let p = error_page(

@@ -9,6 +9,7 @@
 //! (the event loop only parses forms and verifies the cookie's signature).
 
 pub mod accounts;
+pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
@@ -54,6 +55,11 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))
         .route("/signup", get(accounts::signup_form).post(accounts::signup))
+        .route("/tests/approve", axum::routing::post(controls::approve))
+        .route("/tests/stop", axum::routing::post(controls::stop))
+        .route("/tests/purge", axum::routing::post(controls::purge))
+        .route("/tests/delete", axum::routing::post(controls::delete))
+        .route("/tests/modify", axum::routing::post(controls::modify))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
