@@ -16,4 +16,5 @@ mod stats_corpus;
 mod stats_props;
 mod tuning;
 mod ui;
+mod ui_run;
 mod worker_api;

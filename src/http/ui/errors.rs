@@ -59,15 +59,20 @@ pub fn internal() -> Out {
     )
 }
 
+/// The 404 page, from inside a page body (an unknown run).
+pub fn missing(ctx: &Ctx) -> Out {
+    let p = error_page(
+        ctx,
+        "Page not found",
+        "Oops! There is nothing at this address.",
+    );
+    Out::render(StatusCode::NOT_FOUND, &p)
+}
+
 /// 404 for a browser path.
 pub async fn not_found(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
-        let p = error_page(
-            ctx,
-            "Page not found",
-            "Oops! There is nothing at this address.",
-        );
-        Out::render(StatusCode::NOT_FOUND, &p)
+        missing(ctx)
     })
     .await
 }

@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod dashboard;
 pub mod errors;
+pub mod run;
 pub mod session;
 
 use std::path::PathBuf;
@@ -48,6 +49,9 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(dashboard::root))
         .route("/tests", get(dashboard::tests))
+        .route("/tests/view/{id}", get(run::view))
+        .route("/tests/view/{id}/detail", get(run::detail_fragment))
+        .route("/tests/tasks/{id}", get(run::tasks_fragment))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))
         .route("/signup", get(accounts::signup_form).post(accounts::signup))
