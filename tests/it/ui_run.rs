@@ -8,7 +8,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::json;
 
-use crate::fleet::{PASSWORD, Totals, Worker, add_user, approve, create_run, sprt_args};
+use crate::fleet::{
+    PASSWORD, Totals, Worker, add_user, approve, create_run, fixed_args, sprt_args,
+};
 use crate::harness::TestServer;
 
 /// A browser that keeps the session cookie and follows nothing.
@@ -224,4 +226,29 @@ async fn an_unknown_run_is_the_html_404_page() {
     }
     let (status, _) = b.get("/tests").await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_fixed_games_spsa_run_shows_its_parameters_and_no_sprt() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    let mut args = fixed_args(4000);
+    args["spsa"] = json!({
+        "raw_params": "Alpha,50,0,100,5,0.002\nBeta,-20,-100,100,8,0.002",
+    });
+    let id = create_run(&server, "alice", args).await;
+    let mut b = Browser::new(&server);
+    let (status, body) = b.get(&format!("/tests/view/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("SPSA parameters"), "{body}");
+    assert!(body.contains("iteration 0 / 2000"), "{body}");
+    for cell in [
+        "<td>Alpha</td><td>50.00</td><td>50</td><td>0</td><td>100</td>",
+        "<td>Beta</td><td>-20.00</td><td>-20</td><td>-100</td><td>100</td>",
+    ] {
+        assert!(body.contains(cell), "{cell} in {body}");
+    }
+    assert!(body.contains("Games: 0 / 4000"), "{body}");
+    assert!(!body.contains("LLR:"), "{body}");
+    assert!(body.contains("No tasks yet"), "{body}");
 }

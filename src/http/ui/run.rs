@@ -109,6 +109,8 @@ pub struct RunPage {
     pub spsa: Vec<SpsaRow>,
     pub spsa_iter: String,
     pub controls: Controls,
+    /// The blue "Note:" lines (a deleted run, identical signatures).
+    pub notes: Vec<String>,
     /// The fragments are refreshed only while the run is unfinished.
     pub live: bool,
     pub script: String,
@@ -136,8 +138,8 @@ fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
         return Err(errors::missing(ctx));
     }
     match db.get_run(id) {
-        Ok(Some(run)) if !run.deleted => Ok(run),
-        Ok(_) => Err(errors::missing(ctx)),
+        Ok(Some(run)) => Ok(run),
+        Ok(None) => Err(errors::missing(ctx)),
         Err(e) => {
             tracing::error!(error = %e, "run page");
             Err(errors::internal())
@@ -169,6 +171,7 @@ pub async fn view(
             spsa,
             spsa_iter,
             controls: controls(&run, ctx),
+            notes: notes(&run),
             live: !run.finished,
             script: asset("refresh.js"),
         };
@@ -473,6 +476,18 @@ fn spsa_rows(run: &Run) -> (Vec<SpsaRow>, String) {
     (rows, format!("{} / {}", s.iter, s.num_iter))
 }
 
+fn notes(run: &Run) -> Vec<String> {
+    let a = &run.args;
+    let mut notes = Vec::new();
+    if a.spsa.is_none() && !a.new_signature.is_empty() && a.new_signature == a.base_signature {
+        notes.push("new signature and base signature are identical".into());
+    }
+    if run.deleted {
+        notes.push("this test has been deleted".into());
+    }
+    notes
+}
+
 /// The buttons: Stop, Purge and Delete for the owner or an approver; Approve for an approver
 /// who does not own the run (anonymous visitors get none).
 fn controls(run: &Run, ctx: &Ctx) -> Controls {
@@ -488,9 +503,9 @@ fn controls(run: &Run, ctx: &Ctx) -> Controls {
     let approver = user.is_approver();
     let may = owner || approver;
     Controls {
-        stop: may && !run.finished,
+        stop: may && !run.finished && !run.deleted,
         approve: approver && !owner && !run.finished && !run.approved,
         purge: may && run.finished,
-        delete: may,
+        delete: may && !run.deleted,
     }
 }
