@@ -178,3 +178,50 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
     assert!(!text.contains("Logout"), "{text}");
     c.close().await.expect("close the browser");
 }
+
+#[tokio::test]
+async fn the_run_page_refreshes_itself_without_a_reload() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let run = create_run(&server, "alice", fixed_args(1000)).await;
+    approve(&server, "boss", &run).await;
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+    c.goto(&server.url(&format!("/tests/view/{run}")))
+        .await
+        .expect("run page");
+    let text = body_text(&c).await;
+    assert!(text.contains("Games: 0 / 1000"), "{text}");
+
+    let mut w = Worker::new("alice", 4, 78);
+    let reply = w.request_task(&server).await;
+    let task_id = reply["task_id"].as_u64().expect("task");
+    let mut totals = Totals::default();
+    while totals.games() < 16 {
+        totals.play_pair(&mut w.rng, EVEN);
+    }
+    let body = json!({"run_id": run, "task_id": task_id, "stats": totals.json()});
+    let (status, v) = w.call(&server, "/api/update_task", body).await;
+    assert_eq!(status, 200, "{v}");
+
+    // static/refresh.js swaps the fragments in (no reload): the results and the task's worker.
+    let want = format!(
+        "W: {} L: {} D: {}",
+        totals.wins, totals.losses, totals.draws
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = body_text(&c).await;
+        if text.contains(&want) && text.contains("alice-4cores-") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never refreshed to {want:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    screenshot(&c, "run").await;
+    c.close().await.expect("close the browser");
+}
