@@ -96,13 +96,60 @@ async fn submit(c: &Client, form: &str) {
         .expect("click");
 }
 
+/// The page's text, retried while the browser is between documents (after a click).
 async fn body_text(c: &Client) -> String {
-    c.find(Locator::Css("body"))
-        .await
-        .expect("body")
-        .text()
-        .await
-        .expect("text")
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(body) = c.find(Locator::Css("body")).await
+            && let Ok(text) = body.text().await
+        {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "the page never had a body");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls the page without reloading it (a form's answer) until its text contains `want`.
+async fn wait_for_answer(c: &Client, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = body_text(c).await;
+        if text.contains(want) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never showed {want:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until a login form was answered: a page that has left `/login`, or one that says why
+/// not.
+async fn wait_to_leave_or_answer(c: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = c.current_url().await.is_ok_and(|u| u.path() != "/login");
+        if left || body_text(c).await.contains("pending") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the login form was never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the browser has left `path` (a form was submitted and answered elsewhere).
+async fn wait_to_leave(c: &Client, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.current_url().await.is_ok_and(|u| u.path() == path) {
+        assert!(Instant::now() < deadline, "still on {path}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Polls the page (reloading it) until its text contains `want`.
@@ -139,21 +186,34 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
     fill(&c, "password2", "a long passphrase of horses").await;
     fill(&c, "email", "carol@example.org").await;
     submit(&c, "main form").await;
+    wait_to_leave(&c, "/signup").await;
     // A pending account cannot log in yet.
     c.goto(&server.url("/login")).await.expect("login page");
     fill(&c, "username", "carol").await;
     fill(&c, "password", "a long passphrase of horses").await;
     submit(&c, "main form").await;
-    let text = body_text(&c).await;
-    assert!(text.contains("pending"), "{text}");
-    // An approver approves it; now the login works.
+    wait_for_answer(&c, "pending").await;
+    // An approver approves it; now the login works (the server sees the approval within its
+    // 2-second user cache, so the login is tried again until then).
     user_cli(&server, &["set", "carol", "--approve"]);
-    c.goto(&server.url("/login")).await.expect("login page");
-    fill(&c, "username", "carol").await;
-    fill(&c, "password", "a long passphrase of horses").await;
-    submit(&c, "main form").await;
-    let text = wait_for_text(&c, "carol").await;
-    assert!(text.contains("Logout"), "{text}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        c.goto(&server.url("/login")).await.expect("login page");
+        fill(&c, "username", "carol").await;
+        fill(&c, "password", "a long passphrase of horses").await;
+        submit(&c, "main form").await;
+        wait_to_leave_or_answer(&c).await;
+        let text = body_text(&c).await;
+        if text.contains("Logout") {
+            assert!(text.contains("carol"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the approved account cannot log in:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // The dashboard shows the run; a worker plays games and the results change.
     c.goto(&server.url("/tests")).await.expect("dashboard");
@@ -174,7 +234,55 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
 
     // Log out: the page is anonymous again.
     submit(&c, "form[action=\"/logout\"]").await;
-    let text = wait_for_text(&c, "Login").await;
+    wait_for_answer(&c, "Register").await;
+    let text = body_text(&c).await;
     assert!(!text.contains("Logout"), "{text}");
+    c.close().await.expect("close the browser");
+}
+
+#[tokio::test]
+async fn the_run_page_refreshes_itself_without_a_reload() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let run = create_run(&server, "alice", fixed_args(1000)).await;
+    approve(&server, "boss", &run).await;
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+    c.goto(&server.url(&format!("/tests/view/{run}")))
+        .await
+        .expect("run page");
+    let text = body_text(&c).await;
+    assert!(text.contains("Games: 0 / 1000"), "{text}");
+
+    let mut w = Worker::new("alice", 4, 78);
+    let reply = w.request_task(&server).await;
+    let task_id = reply["task_id"].as_u64().expect("task");
+    let mut totals = Totals::default();
+    while totals.games() < 16 {
+        totals.play_pair(&mut w.rng, EVEN);
+    }
+    let body = json!({"run_id": run, "task_id": task_id, "stats": totals.json()});
+    let (status, v) = w.call(&server, "/api/update_task", body).await;
+    assert_eq!(status, 200, "{v}");
+
+    // static/refresh.js swaps the fragments in (no reload): the results and the task's worker.
+    let want = format!(
+        "W: {} L: {} D: {}",
+        totals.wins, totals.losses, totals.draws
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = body_text(&c).await;
+        if text.contains(&want) && text.contains("alice-4cores-") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never refreshed to {want:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    screenshot(&c, "run").await;
     c.close().await.expect("close the browser");
 }

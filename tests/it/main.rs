@@ -18,4 +18,5 @@ mod tuning;
 mod ui;
 mod ui_controls;
 mod ui_lists;
+mod ui_run;
 mod worker_api;

@@ -82,3 +82,8 @@ pub async fn not_found(State(state): State<Arc<AppState>>, headers: HeaderMap) -
     })
     .await
 }
+
+/// The 404 page from inside a page body (an unknown run): [`not_found_page`].
+pub fn missing(ctx: &Ctx) -> Out {
+    not_found_page(ctx)
+}

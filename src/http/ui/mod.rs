@@ -13,6 +13,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod run;
 pub mod session;
 
 use std::path::PathBuf;
@@ -52,6 +53,9 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests", get(dashboard::tests))
         .route("/tests/finished", get(lists::finished))
         .route("/tests/user/{name}", get(lists::user))
+        .route("/tests/view/{id}", get(run::view))
+        .route("/tests/view/{id}/detail", get(run::detail_fragment))
+        .route("/tests/tasks/{id}", get(run::tasks_fragment))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))
         .route("/signup", get(accounts::signup_form).post(accounts::signup))

@@ -1,0 +1,511 @@
+//! The run page: `/tests/view/{id}` (arguments, results, Elo/SPRT, SPSA parameters, tasks,
+//! control buttons) and its two live fragments, `/tests/view/{id}/detail` (results and
+//! statistics) and `/tests/tasks/{id}` (the tasks table), which render the same partial
+//! templates without the layout (`static/refresh.js` re-fetches them on unfinished runs).
+//!
+//! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); the
+//! numbers come from `crate::stats` exactly as `/api/get_elo` computes them.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+
+use super::session::Ctx;
+use super::{Input, Layout, Out, asset, errors, page};
+use crate::http::AppState;
+use crate::rundb::RunDb;
+use crate::rundb::model::{Run, Task};
+use crate::stats::{Results, SprtState, get_elo, sprt_elo};
+
+/// One line of the arguments table; `href` empty when the value is not a link.
+pub struct ArgRow {
+    pub name: &'static str,
+    pub value: String,
+    pub href: String,
+}
+
+/// The results and statistics part (the `detail` fragment).
+pub struct Detail {
+    pub id: String,
+    /// `running`, `green`, `yellow`, `red` or `neutral`.
+    pub colour: &'static str,
+    pub status: String,
+    pub games: u64,
+    pub num_games: u64,
+    pub wins: u64,
+    pub losses: u64,
+    pub draws: u64,
+    pub crashes: u64,
+    pub time_losses: u64,
+    /// `LL, LD, DD+WL, WD, WW` counts, when the run has any.
+    pub penta: Option<[u64; 5]>,
+    /// `Elo: … ± … (95%)` or the SPRT's `Elo: … [lo, hi] (95%)`; empty before any game.
+    pub elo: String,
+    pub los: String,
+    /// `LLR: x (a, b) [elo0, elo1]` for an SPRT.
+    pub llr: String,
+    pub sprt_state: String,
+}
+
+/// One row of the tasks table.
+pub struct TaskRow {
+    pub idx: usize,
+    pub worker: String,
+    pub played: u64,
+    pub num_games: u64,
+    pub wins: u64,
+    pub losses: u64,
+    pub draws: u64,
+    pub crashes: u64,
+    pub time_losses: u64,
+    pub last_updated: String,
+    /// `active`, `dead`, `bad`, `purged` or empty (done).
+    pub mark: &'static str,
+}
+
+/// One SPSA parameter.
+pub struct SpsaRow {
+    pub name: String,
+    pub value: String,
+    pub start: String,
+    pub min: String,
+    pub max: String,
+    pub c: String,
+    pub r: String,
+}
+
+/// The tasks fragment's data.
+pub struct Tasks {
+    pub id: String,
+    pub rows: Vec<TaskRow>,
+}
+
+/// Which control buttons the viewer gets.
+pub struct Controls {
+    pub stop: bool,
+    pub approve: bool,
+    pub purge: bool,
+    pub delete: bool,
+}
+
+impl Controls {
+    pub fn any(&self) -> bool {
+        self.stop || self.approve || self.purge || self.delete
+    }
+}
+
+#[derive(Template)]
+#[template(path = "run.html")]
+pub struct RunPage {
+    pub l: Layout,
+    pub id: String,
+    pub heading: String,
+    pub args: Vec<ArgRow>,
+    pub d: Detail,
+    pub t: Tasks,
+    pub spsa: Vec<SpsaRow>,
+    pub spsa_iter: String,
+    pub controls: Controls,
+    /// The blue "Note:" lines (a deleted run, identical signatures).
+    pub notes: Vec<String>,
+    /// The fragments are refreshed only while the run is unfinished.
+    pub live: bool,
+    pub script: String,
+}
+
+#[derive(Template)]
+#[template(source = "{% include \"run_detail.html\" %}", ext = "html")]
+pub struct DetailFragment {
+    pub d: Detail,
+}
+
+#[derive(Template)]
+#[template(source = "{% include \"run_tasks.html\" %}", ext = "html")]
+pub struct TasksFragment {
+    pub t: Tasks,
+}
+
+fn valid_id(id: &str) -> bool {
+    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The run, or the answer instead of the page (the 404 page, a 500).
+fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
+    if !valid_id(id) {
+        return Err(errors::missing(ctx));
+    }
+    match db.get_run(id) {
+        Ok(Some(run)) => Ok(run),
+        Ok(None) => Err(errors::missing(ctx)),
+        Err(e) => {
+            tracing::error!(error = %e, "run page");
+            Err(errors::internal())
+        }
+    }
+}
+
+/// `GET /tests/view/{id}`.
+pub async fn view(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let run = match load(db, ctx, &id) {
+            Ok(run) => run,
+            Err(out) => return out,
+        };
+        let a = &run.args;
+        let heading = format!("{} vs {}", a.new_tag, a.base_tag);
+        let (spsa, spsa_iter) = spsa_rows(&run);
+        let p = RunPage {
+            l: Layout::new(ctx, &heading),
+            id: run.id.clone(),
+            heading,
+            args: arg_rows(&run),
+            d: detail(&run),
+            t: tasks(&run),
+            spsa,
+            spsa_iter,
+            controls: controls(&run, ctx),
+            notes: notes(&run),
+            live: !run.finished,
+            script: asset("refresh.js"),
+        };
+        Out::render(StatusCode::OK, &p)
+    })
+    .await
+}
+
+/// `GET /tests/view/{id}/detail`: the results part alone.
+pub async fn detail_fragment(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    page(
+        &state,
+        Input::get(&state, &headers),
+        move |db, ctx, _| match load(db, ctx, &id) {
+            Ok(run) => Out::render(StatusCode::OK, &DetailFragment { d: detail(&run) }),
+            Err(out) => out,
+        },
+    )
+    .await
+}
+
+/// `GET /tests/tasks/{id}`: the tasks table alone.
+pub async fn tasks_fragment(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    page(
+        &state,
+        Input::get(&state, &headers),
+        move |db, ctx, _| match load(db, ctx, &id) {
+            Ok(run) => Out::render(StatusCode::OK, &TasksFragment { t: tasks(&run) }),
+            Err(out) => out,
+        },
+    )
+    .await
+}
+
+/// A link only to a web address (never `javascript:` or the like).
+fn web(url: String) -> String {
+    if url.starts_with("https://") || url.starts_with("http://") {
+        url
+    } else {
+        String::new()
+    }
+}
+
+fn arg_rows(run: &Run) -> Vec<ArgRow> {
+    let a = &run.args;
+    let repo = a.tests_repo.trim_end_matches('/');
+    let row = |name, value: String| ArgRow {
+        name,
+        value,
+        href: String::new(),
+    };
+    let link = |name, value: String, href: String| ArgRow {
+        name,
+        value,
+        href: if repo.is_empty() {
+            String::new()
+        } else {
+            web(href)
+        },
+    };
+    let mut rows = vec![row("username", a.username.clone()), row("tc", a.tc.clone())];
+    if !a.new_tc.is_empty() && a.new_tc != a.tc {
+        rows.push(row("new_tc", a.new_tc.clone()));
+    }
+    rows.push(row("threads", a.threads.to_string()));
+    rows.push(row("book", format!("{} (depth {})", a.book, a.book_depth)));
+    if let Some(sprt) = &a.sprt {
+        rows.push(row(
+            "sprt",
+            format!(
+                "elo0: {:.2} alpha: {:.2} elo1: {:.2} beta: {:.2} ({})",
+                sprt.elo0,
+                sprt.alpha,
+                sprt.elo1,
+                sprt.beta,
+                sprt.elo_model.as_str()
+            ),
+        ));
+    } else {
+        rows.push(row("num_games", a.num_games.to_string()));
+    }
+    rows.push(link(
+        "new_tag",
+        format!("{} ({})", a.new_tag, short(&a.resolved_new)),
+        format!("{repo}/commit/{}", a.resolved_new),
+    ));
+    rows.push(link(
+        "base_tag",
+        format!("{} ({})", a.base_tag, short(&a.resolved_base)),
+        format!("{repo}/commit/{}", a.resolved_base),
+    ));
+    rows.push(link(
+        "diff",
+        format!("{}...{}", short(&a.resolved_base), short(&a.resolved_new)),
+        format!("{repo}/compare/{}...{}", a.resolved_base, a.resolved_new),
+    ));
+    rows.push(row("new_options", a.new_options.clone()));
+    rows.push(row("base_options", a.base_options.clone()));
+    if !a.new_signature.is_empty() || !a.base_signature.is_empty() {
+        rows.push(row(
+            "bench",
+            format!("new {} / base {}", a.new_signature, a.base_signature),
+        ));
+    }
+    rows.push(link(
+        "tests_repo",
+        a.tests_repo.clone(),
+        a.tests_repo.clone(),
+    ));
+    rows.push(row("priority", format!("{}", a.priority)));
+    rows.push(row("throughput", format!("{}%", a.throughput)));
+    rows.push(row("auto_purge", a.auto_purge.to_string()));
+    rows.push(row(
+        "approved",
+        if run.approved {
+            format!("yes ({})", run.approver)
+        } else {
+            "no".into()
+        },
+    ));
+    rows.push(row(
+        "start_time",
+        run.start_time.0.format("%Y-%m-%d %H:%M:%S").to_string(),
+    ));
+    rows.push(row("info", a.info.clone()));
+    rows
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}
+
+/// The results and statistics, computed as `/api/get_elo` does.
+fn detail(run: &Run) -> Detail {
+    let r = &run.results;
+    let penta = Some(r.pentanomial).filter(|p| p.iter().any(|c| *c > 0));
+    let games = r.games();
+    let sprt = run.args.sprt.as_ref();
+    let mut d = Detail {
+        id: run.id.clone(),
+        colour: colour(run),
+        status: status(run),
+        games,
+        num_games: run.args.num_games,
+        wins: r.wins,
+        losses: r.losses,
+        draws: r.draws,
+        crashes: r.crashes,
+        time_losses: r.time_losses,
+        penta,
+        elo: String::new(),
+        los: String::new(),
+        llr: String::new(),
+        sprt_state: String::new(),
+    };
+    if let Some(s) = sprt {
+        let results = Results {
+            wins: r.wins,
+            losses: r.losses,
+            draws: r.draws,
+            pentanomial: penta,
+        };
+        match sprt_elo(&results, s.alpha, s.beta, 0.05, s.elo0, s.elo1, s.elo_model) {
+            Ok(e) => {
+                d.llr = format!(
+                    "LLR: {:.2} ({:.2}, {:.2}) [{:.2}, {:.2}]",
+                    e.llr, e.a, e.b, s.elo0, s.elo1
+                );
+                if games > 0 {
+                    d.elo = format!("Elo: {:.2} [{:.2}, {:.2}] (95%)", e.elo, e.ci[0], e.ci[1]);
+                    d.los = format!("LOS: {:.1}%", e.los * 100.0);
+                }
+            }
+            Err(e) => d.llr = format!("LLR: unavailable ({e})"),
+        }
+        d.sprt_state = match s.state {
+            SprtState::Running => "running".into(),
+            other => other.as_str().into(),
+        };
+    } else if games > 0 {
+        let data: Vec<f64> = match penta {
+            Some(p) => p.iter().map(|c| *c as f64).collect(),
+            None => vec![r.losses as f64, r.draws as f64, r.wins as f64],
+        };
+        if let Ok(e) = get_elo(&data) {
+            d.elo = format!("Elo: {:.2} ± {:.1} (95%)", e.elo, e.elo95);
+            d.los = format!("LOS: {:.1}%", e.los * 100.0);
+        }
+    }
+    d
+}
+
+fn colour(run: &Run) -> &'static str {
+    if !run.finished {
+        return "running";
+    }
+    let state = run.args.sprt.as_ref().map(|s| s.state);
+    if run.is_green || state == Some(SprtState::Accepted) {
+        "green"
+    } else if run.is_yellow {
+        "yellow"
+    } else if state == Some(SprtState::Rejected) {
+        "red"
+    } else {
+        "neutral"
+    }
+}
+
+fn status(run: &Run) -> String {
+    if run.finished {
+        "finished".into()
+    } else if !run.approved {
+        "pending approval".into()
+    } else if run.workers > 0 {
+        format!("running on {} workers ({} cores)", run.workers, run.cores)
+    } else {
+        "waiting for workers".into()
+    }
+}
+
+fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
+    let played = t.stats.games();
+    TaskRow {
+        idx,
+        worker: t.worker_info.long_name(),
+        played,
+        num_games: t.num_games,
+        wins: t.stats.wins,
+        losses: t.stats.losses,
+        draws: t.stats.draws,
+        crashes: t.stats.crashes,
+        time_losses: t.stats.time_losses,
+        last_updated: t.last_updated.0.format("%Y-%m-%d %H:%M:%S").to_string(),
+        mark: if purged {
+            "purged"
+        } else if t.bad {
+            "bad"
+        } else if t.active {
+            "active"
+        } else if played < t.num_games {
+            "dead"
+        } else {
+            ""
+        },
+    }
+}
+
+fn tasks(run: &Run) -> Tasks {
+    let mut rows: Vec<TaskRow> = run
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| task_row(i, t, false))
+        .collect();
+    for v in &run.bad_tasks {
+        let idx = v
+            .get("task_id")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_default() as usize;
+        if let Ok(t) = serde_json::from_value::<Task>(v.clone()) {
+            rows.push(task_row(idx, &t, true));
+        }
+    }
+    Tasks {
+        id: run.id.clone(),
+        rows,
+    }
+}
+
+/// The SPSA parameters with the current `c_k` and `R_k` (as the worker gets them next).
+fn spsa_rows(run: &Run) -> (Vec<SpsaRow>, String) {
+    let Some(s) = &run.args.spsa else {
+        return (Vec::new(), String::new());
+    };
+    let k = s.iter as f64 + 1.0;
+    let rows = s
+        .params
+        .iter()
+        .map(|p| {
+            let c = p.c / k.powf(s.gamma);
+            let a = p.a / (s.stability + k).powf(s.alpha);
+            let r = if c != 0.0 { a / (c * c) } else { 0.0 };
+            SpsaRow {
+                name: p.name.clone(),
+                value: format!("{:.2}", p.theta),
+                start: format!("{}", p.start),
+                min: format!("{}", p.min),
+                max: format!("{}", p.max),
+                c: format!("{c:.3}"),
+                r: format!("{r:.2e}"),
+            }
+        })
+        .collect();
+    (rows, format!("{} / {}", s.iter, s.num_iter))
+}
+
+fn notes(run: &Run) -> Vec<String> {
+    let a = &run.args;
+    let mut notes = Vec::new();
+    if a.spsa.is_none() && !a.new_signature.is_empty() && a.new_signature == a.base_signature {
+        notes.push("new signature and base signature are identical".into());
+    }
+    if run.deleted {
+        notes.push("this test has been deleted".into());
+    }
+    notes
+}
+
+/// The buttons: Stop, Purge and Delete for the owner or an approver; Approve for an approver
+/// who does not own the run (anonymous visitors get none).
+fn controls(run: &Run, ctx: &Ctx) -> Controls {
+    let Some(user) = &ctx.user else {
+        return Controls {
+            stop: false,
+            approve: false,
+            purge: false,
+            delete: false,
+        };
+    };
+    let owner = user.username == run.args.username;
+    let approver = user.is_approver();
+    let may = owner || approver;
+    Controls {
+        stop: may && !run.finished && !run.deleted,
+        approve: approver && !owner && !run.finished && !run.approved,
+        purge: may && run.finished,
+        delete: may && !run.deleted,
+    }
+}
