@@ -121,13 +121,12 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
-        let env = vec![
-            (
-                "SHOAL_DATA_DIR".to_string(),
-                dir.path().display().to_string(),
-            ),
-            ("SHOAL_LOG".to_string(), "warn".to_string()),
-        ];
+        // SHOAL_* settings from the environment apply (e.g. SHOAL_PAGE_RENDER_CONCURRENCY).
+        let mut env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("SHOAL_"))
+            .collect();
+        env.push(("SHOAL_DATA_DIR".into(), dir.path().display().to_string()));
+        env.push(("SHOAL_LOG".into(), "warn".into()));
         let config = Config::from_sources(None, "bench", env).expect("config");
         let state = shoal::app::build_state(config).await.expect("state");
         let db = state.rundb.clone();

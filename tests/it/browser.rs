@@ -232,6 +232,28 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
     wait_for_text(&c, &wld).await;
     screenshot(&c, "dashboard").await;
 
+    // Made an approver, carol stops the run with its button on the run page.
+    user_cli(&server, &["set", "carol", "--approver"]);
+    let page = server.url(&format!("/tests/view/{run}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        c.goto(&page).await.expect("run page");
+        if c.find(Locator::Css("form[action=\"/tests/stop\"]"))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Stop button for an approver");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    screenshot(&c, "run_approver").await;
+    submit(&c, "form[action=\"/tests/stop\"]").await;
+    wait_to_leave(&c, &format!("/tests/view/{run}")).await;
+    let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["finished"], true, "the Stop button stopped the run: {v}");
+
     // Log out: the page is anonymous again.
     submit(&c, "form[action=\"/logout\"]").await;
     wait_for_answer(&c, "Register").await;
