@@ -19,4 +19,5 @@ mod ui;
 mod ui_controls;
 mod ui_lists;
 mod ui_run;
+mod web;
 mod worker_api;

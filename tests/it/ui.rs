@@ -3,88 +3,11 @@
 
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
-
 use crate::fleet::{PASSWORD, add_user, create_run, fixed_args, user_cli};
 use crate::harness::{Opts, TestServer};
+use crate::web::{Browser, Page};
 
-/// A browser: keeps the session cookie, follows nothing.
-struct Browser<'a> {
-    server: &'a TestServer,
-    client: reqwest::Client,
-    cookie: Option<String>,
-}
-
-struct Page {
-    status: u16,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Page {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    /// The CSRF token of the page's first form.
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf_token\" value=\"")
-            .expect("a form with a csrf_token");
-        let rest = &self.body[at + "name=\"csrf_token\" value=\"".len()..];
-        rest[..rest.find('"').expect("end of token")].to_string()
-    }
-}
-
-impl<'a> Browser<'a> {
-    fn new(server: &'a TestServer) -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        Browser {
-            server,
-            client,
-            cookie: None,
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let req = match &self.cookie {
-            Some(c) => req.header("cookie", c.clone()),
-            None => req,
-        };
-        let r = req.send().await.expect("request");
-        let status = r.status().as_u16();
-        let headers = r.headers().clone();
-        if let Some(set) = headers.get("set-cookie").and_then(|v| v.to_str().ok()) {
-            let pair = set.split(';').next().unwrap_or_default().to_string();
-            assert!(pair.starts_with("shoal_session="), "{set}");
-            self.cookie = Some(pair);
-        }
-        let body = r.text().await.expect("body");
-        Page {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let req = self.client.get(self.server.url(path));
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let req = self.client.post(self.server.url(path)).form(form);
-        self.send(req).await
-    }
-
+impl Browser<'_> {
     /// Logs in through the form; returns the answer to the POST.
     async fn login(&mut self, user: &str, password: &str) -> Page {
         let token = self.get("/login").await.csrf();

@@ -10,78 +10,9 @@ use serde_json::Value;
 
 use crate::fleet::{PASSWORD, add_user, approve, create_run, fixed_args};
 use crate::harness::{Opts, TestServer};
-
-/// A browser: keeps the session cookie, follows no redirect.
-struct Browser<'a> {
-    server: &'a TestServer,
-    client: reqwest::Client,
-    cookie: Option<String>,
-}
-
-struct Page {
-    status: u16,
-    location: String,
-    body: String,
-}
-
-impl Page {
-    /// The CSRF token of the page's first form.
-    fn csrf(&self) -> String {
-        let mark = "name=\"csrf_token\" value=\"";
-        let at = self.body.find(mark).expect("a form with a csrf_token");
-        let rest = &self.body[at + mark.len()..];
-        rest[..rest.find('"').expect("end of token")].to_string()
-    }
-}
+use crate::web::{Browser, Page};
 
 impl<'a> Browser<'a> {
-    fn new(server: &'a TestServer) -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        Browser {
-            server,
-            client,
-            cookie: None,
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let req = match &self.cookie {
-            Some(c) => req.header("cookie", c.clone()),
-            None => req,
-        };
-        let r = req.send().await.expect("request");
-        let status = r.status().as_u16();
-        if let Some(set) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
-            self.cookie = Some(set.split(';').next().unwrap_or_default().to_string());
-        }
-        let location = r
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        let body = r.text().await.expect("body");
-        Page {
-            status,
-            location,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let req = self.client.get(self.server.url(path));
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let req = self.client.post(self.server.url(path)).form(form);
-        self.send(req).await
-    }
-
     /// A browser logged in as `user` (anonymous for `None`) with its CSRF token.
     async fn open(server: &'a TestServer, user: Option<&str>) -> (Self, String) {
         let mut b = Browser::new(server);
