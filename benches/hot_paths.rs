@@ -13,11 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+mod common;
+
+use common::worker;
 use shoal::config::SqliteSync;
 use shoal::offload::Offload;
 use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
-use shoal::rundb::model::{Stats, WorkerInfo};
+use shoal::rundb::model::Stats;
 use shoal::rundb::outcome::{Assignment, TaskReply};
 use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
@@ -26,29 +29,6 @@ use shoal::store::sqlite::SqliteStore;
 const RUNS: usize = 200;
 const ACTIVE_TASKS: usize = 10_000;
 const SAMPLES: usize = 2_000;
-
-fn worker(n: usize) -> WorkerInfo {
-    WorkerInfo {
-        uname: "Linux 6.1".into(),
-        architecture: vec!["64bit".into(), "ELF".into()],
-        concurrency: 4,
-        max_memory: 8000,
-        min_threads: 1,
-        username: "bench".into(),
-        version: 325,
-        python_version: vec![3, 11, 7],
-        gcc_version: vec![12, 2, 0],
-        compiler: "g++".into(),
-        unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
-        modified: false,
-        worker_arch: "x86-64-avx2".into(),
-        arch: "?".into(),
-        nps: 1e6,
-        near_github_api_limit: false,
-        remote_addr: format!("10.{}.{}.{}", n >> 16 & 255, n >> 8 & 255, n & 255),
-        country_code: "?".into(),
-    }
-}
 
 fn percentiles(name: &str, mut samples: Vec<Duration>) {
     samples.sort();

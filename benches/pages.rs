@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::worker;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use shoal::config::Config;
@@ -24,29 +27,6 @@ const ACTIVE_TASKS: usize = 10_000;
 const PAGE_CLIENTS: usize = 20;
 const PHASE: Duration = Duration::from_secs(10);
 const PASSWORD: &str = "bench password";
-
-fn worker(n: usize) -> WorkerInfo {
-    WorkerInfo {
-        uname: "Linux 6.1".into(),
-        architecture: vec!["64bit".into(), "ELF".into()],
-        concurrency: 4,
-        max_memory: 8000,
-        min_threads: 1,
-        username: "bench".into(),
-        version: 325,
-        python_version: vec![3, 11, 7],
-        gcc_version: vec![12, 2, 0],
-        compiler: "g++".into(),
-        unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
-        modified: false,
-        worker_arch: "x86-64-avx2".into(),
-        arch: "?".into(),
-        nps: 1e6,
-        near_github_api_limit: false,
-        remote_addr: format!("10.{}.{}.{}", n >> 16 & 255, n >> 8 & 255, n & 255),
-        country_code: "?".into(),
-    }
-}
 
 /// The 16 keys a worker sends (without the server's own `remote_addr` and `country_code`).
 fn worker_json(w: &WorkerInfo) -> Value {
