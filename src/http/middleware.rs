@@ -1,5 +1,7 @@
 //! The middleware stack, built in one place ([`apply`]), outermost first:
 //!
+//! 0. **request id** (`tower-http`): an `x-request-id` on every request (a client's own is
+//!    kept) and its response, and a debug-level tracing span per request carrying it.
 //! 1. **envelope**: stamps the start time; on the way out serialises [`PendingJson`] with
 //!    `duration` (and the `"<path>: "` error prefix), turns any bare error status under `/api`
 //!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics.
@@ -34,6 +36,8 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt as _;
 use serde_json::Value;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 use super::AppState;
 use super::reply::{ApiError, ApiReply, PendingJson, RawBody};
@@ -67,6 +71,21 @@ pub fn apply(router: Router, state: Arc<AppState>) -> Router {
         .layer(from_fn(head_as_get))
         .layer(from_fn_with_state(state.clone(), shutdown_guard))
         .layer(from_fn(envelope))
+        // Request ids (outermost): every request gets an `x-request-id` (a client's own is
+        // kept), every request's tracing span carries it, and every response echoes it.
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// The tracing span of one request (at debug: one line per request when enabled).
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), id)
 }
 
 async fn route_label(req: Request, next: Next) -> Response {

@@ -1206,3 +1206,37 @@ fn secrets_and_passwords_never_show() {
         assert!(!out.contains(USER_PASSWORD), "{args:?}: {out}");
     }
 }
+
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let server = TestServer::start().await;
+    let c = &server.client;
+    let mut ids = Vec::new();
+    for path in [
+        "/healthz",
+        "/api/no_such_path",
+        "/tests",
+        "/api/active_runs",
+    ] {
+        let r = c.get(server.url(path)).send().await.expect("get");
+        let id = r
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(id.len(), 36, "{path}: a UUID request id, got {id:?}");
+        ids.push(id);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "each request its own id");
+    // A client's own id is kept and echoed.
+    let r = c
+        .get(server.url("/healthz"))
+        .header("x-request-id", "client-chosen-1")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.headers()["x-request-id"], "client-chosen-1");
+}
