@@ -252,3 +252,37 @@ async fn a_fixed_games_spsa_run_shows_its_parameters_and_no_sprt() {
     assert!(!body.contains("LLR:"), "{body}");
     assert!(body.contains("No tasks yet"), "{body}");
 }
+
+#[tokio::test]
+async fn the_owner_gets_a_modify_form_with_the_runs_values() {
+    let server = TestServer::start().await;
+    add_user(&server, "owner", &[]);
+    add_user(&server, "other", &[]);
+    let id = create_run(&server, "owner", crate::fleet::fixed_args(3000)).await;
+    let view = format!("/tests/view/{id}");
+    let mut anon = Browser::new(&server);
+    let (_, body) = anon.get(&view).await;
+    assert!(
+        !has_form(&body, "/tests/modify"),
+        "anonymous sees no modify form"
+    );
+    let mut other = Browser::new(&server);
+    other.login("other").await;
+    let (_, body) = other.get(&view).await;
+    assert!(
+        !has_form(&body, "/tests/modify"),
+        "another user sees no modify form"
+    );
+    let mut owner = Browser::new(&server);
+    owner.login("owner").await;
+    let (status, body) = owner.get(&view).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(has_form(&body, "/tests/modify"), "{body}");
+    assert!(
+        body.contains(&format!("name=\"run\" value=\"{id}\"")),
+        "{body}"
+    );
+    assert!(body.contains("name=\"num-games\""), "{body}");
+    assert!(body.contains("value=\"3000\""), "{body}");
+    assert!(body.contains("name=\"csrf_token\""), "{body}");
+}

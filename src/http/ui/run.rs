@@ -83,6 +83,30 @@ pub struct Tasks {
     pub rows: Vec<TaskRow>,
 }
 
+/// What the modify form starts with (POSTed to `/tests/modify`).
+pub struct ModifyValues {
+    pub num_games: u64,
+    pub priority: i64,
+    pub throughput: String,
+    pub auto_purge: bool,
+    pub info: String,
+}
+
+/// The modify form's values for the owner or an approver of a run that is not deleted.
+fn modify_values(run: &Run, ctx: &Ctx) -> Option<ModifyValues> {
+    let user = ctx.user.as_ref()?;
+    if run.deleted || (user.username != run.args.username && !user.is_approver()) {
+        return None;
+    }
+    Some(ModifyValues {
+        num_games: run.args.num_games,
+        priority: run.args.priority as i64,
+        throughput: format!("{}", run.args.throughput),
+        auto_purge: run.args.auto_purge,
+        info: run.args.info.clone(),
+    })
+}
+
 /// Which control buttons the viewer gets.
 pub struct Controls {
     pub stop: bool,
@@ -109,6 +133,8 @@ pub struct RunPage {
     pub spsa: Vec<SpsaRow>,
     pub spsa_iter: String,
     pub controls: Controls,
+    /// The modify form's current values, for the owner or an approver (`None` otherwise).
+    pub modify: Option<ModifyValues>,
     /// The blue "Note:" lines (a deleted run, identical signatures).
     pub notes: Vec<String>,
     /// The fragments are refreshed only while the run is unfinished.
@@ -171,6 +197,7 @@ pub async fn view(
             spsa,
             spsa_iter,
             controls: controls(&run, ctx),
+            modify: modify_values(&run, ctx),
             notes: notes(&run),
             live: !run.finished,
             script: asset("refresh.js"),
