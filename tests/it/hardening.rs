@@ -734,8 +734,8 @@ async fn a_login_that_goes_away_before_its_check_is_not_counted() {
     )
     .await;
     users(&server).await;
-    // owner's real password, not yet verified by this server: each login reserves a failure
-    // in the throttle before it waits for a token to be checked. Three of them go away.
+    // owner's real password, not yet verified by this server: each login waits for a pool
+    // token to be checked (the throttle counts only checks that ran). Three of them go away.
     crate::core::with_growing_holds(&server, |ms, last| {
         unchecked_logins_go_away(&server, 3, ms, last)
     })

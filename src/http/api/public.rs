@@ -17,16 +17,13 @@ use serde_json::{Map, Value, json};
 use axum::Router;
 use axum::routing::get;
 
+use super::call::bad;
 use crate::http::AppState;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::model::Date;
 use crate::rundb::model::Run;
 use crate::rundb::queries::{FinishedFilter, TaskList};
 use crate::stats::{EloModel, Results, get_elo, sprt_elo};
-
-fn bad(m: impl Into<String>) -> ApiError {
-    ApiError::BadRequest(m.into())
-}
 
 /// The read-only API (any instance; anonymous).
 pub fn router() -> Router<Arc<AppState>> {

@@ -213,14 +213,9 @@ pub async fn detail_fragment(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    page(
-        &state,
-        Input::get(&state, &headers),
-        move |db, ctx, _| match load(db, ctx, &id) {
-            Ok(run) => Out::render(StatusCode::OK, &DetailFragment { d: detail(&run) }),
-            Err(out) => out,
-        },
-    )
+    fragment(&state, id, &headers, |run| {
+        Out::render(StatusCode::OK, &DetailFragment { d: detail(run) })
+    })
     .await
 }
 
@@ -230,11 +225,24 @@ pub async fn tasks_fragment(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    fragment(&state, id, &headers, |run| {
+        Out::render(StatusCode::OK, &TasksFragment { t: tasks(run) })
+    })
+    .await
+}
+
+/// A fragment of the run page: the run loaded (or the 404 page), then `render` in the pool.
+async fn fragment(
+    state: &AppState,
+    id: String,
+    headers: &HeaderMap,
+    render: fn(&Run) -> Out,
+) -> Response {
     page(
-        &state,
-        Input::get(&state, &headers),
+        state,
+        Input::get(state, headers),
         move |db, ctx, _| match load(db, ctx, &id) {
-            Ok(run) => Out::render(StatusCode::OK, &TasksFragment { t: tasks(&run) }),
+            Ok(run) => render(&run),
             Err(out) => out,
         },
     )
