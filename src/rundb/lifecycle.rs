@@ -45,22 +45,20 @@ impl RunDb {
             return Err(RunDbError::NotPrimary);
         }
         if !approver.is_approver() {
-            return Err(RunDbError::Unauthorized(
-                "Only approvers can approve runs.".into(),
-            ));
+            return Err(RunDbError::Unauthorized("Please login as approver".into()));
         }
         let entry = self
             .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(format!("Unknown run {run_id}")))?;
+            .ok_or_else(|| RunDbError::NotFound(format!("Run {run_id} not found!")))?;
         let mut run = entry.run.lock();
         if run.args.username == approver.username {
-            return Err(RunDbError::Unauthorized(
-                "You cannot approve your own run.".into(),
-            ));
+            return Err(RunDbError::Unauthorized(format!(
+                "Run {run_id}: Self approval is disabled!"
+            )));
         }
         if run.approved {
             return Err(RunDbError::Invalid(format!(
-                "Run {run_id} is already approved"
+                "Run {run_id} already approved!"
             )));
         }
         if run.finished || run.deleted {
@@ -128,22 +126,27 @@ impl RunDb {
         let mut run = entry.run.lock();
         if run.args.username != user.username && !user.is_approver() {
             return Err(RunDbError::Unauthorized(
-                "Only the run's owner or an approver can purge it.".into(),
+                "Only approvers or the submitting user can purge the run.".into(),
             ));
         }
         if !run.finished {
-            return Err(RunDbError::Invalid("Can only purge finished runs.".into()));
+            return Err(RunDbError::Invalid("Can only purge completed run".into()));
         }
         if run.failed {
-            return Err(RunDbError::Invalid("Cannot purge a failed run.".into()));
+            return Err(RunDbError::Invalid("You cannot purge a failed run".into()));
         }
         if secs_since(&run.start_time) > PURGE_WINDOW.as_secs_f64() {
-            return Err(RunDbError::Invalid(
-                "Runs older than 30 days cannot be purged.".into(),
-            ));
+            return Err(RunDbError::Invalid("Run too old to be purged".into()));
         }
         let outcome = self.purge_locked(&entry, &mut run, crate::purge::MANUAL_PURGE)?;
-        let f = run_fields(&run, Some(format!("Purged {} tasks", outcome.purged.len())));
+        let f = run_fields(
+            &run,
+            Some(if outcome.purged.is_empty() {
+                "Manual purge (not performed): No bad workers".into()
+            } else {
+                "Manual purge".into()
+            }),
+        );
         drop(run);
         self.log_action("purge_run", &user.username, f)?;
         Ok(outcome)

@@ -228,7 +228,13 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
     let body = json!({"run_id": run, "task_id": task_id, "stats": totals.json()});
     let (status, v) = w.call(&server, "/api/update_task", body).await;
     assert_eq!(status, 200, "{v}");
-    let wld = format!("{}/{}/{}", totals.wins, totals.losses, totals.draws);
+    let wld = format!(
+        "Total: {} W: {} L: {} D: {}",
+        totals.games(),
+        totals.wins,
+        totals.losses,
+        totals.draws
+    );
     wait_for_text(&c, &wld).await;
     screenshot(&c, "dashboard").await;
 

@@ -168,17 +168,17 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     for (b, token) in [(&mut bob, &bob_token), (&mut alice, &alice_token)] {
         let page = b.control("/tests/approve", &run, token).await;
         assert_eq!(page.status, 403, "{}", page.body);
-        assert!(page.body.contains("Only approvers can approve runs."));
+        assert!(page.body.contains("Please login as approver"));
     }
     assert_eq!(run_json(&server, &run).await["approved"], false);
     let page = boss.control("/tests/approve", &run, &boss_token).await;
     assert_eq!(
-        (page.status, page.location.as_str()),
-        (302, "/tests?done=approved")
+        (page.status, page.location.clone()),
+        (302, format!("/tests?done=approved&run={run}"))
     );
     let dashboard = boss.get(&page.location).await;
     assert!(
-        dashboard.body.contains("Run approved"),
+        dashboard.body.contains(&format!("Run {run} approved")),
         "{}",
         dashboard.body
     );

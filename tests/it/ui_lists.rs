@@ -129,7 +129,11 @@ async fn finished_and_user_lists_filter_and_page() {
     assert!(g.body.contains("Finished Tests - Green"));
     assert!(g.body.contains(&row(&green)));
     assert!(!g.body.contains(&row(&ltc)));
-    assert!(g.body.contains("class=\"result green\""));
+    assert!(
+        g.body.contains("class=\"results results-green\""),
+        "{}",
+        g.body
+    );
     // LTC: only the 60+0.6 run.
     let l = get(&server, "/tests/finished?ltc_only=1").await;
     assert!(l.body.contains("Finished - 1 tests"), "{}", l.body);
@@ -175,4 +179,157 @@ async fn finished_and_user_lists_filter_and_page() {
     let nobody = get(&server, "/tests/user/nobody").await;
     assert_eq!(nobody.status, 404);
     assert!(nobody.body.contains("Page not found"));
+}
+
+/// Where `needle` first appears in `body` (for order checks).
+fn at(body: &str, needle: &str) -> usize {
+    body.find(needle)
+        .unwrap_or_else(|| panic!("{needle} not on the page"))
+}
+
+#[tokio::test]
+async fn search_mode_ranks_users_and_matches_info_words() {
+    let server = TestServer::start().await;
+    for u in ["alice", "alfred", "malik", "bob"] {
+        add_user(&server, u, &[]);
+    }
+    add_user(&server, "boss", &["--approver"]);
+    let with_info = |info: &str| {
+        let mut a = fixed_args(1000);
+        a["info"] = info.into();
+        a
+    };
+    let alice = finished_run(
+        &server,
+        "alice",
+        with_info("Simplify the king danger term"),
+        EVEN,
+    )
+    .await;
+    let alfred = finished_run(&server, "alfred", with_info("Tune search depth"), EVEN).await;
+    let malik = finished_run(&server, "malik", with_info("king safety tweak"), EVEN).await;
+    let bob = finished_run(&server, "bob", with_info("unrelated kingside"), EVEN).await;
+
+    // Canonicalising redirects.
+    let r = get(&server, "/tests/finished?user=al").await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (302, "/tests/finished?mode=search&user=al")
+    );
+    let r = get(
+        &server,
+        "/tests/finished?mode=search&user=al&success_only=1",
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (302, "/tests/finished?mode=search&user=al")
+    );
+    let r = get(&server, "/tests/finished?max_count=5&ltc_only=1").await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (302, "/tests/finished?ltc_only=1")
+    );
+    let r = get(&server, "/tests?text=king").await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (302, "/tests/finished?mode=search&text=king")
+    );
+
+    // Users: names starting with the query first (alphabetical), then later matches.
+    let s = get(&server, "/tests/finished?mode=search&user=AL").await;
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert!(s.body.contains("Search Finished Tests"));
+    assert!(
+        s.body
+            .contains("Showing 3 of 3 matching finished test(s) on page 1 of 1.")
+    );
+    assert!(at(&s.body, &row(&alfred)) < at(&s.body, &row(&alice)));
+    assert!(at(&s.body, &row(&alice)) < at(&s.body, &row(&malik)));
+    assert!(!s.body.contains(&row(&bob)));
+
+    // Text: whole words, any of them; phrases must appear; -word excludes.
+    let t = get(&server, "/tests/finished?mode=search&text=king").await;
+    assert!(t.body.contains(&row(&alice)) && t.body.contains(&row(&malik)));
+    assert!(!t.body.contains(&row(&bob)), "kingside is another word");
+    let t = get(&server, "/tests/finished?mode=search&text=king%20-safety").await;
+    assert!(t.body.contains(&row(&alice)) && !t.body.contains(&row(&malik)));
+    let t = get(
+        &server,
+        "/tests/finished?mode=search&text=%22search%20depth%22",
+    )
+    .await;
+    assert!(t.body.contains(&row(&alfred)) && !t.body.contains(&row(&alice)));
+    let t = get(
+        &server,
+        "/tests/finished?mode=search&text=%22depth%20search%22",
+    )
+    .await;
+    assert!(t.body.contains("Showing 0 of 0"), "{}", t.body);
+    // Both: the users' runs that match the text.
+    let t = get(&server, "/tests/finished?mode=search&user=al&text=king").await;
+    assert!(t.body.contains(&row(&alice)) && t.body.contains(&row(&malik)));
+    assert!(!t.body.contains(&row(&alfred)));
+    // The cap: anonymous visitors get at most what they ask, never more than 1000.
+    let t = get(&server, "/tests/finished?mode=search&max_count=1&text=king").await;
+    assert!(t.body.contains("Showing 1 of 1"), "{}", t.body);
+    assert!(t.body.contains(&row(&malik)), "the newest first");
+}
+
+#[tokio::test]
+async fn the_dashboard_has_every_panel_and_the_results_box() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let done = finished_run(&server, "alice", fixed_args(1000), STRONG).await;
+    let pending = create_run(&server, "alice", fixed_args(2000)).await;
+    let sprt = create_run(&server, "alice", crate::fleet::sprt_args(0.0, 2.0)).await;
+    approve(&server, "boss", &sprt).await;
+
+    let home = get(&server, "/tests").await;
+    assert_eq!(home.status, 200, "{}", home.body);
+    for heading in [
+        "Pending approval - 1 tests",
+        "Paused - 1 tests",
+        "Failed - 0 tests",
+        "Active - 0 tests",
+        "Finished - 1 tests",
+        "Time remaining",
+        "Workers - 0",
+    ] {
+        assert!(home.body.contains(heading), "{heading}: {}", home.body);
+    }
+    // Panels in the spec's order, each run in its own.
+    assert!(at(&home.body, "id=\"pending\"") < at(&home.body, &row(&pending)));
+    assert!(at(&home.body, &row(&pending)) < at(&home.body, "id=\"paused\""));
+    assert!(at(&home.body, "id=\"paused\"") < at(&home.body, &row(&sprt)));
+    assert!(at(&home.body, "id=\"finished\"") < at(&home.body, &row(&done)));
+    // The results boxes: the SPRT's LLR with its bounds; the fixed-games run's Elo, totals,
+    // pentanomial and nElo, green.
+    assert!(
+        home.body
+            .contains("LLR: 0.00 (-2.94,2.94) &#60;0.00,2.00&#62;"),
+        "{}",
+        home.body
+    );
+    assert!(home.body.contains("Total: 1000 W: "));
+    assert!(home.body.contains("Ptnml(0-2): "));
+    assert!(home.body.contains("nElo: "));
+    assert!(home.body.contains("LOS: "));
+    assert!(home.body.contains("results results-green"));
+    assert!(
+        home.body
+            .contains(&format!("href=\"/tests/live_elo/{sprt}\""))
+    );
+    // Pending and paused rows can be deleted (the server decides who may).
+    assert!(home.body.contains("action=\"/tests/delete\""));
+
+    // Later pages: the finished runs only.
+    let two = get(&server, "/tests?page=2").await;
+    assert_eq!(two.status, 302, "one finished page: back to it");
+    let fin = get(&server, "/tests?success_only=1").await;
+    assert!(fin.body.contains(&row(&done)));
+    let none = get(&server, "/tests?yellow_only=1").await;
+    assert!(!none.body.contains(&row(&done)));
+    assert!(none.body.contains(&row(&pending)), "the panels stay");
 }

@@ -269,7 +269,7 @@ async fn run_submission_rules() {
     assert_eq!(status, 401, "never the submitter: {v}");
     assert_eq!(
         v["error"],
-        "/api/approve_run: You cannot approve your own run."
+        format!("/api/approve_run: Run {run}: Self approval is disabled!")
     );
     let (status, _) = approve_as("boss").await;
     assert_eq!(status, 200);

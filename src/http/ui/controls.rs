@@ -54,21 +54,30 @@ pub struct ModifyForm {
     csrf_token: Option<String>,
 }
 
-/// The message the dashboard flashes for `?done=<code>` after a control succeeded.
-pub fn done_message(code: &str) -> Option<&'static str> {
-    Some(match code {
-        "approved" => "Run approved",
-        "stopped" => "Stopped run",
-        "purged" => "Purged run",
-        "purged-none" => "No bad workers",
-        "deleted" => "Deleted run",
-        "modified" => "The test was successfully modified!",
-        "modified-unapproved" => {
-            "The test was successfully modified but it will have to be reapproved..."
+/// The message the dashboard flashes for `?done=<code>` (and `&run=<id>`) after a control
+/// succeeded; `None` for an unknown code (a link cannot put words on the page).
+pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
+    if code == "approved" {
+        return Some(match run.filter(|id| super::run::valid_id(id)) {
+            Some(id) => format!("Run {id} approved"),
+            None => "Run approved".into(),
+        });
+    }
+    Some(
+        match code {
+            "stopped" => "Stopped run",
+            "purged" => "Purged run",
+            "purged-none" => "No bad workers",
+            "deleted" => "Deleted run",
+            "modified" => "The test was successfully modified!",
+            "modified-unapproved" => {
+                "The test was successfully modified but it will have to be reapproved..."
+            }
+            "modified-pending" => "The test was successfully modified. Please wait for approval.",
+            _ => return None,
         }
-        "modified-pending" => "The test was successfully modified. Please wait for approval.",
-        _ => return None,
-    })
+        .to_string(),
+    )
 }
 
 fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
@@ -108,7 +117,7 @@ async fn control<F>(
     act: F,
 ) -> Response
 where
-    F: FnOnce(&RunDb, &User) -> DbResult<&'static str> + Send + 'static,
+    F: FnOnce(&RunDb, &User) -> DbResult<String> + Send + 'static,
 {
     let primary = state.primary;
     page(
@@ -138,7 +147,13 @@ pub async fn approve(
 ) -> Response {
     let f = unform(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.approve_run(&f.run_id, user).map(|()| "approved")
+        db.approve_run(&f.run_id, user).map(|()| {
+            if super::run::valid_id(&f.run_id) {
+                format!("approved&run={}", f.run_id)
+            } else {
+                "approved".into()
+            }
+        })
     })
     .await
 }
@@ -151,7 +166,8 @@ pub async fn stop(
 ) -> Response {
     let f = unform(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.stop_run_by_user(&f.run_id, user).map(|_| "stopped")
+        db.stop_run_by_user(&f.run_id, user)
+            .map(|_| "stopped".into())
     })
     .await
 }
@@ -166,9 +182,9 @@ pub async fn purge(
     control(state, headers, f.csrf_token, move |db, user| {
         db.purge_run(&f.run_id, user).map(|outcome| {
             if outcome.purged.is_empty() {
-                "purged-none"
+                "purged-none".into()
             } else {
-                "purged"
+                "purged".into()
             }
         })
     })
@@ -183,7 +199,7 @@ pub async fn delete(
 ) -> Response {
     let f = unform(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.delete_run(&f.run_id, user).map(|()| "deleted")
+        db.delete_run(&f.run_id, user).map(|()| "deleted".into())
     })
     .await
 }
@@ -225,7 +241,8 @@ pub async fn modify(
             Approval::Approved => "modified",
             Approval::Unapproved => "modified-unapproved",
             Approval::Pending => "modified-pending",
-        })
+        }
+        .into())
     })
     .await
 }
@@ -257,7 +274,19 @@ mod tests {
         let c = changes(&form(Some(" 2000 "), "-1")).unwrap();
         assert_eq!((c.num_games, c.priority, c.throughput), (2000, -1, 100));
         assert!(!c.auto_purge);
-        assert_eq!(done_message("stopped"), Some("Stopped run"));
-        assert_eq!(done_message("<script>"), None);
+        assert_eq!(
+            done_message("stopped", None).as_deref(),
+            Some("Stopped run")
+        );
+        assert_eq!(done_message("<script>", None), None);
+        let id = "0123456789abcdef01234567";
+        assert_eq!(
+            done_message("approved", Some(id)),
+            Some(format!("Run {id} approved"))
+        );
+        assert_eq!(
+            done_message("approved", Some("<b>")).as_deref(),
+            Some("Run approved")
+        );
     }
 }

@@ -1,4 +1,7 @@
-//! The dashboard: `/` (a redirect) and `/tests` (the active runs).
+//! The dashboard: `/` (a redirect) and `/tests`: the stats cards (cores, Mnps, games per
+//! minute, time remaining), the workers count, and the panels pending approval, paused,
+//! failed (among this page's finished runs), active and finished (25 a page, with the
+//! finished lists' colour filters); `?page=N` past 1 shows only the finished runs.
 
 use std::sync::Arc;
 
@@ -7,73 +10,34 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use std::collections::HashMap;
+
+use super::lists::{
+    self, PageLink, Panel, failed_panel, finished_part, parse_query, unfinished_panels,
+};
+use super::results::{RunRow, remaining_hours};
 use super::{Flash, Input, Layout, Out, controls, errors, page};
 use crate::http::AppState;
-use crate::rundb::model::Run;
-
-/// One row of a run table.
-pub struct RunRow {
-    pub id: String,
-    pub username: String,
-    pub new_tag: String,
-    pub base_tag: String,
-    pub tc: String,
-    pub threads: u32,
-    pub games: u64,
-    pub wins: u64,
-    pub losses: u64,
-    pub draws: u64,
-    pub workers: u64,
-    pub cores: u64,
-    pub info: String,
-    /// The SPRT state (`accepted`, `rejected`) of a decided run, else empty.
-    pub state: &'static str,
-    /// `green`, `yellow` or empty: the results cell's colour.
-    pub colour: &'static str,
-}
-
-impl RunRow {
-    pub fn of(run: &Run) -> Self {
-        let r = &run.results;
-        RunRow {
-            id: run.id.clone(),
-            username: run.args.username.clone(),
-            new_tag: run.args.new_tag.clone(),
-            base_tag: run.args.base_tag.clone(),
-            tc: run.args.tc.clone(),
-            threads: run.args.threads,
-            games: r.wins + r.losses + r.draws,
-            wins: r.wins,
-            losses: r.losses,
-            draws: r.draws,
-            workers: run.workers,
-            cores: run.cores,
-            info: run.args.info.lines().next().unwrap_or_default().to_string(),
-            state: run.args.sprt.as_ref().map_or("", |s| s.state.as_str()),
-            colour: if run.is_green {
-                "green"
-            } else if run.is_yellow {
-                "yellow"
-            } else {
-                ""
-            },
-        }
-    }
-}
 
 #[derive(Template)]
 #[template(path = "tests.html")]
 pub struct TestsPage {
     pub l: Layout,
-    pub pending: Vec<RunRow>,
-    pub paused: Vec<RunRow>,
-    pub active: Vec<RunRow>,
+    /// Page 1 shows the cards and the unfinished panels; later pages only the finished.
+    pub first: bool,
+    pub panels: Vec<Panel>,
     pub cores: u64,
     pub workers: u64,
     /// Σ nps of the active runs, in millions.
     pub mnps: u64,
     /// Σ games per minute of the active runs.
     pub games_per_minute: u64,
+    /// Σ remaining core-hours of the pending and active runs over the cores, `X.Yh`.
+    pub time_remaining: String,
+    pub finished_heading: String,
+    pub count_line: String,
+    pub finished: Vec<RunRow>,
+    pub pager: Vec<PageLink>,
 }
 
 /// `GET /`: a 302 to the dashboard (no session work).
@@ -81,52 +45,82 @@ pub async fn root() -> Response {
     (StatusCode::FOUND, [(header::LOCATION, "/tests")]).into_response()
 }
 
-/// The dashboard's query: `done` names a run control that just succeeded (its message is
-/// flashed; only the known codes are, so a link cannot put words on the page).
-#[derive(serde::Deserialize, Default)]
-pub struct TestsQuery {
-    #[serde(default)]
-    done: Option<String>,
-}
-
-/// `GET /tests`: the active runs, with the machines and cores they use.
+/// `GET /tests[?page=N&success_only=1|yellow_only=1|ltc_only=1]`: the dashboard. `done`
+/// names a run control that just succeeded (only known codes are flashed, so a link cannot
+/// put words on the page); `user` or `text` go to the finished runs' search.
 pub async fn tests(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<TestsQuery>,
+    Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let runs = match db.active_heads() {
-            Ok(runs) => runs,
-            Err(e) => {
-                tracing::error!(error = %e, "active runs");
-                return errors::internal();
+    let q = parse_query(&params);
+    let search = ["user", "text"]
+        .iter()
+        .any(|k| params.get(*k).is_some_and(|v| !v.trim().is_empty()));
+    if search {
+        let mut to = String::from("/tests/finished?mode=search");
+        for k in ["user", "text"] {
+            if let Some(v) = params.get(k).filter(|v| !v.trim().is_empty()) {
+                to.push_str(&format!("&{k}={}", lists::url_encode(v.trim())));
             }
+        }
+        return (StatusCode::FOUND, [(header::LOCATION, to)]).into_response();
+    }
+    let done = params
+        .get("done")
+        .and_then(|code| controls::done_message(code, params.get("run").map(String::as_str)));
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let base = "/tests";
+        let f = match finished_part(db, base, None, q) {
+            Ok(f) => f,
+            Err(out) => return out,
         };
-        let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
-        let rows = |keep: &dyn Fn(&Run) -> bool| -> Vec<RunRow> {
-            open().filter(|r| keep(r)).map(RunRow::of).collect()
-        };
-        let pending = rows(&|r| !r.approved && r.workers == 0);
-        let paused = rows(&|r| r.approved && r.workers == 0);
-        let active = rows(&|r| r.workers > 0);
-        let busy = || open().filter(|r| r.workers > 0);
-        let mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
-        let games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
         let mut l = Layout::new(ctx, "Tests");
-        if let Some(text) = q.done.as_deref().and_then(controls::done_message) {
+        if let Some(text) = done {
             l = l.flash(Flash::info(text));
         }
-        let p = TestsPage {
+        let mut p = TestsPage {
             l,
-            pending,
-            paused,
-            cores: active.iter().map(|r| r.cores).sum(),
-            workers: active.iter().map(|r| r.workers).sum(),
-            mnps,
-            games_per_minute,
-            active,
+            first: q.page == 1,
+            panels: Vec::new(),
+            cores: 0,
+            workers: 0,
+            mnps: 0,
+            games_per_minute: 0,
+            time_remaining: String::new(),
+            finished_heading: f.heading.clone(),
+            count_line: f.count_line.clone(),
+            finished: f.runs.iter().map(RunRow::of).collect(),
+            pager: f.pager,
         };
+        if q.page == 1 {
+            let runs = match db.active_heads() {
+                Ok(runs) => runs,
+                Err(e) => {
+                    tracing::error!(error = %e, "active runs");
+                    return errors::internal();
+                }
+            };
+            let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
+            let busy = || open().filter(|r| r.workers > 0);
+            p.cores = busy().map(|r| r.cores).sum();
+            p.workers = busy().map(|r| r.workers).sum();
+            p.mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
+            p.games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
+            let hours: f64 = open()
+                .filter(|r| r.workers > 0 || !r.approved)
+                .map(remaining_hours)
+                .sum();
+            let remaining = if p.cores == 0 {
+                0.0
+            } else {
+                hours / p.cores as f64
+            };
+            p.time_remaining = format!("{remaining:.1}h");
+            let mut panels = unfinished_panels(open());
+            panels.insert(2, failed_panel(&f.runs));
+            p.panels = panels;
+        }
         Out::render(StatusCode::OK, &p)
     })
     .await

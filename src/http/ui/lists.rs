@@ -1,8 +1,11 @@
 //! The run lists: `/tests/finished` (finished runs, paged, with the All/Green/Yellow/LTC
-//! tabs) and `/tests/user/{name}` (one submitter's unfinished runs and finished runs).
+//! tabs, and its search mode `mode=search` over submitters and info texts) and
+//! `/tests/user/{name}` (one submitter's panels), and the panels the dashboard shares with
+//! them (pending, paused, failed, active, finished).
 //!
-//! Owns: reading the list query (`page`, `success_only`, `yellow_only`, `ltc_only`), the
-//! count line and the pager. Must not: call the store (only `RunDb` queries), or run outside
+//! Owns: reading the list query (`page`, `success_only`, `yellow_only`, `ltc_only`, `mode`,
+//! `user`, `text`, `max_count`), the canonicalising redirects, the panels' order, the count
+//! line and the pager. Must not: call the store (only `RunDb` queries), or run outside
 //! [`page`].
 
 use std::collections::HashMap;
@@ -13,11 +16,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::dashboard::RunRow;
+use super::results::RunRow;
 use super::session::Ctx;
 use super::{Input, Layout, Out, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
+use crate::rundb::model::Run;
 use crate::rundb::queries::FinishedFilter;
 
 /// Finished runs a page of these lists holds.
@@ -46,11 +50,10 @@ pub struct ListPage {
     pub l: Layout,
     pub heading: String,
     pub tabs: Vec<Tab>,
-    /// The user page's first page shows the unfinished runs too.
-    pub show_active: bool,
-    pub pending: Vec<RunRow>,
-    pub paused: Vec<RunRow>,
-    pub active: Vec<RunRow>,
+    /// Search mode's form (`None` in navigation mode).
+    pub search: Option<SearchForm>,
+    /// The user page's first page: pending, paused, failed and active.
+    pub panels: Vec<Panel>,
     pub finished_heading: String,
     pub count_line: String,
     pub finished: Vec<RunRow>,
@@ -60,13 +63,13 @@ pub struct ListPage {
 /// The list query: the page (1-based; anything not a number from 1 on means 1; capped at
 /// [`MAX_PAGE`]) and the colour/LTC filter (at most one, as the tabs set them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ListQuery {
-    page: u64,
-    filter: Which,
+pub struct ListQuery {
+    pub page: u64,
+    pub filter: Which,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Which {
+pub enum Which {
     All,
     Green,
     Yellow,
@@ -122,7 +125,7 @@ fn flag(params: &HashMap<String, String>, key: &str) -> bool {
         .is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-fn parse_query(params: &HashMap<String, String>) -> ListQuery {
+pub fn parse_query(params: &HashMap<String, String>) -> ListQuery {
     let page = params
         .get("page")
         .and_then(|p| p.trim().parse::<u64>().ok())
@@ -141,7 +144,7 @@ fn parse_query(params: &HashMap<String, String>) -> ListQuery {
 }
 
 /// `base` with the filter's parameter and, past page 1, the page.
-fn href(base: &str, filter: Which, page: u64) -> String {
+pub fn href(base: &str, filter: Which, page: u64) -> String {
     let mut params: Vec<String> = filter.param().map(str::to_string).into_iter().collect();
     if page > 1 {
         params.push(format!("page={page}"));
@@ -193,12 +196,17 @@ fn pager_pages(page: u64, last: u64) -> Vec<Option<u64>> {
 
 /// The pager: Prev · pages · Next; empty (hidden) when there is one page.
 fn pager(base: &str, filter: Which, page: u64, last: u64) -> Vec<PageLink> {
+    pager_by(page, last, |p| href(base, filter, p))
+}
+
+/// The pager with each page's link from `href_of`.
+fn pager_by(page: u64, last: u64, href_of: impl Fn(u64) -> String) -> Vec<PageLink> {
     if last <= 1 {
         return Vec::new();
     }
     let link = |label: String, target: Option<u64>, current: bool| PageLink {
         label,
-        href: target.map_or_else(String::new, |p| href(base, filter, p)),
+        href: target.map_or_else(String::new, &href_of),
         current,
     };
     let mut out = vec![link("Prev".into(), (page > 1).then(|| page - 1), false)];
@@ -217,16 +225,101 @@ fn last_page(total: u64) -> u64 {
     total.div_ceil(PAGE_SIZE).clamp(1, MAX_PAGE)
 }
 
-/// The finished part of a list: its heading, count line, rows and pager; or the redirect to
-/// the last page when the asked page is past it.
-struct Finished {
-    heading: String,
-    count_line: String,
-    rows: Vec<RunRow>,
-    pager: Vec<PageLink>,
+/// One panel of unfinished (or failed) runs: its element id, heading, rows and empty text.
+pub struct Panel {
+    pub key: &'static str,
+    pub heading: String,
+    pub rows: Vec<RunRow>,
+    pub empty: &'static str,
+    /// Pending, paused and failed rows carry a Delete button.
+    pub delete: bool,
 }
 
-fn finished_part(
+fn panel(key: &'static str, name: &str, rows: Vec<RunRow>, empty: &'static str) -> Panel {
+    Panel {
+        key,
+        heading: format!("{name} - {} tests", rows.len()),
+        delete: key != "active",
+        rows,
+        empty,
+    }
+}
+
+/// The pending, paused and active panels of `runs` (unfinished, undeleted runs only):
+/// pending and paused by (priority, itp), active by SPRT first, then LLR, then non-SPSA,
+/// then games played, all descending.
+pub fn unfinished_panels<'a>(runs: impl Iterator<Item = &'a Run>) -> Vec<Panel> {
+    let mut pending: Vec<&Run> = Vec::new();
+    let mut paused: Vec<&Run> = Vec::new();
+    let mut active: Vec<&Run> = Vec::new();
+    for r in runs.filter(|r| !r.finished && !r.deleted) {
+        if r.workers > 0 {
+            active.push(r);
+        } else if r.approved {
+            paused.push(r);
+        } else {
+            pending.push(r);
+        }
+    }
+    let by_priority = |a: &&Run, b: &&Run| {
+        (a.args.priority, a.args.itp)
+            .partial_cmp(&(b.args.priority, b.args.itp))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.id.cmp(&b.id))
+    };
+    pending.sort_by(by_priority);
+    paused.sort_by(by_priority);
+    let key = |r: &Run| {
+        (
+            r.args.sprt.is_some(),
+            r.args.sprt.as_ref().map_or(0.0, |s| s.llr),
+            r.args.spsa.is_none(),
+            r.results.games(),
+        )
+    };
+    active.sort_by(|a, b| {
+        key(b)
+            .partial_cmp(&key(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let rows = |v: Vec<&Run>| v.into_iter().map(RunRow::of).collect::<Vec<_>>();
+    vec![
+        panel(
+            "pending",
+            "Pending approval",
+            rows(pending),
+            "No tests pending approval",
+        ),
+        panel("paused", "Paused", rows(paused), "No paused tests"),
+        panel("active", "Active", rows(active), "No active tests"),
+    ]
+}
+
+/// The failed panel: the failed runs among a page's finished rows.
+pub fn failed_panel(finished: &[Run]) -> Panel {
+    panel(
+        "failed",
+        "Failed",
+        finished
+            .iter()
+            .filter(|r| r.failed)
+            .map(RunRow::of)
+            .collect(),
+        "No failed tests on this page",
+    )
+}
+
+/// The finished part of a list: its heading, count line, rows and pager; or the redirect to
+/// the last page when the asked page is past it.
+pub struct Finished {
+    pub heading: String,
+    pub count_line: String,
+    pub runs: Vec<Run>,
+    pub pager: Vec<PageLink>,
+}
+
+pub fn finished_part(
     db: &RunDb,
     base: &str,
     username: Option<&str>,
@@ -254,15 +347,14 @@ fn finished_part(
         tracing::error!(error = %e, "finished runs");
         errors::internal()
     })?;
-    let rows: Vec<RunRow> = runs.iter().map(RunRow::of).collect();
     Ok(Finished {
         heading: format!("Finished - {total} tests"),
         count_line: format!(
             "Showing {} of {total} matching finished test(s) on page {} of {last}.",
-            rows.len(),
+            runs.len(),
             q.page
         ),
-        rows,
+        runs,
         pager: pager(base, q.filter, q.page, last),
     })
 }
@@ -272,10 +364,8 @@ fn list_page(ctx: &Ctx, title: &str, heading: String, base: &str, q: ListQuery) 
         l: Layout::new(ctx, title),
         heading,
         tabs: tabs(base, q.filter),
-        show_active: false,
-        pending: Vec::new(),
-        paused: Vec::new(),
-        active: Vec::new(),
+        search: None,
+        panels: Vec::new(),
         finished_heading: String::new(),
         count_line: String::new(),
         finished: Vec::new(),
@@ -286,19 +376,296 @@ fn list_page(ctx: &Ctx, title: &str, heading: String, base: &str, q: ListQuery) 
 fn fill(p: &mut ListPage, f: Finished) {
     p.finished_heading = f.heading;
     p.count_line = f.count_line;
-    p.finished = f.rows;
+    p.finished = f.runs.iter().map(RunRow::of).collect();
     p.pager = f.pager;
 }
 
-/// `GET /tests/finished[?page=N&success_only=1|yellow_only=1|ltc_only=1]`: 25 finished runs a
-/// page, newest first; a page past the last redirects to the last.
+/// The search form's values (search mode only).
+pub struct SearchForm {
+    pub user: String,
+    pub text: String,
+    pub max_count: u64,
+}
+
+/// Search mode's result cap: anonymous visitors at most this many.
+pub const ANONYMOUS_MAX_COUNT: u64 = 1000;
+/// Search mode's default cap for logged-in users.
+pub const DEFAULT_MAX_COUNT: u64 = 10_000;
+
+/// A search's parameters, read from the query (typographic quotes normalised, `info_regex`
+/// an alias of `text`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Search {
+    user: String,
+    text: String,
+    /// `max_count` as given (a positive integer), else `None`.
+    max_count: Option<u64>,
+}
+
+fn search_of(params: &HashMap<String, String>) -> Search {
+    let text = params
+        .get("text")
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| params.get("info_regex"))
+        .cloned()
+        .unwrap_or_default();
+    Search {
+        user: params
+            .get("user")
+            .map(|u| u.trim().to_string())
+            .unwrap_or_default(),
+        text: text
+            .replace(
+                ['\u{201c}', '\u{201d}', '\u{201e}', '\u{00ab}', '\u{00bb}'],
+                "\"",
+            )
+            .trim()
+            .to_string(),
+        max_count: params
+            .get("max_count")
+            .and_then(|m| m.trim().parse::<u64>().ok())
+            .filter(|m| *m >= 1),
+    }
+}
+
+/// The canonical search URL: `mode, max_count, user, text, page` in that order.
+fn search_href(s: &Search, page: u64) -> String {
+    let mut params = vec!["mode=search".to_string()];
+    if let Some(m) = s.max_count {
+        params.push(format!("max_count={m}"));
+    }
+    if !s.user.is_empty() {
+        params.push(format!("user={}", url_encode(&s.user)));
+    }
+    if !s.text.is_empty() {
+        params.push(format!("text={}", url_encode(&s.text)));
+    }
+    if page > 1 {
+        params.push(format!("page={page}"));
+    }
+    format!("/tests/finished?{}", params.join("&"))
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+pub fn url_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The parsed `text` query: words (any may match), `"phrases"` (all must match) and
+/// `-words` (none may match); all whole words, case-insensitive.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TextQuery {
+    words: Vec<String>,
+    phrases: Vec<Vec<String>>,
+    excluded: Vec<String>,
+}
+
+/// Lower-cased whole words of `s` (letters, digits and `_`).
+fn words_of(s: &str) -> Vec<String> {
+    s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+impl TextQuery {
+    fn parse(text: &str) -> TextQuery {
+        let mut q = TextQuery::default();
+        for (i, part) in text.split('"').enumerate() {
+            if i % 2 == 1 {
+                let phrase = words_of(part);
+                if !phrase.is_empty() {
+                    q.phrases.push(phrase);
+                }
+                continue;
+            }
+            for token in part.split_whitespace() {
+                if let Some(rest) = token.strip_prefix('-') {
+                    q.excluded.extend(words_of(rest));
+                } else {
+                    q.words.extend(words_of(token));
+                }
+            }
+        }
+        q
+    }
+
+    fn is_empty(&self) -> bool {
+        self.words.is_empty() && self.phrases.is_empty()
+    }
+
+    fn matches(&self, info: &str) -> bool {
+        let words = words_of(info);
+        let has = |w: &String| words.contains(w);
+        let has_phrase = |p: &Vec<String>| words.windows(p.len()).any(|win| win == p.as_slice());
+        !self.excluded.iter().any(has)
+            && self.phrases.iter().all(has_phrase)
+            && (self.words.is_empty() || !self.phrases.is_empty() || self.words.iter().any(has))
+    }
+}
+
+/// Registered usernames containing `query` (case-insensitive): names starting with it first,
+/// then by the match's position, then alphabetically.
+fn ranked_users(names: Vec<String>, query: &str) -> Vec<String> {
+    let q = query.to_lowercase();
+    let mut hits: Vec<(bool, usize, String)> = names
+        .into_iter()
+        .filter_map(|n| {
+            let pos = n.to_lowercase().find(&q)?;
+            Some((pos != 0, pos, n))
+        })
+        .collect();
+    hits.sort();
+    hits.into_iter().map(|(_, _, n)| n).collect()
+}
+
+/// Finished runs scanned a batch at a time by the search.
+const SEARCH_BATCH: u64 = 500;
+
+/// The search's matches, in order, at most `cap`: per matching submitter (ranked) newest
+/// first, or every finished run newest first; filtered by the text query.
+fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
+    let fail = |e: crate::rundb::RunDbError| {
+        tracing::error!(error = %e, "finished runs search");
+        errors::internal()
+    };
+    let text = TextQuery::parse(&s.text);
+    let users: Vec<Option<String>> = if s.user.is_empty() {
+        vec![None]
+    } else {
+        let names = db
+            .users
+            .list()
+            .map_err(|e| {
+                tracing::error!(error = %e, "users list");
+                errors::internal()
+            })?
+            .into_iter()
+            .map(|u| u.username)
+            .collect();
+        ranked_users(names, &s.user).into_iter().map(Some).collect()
+    };
+    let mut out = Vec::new();
+    for user in users {
+        let mut filter = FinishedFilter {
+            page: 1,
+            page_size: SEARCH_BATCH,
+            username: user,
+            ..FinishedFilter::default()
+        };
+        loop {
+            let batch = db.finished_runs(&filter).map_err(fail)?;
+            let done = (batch.len() as u64) < SEARCH_BATCH;
+            for run in batch {
+                if text.is_empty() || text.matches(&run.args.info) {
+                    out.push(run);
+                    if out.len() as u64 >= cap {
+                        return Ok(out);
+                    }
+                }
+            }
+            if done {
+                break;
+            }
+            filter.page = filter.page.saturating_add(1);
+        }
+    }
+    Ok(out)
+}
+
+/// Search mode: the matches (capped), paged 25 at a time.
+fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
+    let cap = match (&ctx.user, s.max_count) {
+        (None, m) => m.unwrap_or(ANONYMOUS_MAX_COUNT).min(ANONYMOUS_MAX_COUNT),
+        (Some(_), m) => m.unwrap_or(DEFAULT_MAX_COUNT),
+    };
+    let searching = !s.user.is_empty() || !s.text.is_empty();
+    let runs = if searching {
+        match search_runs(db, &s, cap) {
+            Ok(runs) => runs,
+            Err(out) => return out,
+        }
+    } else {
+        Vec::new()
+    };
+    let total = runs.len() as u64;
+    let last = last_page(total);
+    if page_no > last {
+        return Out::Redirect(search_href(&s, last));
+    }
+    let first = usize::try_from((page_no - 1) * PAGE_SIZE).unwrap_or(usize::MAX);
+    let rows: Vec<RunRow> = runs
+        .iter()
+        .skip(first)
+        .take(PAGE_SIZE as usize)
+        .map(RunRow::of)
+        .collect();
+    let p = ListPage {
+        l: Layout::new(ctx, "Search Finished Tests"),
+        heading: "Search Finished Tests".into(),
+        tabs: Vec::new(),
+        search: Some(SearchForm {
+            user: s.user.clone(),
+            text: s.text.clone(),
+            max_count: cap,
+        }),
+        panels: Vec::new(),
+        finished_heading: format!("Finished - {total} tests"),
+        count_line: if searching {
+            format!(
+                "Showing {} of {total} matching finished test(s) on page {page_no} of {last}.",
+                rows.len()
+            )
+        } else {
+            "Type a user name or words of the info to search.".into()
+        },
+        finished: rows,
+        pager: pager_by(page_no, last, |t| search_href(&s, t)),
+    };
+    Out::render(StatusCode::OK, &p)
+}
+
+/// `GET /tests/finished`: navigation mode (25 finished runs a page, newest first, with the
+/// All/Green/Yellow/LTC tabs; a page past the last redirects to the last) or search mode
+/// (`mode=search`, with `user`, `text` and `max_count`), after the canonicalising
+/// redirects: a `user`/`text` outside search mode goes to the search, a search drops the
+/// colour flags, navigation drops `max_count`.
 pub async fn finished(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
     let q = parse_query(&params);
+    let search = search_of(&params);
+    let search_mode = params.get("mode").is_some_and(|m| m == "search");
+    let has_terms = !search.user.is_empty() || !search.text.is_empty();
+    let redirect = if search_mode {
+        let flags = ["success_only", "yellow_only", "ltc_only", "info_regex"]
+            .iter()
+            .any(|k| params.contains_key(*k));
+        flags.then(|| search_href(&search, q.page))
+    } else if has_terms {
+        Some(search_href(&search, 1))
+    } else if params.contains_key("max_count") {
+        Some(href("/tests/finished", q.filter, q.page))
+    } else {
+        None
+    };
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        if let Some(to) = redirect {
+            return Out::Redirect(to);
+        }
+        if search_mode {
+            return search_page(db, ctx, search, q.page);
+        }
         let base = "/tests/finished";
         let f = match finished_part(db, base, None, q) {
             Ok(f) => f,
@@ -313,8 +680,8 @@ pub async fn finished(
     .await
 }
 
-/// `GET /tests/user/{name}`: that submitter's pending, paused and active runs (page 1) and
-/// finished runs (paged as `/tests/finished`); 404 for an unknown user.
+/// `GET /tests/user/{name}`: that submitter's pending, paused, failed and active panels
+/// (page 1) and finished runs (paged as `/tests/finished`); 404 for an unknown user.
 pub async fn user(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -331,7 +698,7 @@ pub async fn user(
                 return errors::internal();
             }
         }
-        let base = format!("/tests/user/{name}");
+        let base = format!("/tests/user/{}", url_encode(&name));
         let f = match finished_part(db, &base, Some(&name), q) {
             Ok(f) => f,
             Err(out) => return out,
@@ -345,20 +712,9 @@ pub async fn user(
                     return errors::internal();
                 }
             };
-            let mine = || {
-                runs.iter()
-                    .filter(|r| !r.finished && !r.deleted && r.args.username == name)
-            };
-            p.show_active = true;
-            p.pending = mine()
-                .filter(|r| !r.approved && r.workers == 0)
-                .map(RunRow::of)
-                .collect();
-            p.paused = mine()
-                .filter(|r| r.approved && r.workers == 0)
-                .map(RunRow::of)
-                .collect();
-            p.active = mine().filter(|r| r.workers > 0).map(RunRow::of).collect();
+            let mut panels = unfinished_panels(runs.iter().filter(|r| r.args.username == name));
+            panels.insert(2, failed_panel(&f.runs));
+            p.panels = panels;
         }
         fill(&mut p, f);
         Out::render(StatusCode::OK, &p)

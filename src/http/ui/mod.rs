@@ -13,6 +13,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod results;
 pub mod run;
 pub mod session;
 

@@ -154,7 +154,7 @@ pub struct TasksFragment {
     pub t: Tasks,
 }
 
-fn valid_id(id: &str) -> bool {
+pub fn valid_id(id: &str) -> bool {
     id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
