@@ -1,7 +1,19 @@
 // Live refresh: every element with data-refresh="<url>" gets that URL's HTML fragment as its
-// content every 10 s while the page is visible. The pages work without it.
+// content every 10 s while the page is visible. A 286 answer is the last update (the run has
+// finished): the content is replaced once more and refreshing stops everywhere on the page.
+// The pages work without it.
 (function () {
   "use strict";
+  var timer = null;
+  function stop() {
+    if (timer !== null) {
+      window.clearInterval(timer);
+      timer = null;
+    }
+    document.querySelectorAll("[data-refresh]").forEach(function (el) {
+      el.removeAttribute("data-refresh");
+    });
+  }
   function refresh() {
     if (document.hidden) {
       return;
@@ -12,6 +24,13 @@
         headers: { Accept: "text/html" }
       })
         .then(function (r) {
+          if (r.status === 286) {
+            return r.text().then(function (html) {
+              el.innerHTML = html;
+              stop();
+              return null;
+            });
+          }
           return r.ok ? r.text() : null;
         })
         .then(function (html) {
@@ -22,5 +41,10 @@
         .catch(function () {});
     });
   }
-  window.setInterval(refresh, 10000);
+  timer = window.setInterval(refresh, 10000);
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && timer !== null) {
+      refresh();
+    }
+  });
 })();

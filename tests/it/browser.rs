@@ -281,7 +281,7 @@ async fn the_run_page_refreshes_itself_without_a_reload() {
         .await
         .expect("run page");
     let text = body_text(&c).await;
-    assert!(text.contains("Games: 0 / 1000"), "{text}");
+    assert!(text.contains("Total: 0 W: 0 L: 0 D: 0"), "{text}");
 
     let mut w = Worker::new("alice", 4, 78);
     let reply = w.request_task(&server).await;
@@ -312,5 +312,68 @@ async fn the_run_page_refreshes_itself_without_a_reload() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     screenshot(&c, "run").await;
+    c.close().await.expect("close the browser");
+}
+
+#[tokio::test]
+async fn the_owner_modifies_a_run_and_watches_it_finish() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let run = create_run(&server, "alice", fixed_args(2000)).await;
+    approve(&server, "boss", &run).await;
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+    c.goto(&server.url("/login")).await.expect("login page");
+    fill(&c, "username", "alice").await;
+    fill(&c, "password", crate::fleet::PASSWORD).await;
+    submit(&c, "main form").await;
+    wait_to_leave(&c, "/login").await;
+
+    // The Modify box: fewer games (a fixed-games run cannot grow), through its own button.
+    let page = server.url(&format!("/tests/view/{run}"));
+    c.goto(&page).await.expect("run page");
+    c.find(Locator::Css("details.modify summary"))
+        .await
+        .expect("the Modify box")
+        .click()
+        .await
+        .expect("open it");
+    let games = c
+        .find(Locator::Css("input[name=\"num-games\"]"))
+        .await
+        .expect("num-games");
+    games.clear().await.expect("clear");
+    games.send_keys("1000").await.expect("type");
+    submit(&c, "details.modify form").await;
+    wait_for_answer(&c, "The test was successfully modified!").await;
+    let (_, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(v["args"]["num_games"], 1000, "{v}");
+
+    // A worker plays every game while the page is open: it turns to finished by itself.
+    c.goto(&page).await.expect("run page");
+    wait_for_answer(&c, "Total: 0 W: 0").await;
+    let mut w = Worker::new("alice", 8, 79);
+    for _ in 0..20 {
+        let reply = w.request_task(&server).await;
+        if reply.get("task_waiting").is_some() {
+            break;
+        }
+        w.play(&server, &reply, 1000, [0.05, 0.2, 0.5, 0.2, 0.05])
+            .await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = body_text(&c).await;
+        if text.contains("Status: finished") && text.contains("Total: 1000") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never showed the finished run:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    screenshot(&c, "run-finished").await;
     c.close().await.expect("close the browser");
 }

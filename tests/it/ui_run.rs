@@ -248,7 +248,7 @@ async fn a_fixed_games_spsa_run_shows_its_parameters_and_no_sprt() {
     ] {
         assert!(body.contains(cell), "{cell} in {body}");
     }
-    assert!(body.contains("Games: 0 / 4000"), "{body}");
+    assert!(body.contains("0/4000 games played"), "{body}");
     assert!(!body.contains("LLR:"), "{body}");
     assert!(body.contains("No tasks yet"), "{body}");
 }
@@ -285,4 +285,78 @@ async fn the_owner_gets_a_modify_form_with_the_runs_values() {
     assert!(body.contains("name=\"num-games\""), "{body}");
     assert!(body.contains("value=\"3000\""), "{body}");
     assert!(body.contains("name=\"csrf_token\""), "{body}");
+}
+
+#[tokio::test]
+async fn warnings_links_and_the_last_fragment() {
+    let server = TestServer::start().await;
+    add_user(&server, "owner", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let mut args = fixed_args(1000);
+    args["throughput"] = 200.into();
+    args["priority"] = 1.into();
+    args["new_options"] = "Hash=16 Threads=1".into();
+    args["base_options"] = "Threads=1 Hash=8".into();
+    let odd = create_run(&server, "owner", args).await;
+    let plain = create_run(&server, "owner", fixed_args(1000)).await;
+
+    let mut boss = Browser::new(&server);
+    boss.login("boss").await;
+    let (status, body) = boss.get(&format!("/tests/view/{odd}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("1000 games - patch vs master"), "{body}");
+    for w in [
+        "Warning: throughput exceeds the normal limit",
+        "Warning: priority exceeds the normal limit",
+        "Warning: base options differ from new options",
+    ] {
+        assert!(body.contains(w), "{w}: {body}");
+    }
+    assert!(
+        body.contains("class=\"button warn\">Approve"),
+        "amber with warnings"
+    );
+    assert!(body.contains(&format!("href=\"/actions?run_id={odd}\"")));
+    assert!(body.contains(&format!("href=\"/tests/stats/{odd}\"")));
+    assert!(
+        body.contains(&format!("href=\"/tests/run?id={odd}\"")),
+        "Reschedule"
+    );
+    assert!(body.contains("Tasks (0 active worker(s) with 0 core(s))"));
+    assert!(body.contains(">pending</span>"), "the status label");
+
+    // Options in another order are the same options: no warning, a green Approve.
+    let mut same = fixed_args(1000);
+    same["new_options"] = "Hash=8 Threads=1".into();
+    same["base_options"] = "Threads=1 Hash=8".into();
+    let same = create_run(&server, "owner", same).await;
+    let (_, body) = boss.get(&format!("/tests/view/{same}")).await;
+    assert!(!body.contains("Warning:"), "{body}");
+    assert!(body.contains("class=\"button ok\">Approve"));
+
+    // The fragments answer 200 while the run is unfinished, 286 (stop polling) once it is.
+    let (status, _) = boss.get(&format!("/tests/view/{plain}/detail")).await;
+    assert_eq!(status, 200);
+    let (status, _) = boss.get(&format!("/tests/tasks/{plain}")).await;
+    assert_eq!(status, 200);
+    approve(&server, "boss", &plain).await;
+    let mut w = Worker::new("owner", 8, 1);
+    for _ in 0..20 {
+        let reply = w.request_task(&server).await;
+        if reply.get("task_waiting").is_some() {
+            break;
+        }
+        w.play(&server, &reply, 1000, [0.05, 0.2, 0.5, 0.2, 0.05])
+            .await;
+    }
+    let (status, body) = boss.get(&format!("/tests/view/{plain}/detail")).await;
+    assert_eq!(status, 286, "{body}");
+    assert!(body.contains("Total: 1000"), "{body}");
+    let (status, _) = boss.get(&format!("/tests/tasks/{plain}")).await;
+    assert_eq!(status, 286);
+    let (_, body) = boss.get(&format!("/tests/view/{plain}")).await;
+    assert!(
+        !body.contains("data-refresh"),
+        "a finished run's page does not poll"
+    );
 }

@@ -13,11 +13,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::results::{ResultsBox, results_box, status_label};
 use super::session::Ctx;
 use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
+use crate::rundb::books::Books;
 use crate::rundb::model::{Run, Task};
+use crate::rundb::schedule::hash_mib;
 use crate::stats::{Results, SprtState, get_elo, sprt_elo};
 
 /// One line of the arguments table; `href` empty when the value is not a link.
@@ -30,6 +33,8 @@ pub struct ArgRow {
 /// The results and statistics part (the `detail` fragment).
 pub struct Detail {
     pub id: String,
+    /// The results box of every run table (the same lines and colour).
+    pub rbox: ResultsBox,
     /// `running`, `green`, `yellow`, `red` or `neutral`.
     pub colour: &'static str,
     pub status: String,
@@ -115,12 +120,6 @@ pub struct Controls {
     pub delete: bool,
 }
 
-impl Controls {
-    pub fn any(&self) -> bool {
-        self.stop || self.approve || self.purge || self.delete
-    }
-}
-
 #[derive(Template)]
 #[template(path = "run.html")]
 pub struct RunPage {
@@ -137,6 +136,14 @@ pub struct RunPage {
     pub modify: Option<ModifyValues>,
     /// The blue "Note:" lines (a deleted run, identical signatures).
     pub notes: Vec<String>,
+    /// The red "Warning:" lines (unusual settings an approver should look at).
+    pub warnings: Vec<String>,
+    /// The Approve button's colour: `ok` without warnings, `warn` with.
+    pub approve_class: &'static str,
+    /// The status label (`failed`, `finished`, `active`, `paused`, `pending`).
+    pub status: &'static str,
+    /// "Tasks (N active worker(s) with M core(s))".
+    pub tasks_heading: String,
     /// The fragments are refreshed only while the run is unfinished.
     pub live: bool,
     pub script: String,
@@ -173,6 +180,95 @@ fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
     }
 }
 
+/// The status of a live fragment whose run has finished: "here is the last update, stop
+/// polling" (Fishtest's 286, which htmx understands and `static/refresh.js` too).
+pub const FINISHED_FRAGMENT: StatusCode = match StatusCode::from_u16(286) {
+    Ok(s) => s,
+    Err(_) => StatusCode::OK,
+};
+
+/// The page title: "SPRT <new> vs <base>", "SPSA <new>" or "<games> games - <new> vs <base>".
+pub fn page_title(run: &Run) -> String {
+    let a = &run.args;
+    if a.sprt.is_some() {
+        format!("SPRT {} vs {}", a.new_tag, a.base_tag)
+    } else if a.spsa.is_some() {
+        format!("SPSA {}", a.new_tag)
+    } else {
+        format!("{} games - {} vs {}", a.num_games, a.new_tag, a.base_tag)
+    }
+}
+
+fn tasks_heading(run: &Run) -> String {
+    format!(
+        "Tasks ({} active worker(s) with {} core(s))",
+        run.workers, run.cores
+    )
+}
+
+/// Engine options in a canonical order (so `Hash=8 Threads=1` equals `Threads=1 Hash=8`).
+fn normalised_options(options: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = options.split_whitespace().collect();
+    v.sort_unstable();
+    v
+}
+
+/// The warnings an approver should read before approving (each shown as "Warning: …").
+pub fn warnings(run: &Run, books: &Books) -> Vec<String> {
+    let a = &run.args;
+    let mut w = Vec::new();
+    if a.throughput > 100.0 {
+        w.push("throughput exceeds the normal limit".into());
+    }
+    if a.priority > 0.0 {
+        w.push("priority exceeds the normal limit".into());
+    }
+    let ratio = super::results::tc_ratio_of(run);
+    if ratio >= 5.0 {
+        let target = 64.0 * ratio / 6.0;
+        for (side, options) in [("new", &a.new_options), ("base", &a.base_options)] {
+            let hash = hash_mib(options) as f64;
+            if hash < 0.6 * target || hash > 1.5 * target {
+                w.push(format!(
+                    "{side} hash {hash:.0} MB is outside the reasonable range for this TC \
+                     ({:.0}-{:.0} MB)",
+                    0.6 * target,
+                    1.5 * target
+                ));
+            }
+        }
+    }
+    if normalised_options(&a.new_options) != normalised_options(&a.base_options) {
+        w.push("base options differ from new options".into());
+    }
+    if run.failures > 0 {
+        w.push(format!("this test had {} failure(s)", run.failures));
+    } else if run.failed {
+        w.push("this is a failed test".into());
+    }
+    if !a.new_tc.is_empty() && a.new_tc != a.tc {
+        w.push(format!(
+            "this is a test with time odds ({} vs {})",
+            a.new_tc, a.tc
+        ));
+    }
+    if a.arch_filter.as_deref().is_some_and(|f| !f.is_empty()) {
+        w.push("this test has a non-trivial arch filter".into());
+    }
+    if a.compiler.as_deref().is_some_and(|c| !c.is_empty()) {
+        w.push("this test uses a specific compiler".into());
+    }
+    if let Some(exits) = books.get(&a.book).and_then(|b| b.total)
+        && exits < 100_000
+    {
+        w.push(format!("small book with only {exits} exits"));
+    }
+    if a.master_repo.as_deref().is_some_and(|m| !m.is_empty()) {
+        w.push("the developer repository is not forked from official-stockfish/Stockfish".into());
+    }
+    w
+}
+
 /// `GET /tests/view/{id}`.
 pub async fn view(
     State(state): State<Arc<AppState>>,
@@ -184,8 +280,8 @@ pub async fn view(
             Ok(run) => run,
             Err(out) => return out,
         };
-        let a = &run.args;
-        let heading = format!("{} vs {}", a.new_tag, a.base_tag);
+        let heading = page_title(&run);
+        let warnings = warnings(&run, &db.books);
         let (spsa, spsa_iter) = spsa_rows(&run);
         let p = RunPage {
             l: Layout::new(ctx, &heading),
@@ -197,6 +293,10 @@ pub async fn view(
             spsa,
             spsa_iter,
             controls: controls(&run, ctx),
+            approve_class: if warnings.is_empty() { "ok" } else { "warn" },
+            warnings,
+            status: status_label(&run),
+            tasks_heading: tasks_heading(&run),
             modify: modify_values(&run, ctx),
             notes: notes(&run),
             live: !run.finished,
@@ -214,7 +314,13 @@ pub async fn detail_fragment(
     headers: HeaderMap,
 ) -> Response {
     fragment(&state, id, &headers, |run| {
-        Out::render(StatusCode::OK, &DetailFragment { d: detail(run) })
+        // A finished run's last update: 286 tells the page's script to stop refreshing.
+        let status = if run.finished {
+            FINISHED_FRAGMENT
+        } else {
+            StatusCode::OK
+        };
+        Out::render(status, &DetailFragment { d: detail(run) })
     })
     .await
 }
@@ -226,7 +332,12 @@ pub async fn tasks_fragment(
     headers: HeaderMap,
 ) -> Response {
     fragment(&state, id, &headers, |run| {
-        Out::render(StatusCode::OK, &TasksFragment { t: tasks(run) })
+        let status = if run.finished {
+            FINISHED_FRAGMENT
+        } else {
+            StatusCode::OK
+        };
+        Out::render(status, &TasksFragment { t: tasks(run) })
     })
     .await
 }
@@ -340,6 +451,23 @@ fn arg_rows(run: &Run) -> Vec<ArgRow> {
         run.start_time.0.format("%Y-%m-%d %H:%M:%S").to_string(),
     ));
     rows.push(row("info", a.info.clone()));
+    let local = |name, value: &str, href: String| ArgRow {
+        name,
+        value: value.into(),
+        href,
+    };
+    rows.push(local(
+        "events",
+        "events",
+        format!("/actions?run_id={}", run.id),
+    ));
+    if a.spsa.is_none() {
+        rows.push(local(
+            "raw statistics",
+            "raw statistics",
+            format!("/tests/stats/{}", run.id),
+        ));
+    }
     rows
 }
 
@@ -355,6 +483,7 @@ fn detail(run: &Run) -> Detail {
     let sprt = run.args.sprt.as_ref();
     let mut d = Detail {
         id: run.id.clone(),
+        rbox: results_box(run),
         colour: colour(run),
         status: status(run),
         games,
