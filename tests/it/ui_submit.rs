@@ -398,10 +398,22 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
     }
     assert_eq!(run_count(&server), 0, "no refused form created a run");
 
-    // The corrected form is accepted.
+    // The corrected form is accepted; the run page says it waits for approval and offers a
+    // rerun.
     let page = post_form(&mut alice, &form).await;
-    created(&page);
+    let run = created(&page);
     assert_eq!(run_count(&server), 1);
+    let page = alice.get(&page.location).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("Please wait for approval."),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains(&format!("href=\"/tests/run?id={run}\">Reschedule</a>"))
+    );
 }
 
 /// The API's arguments for the form [`filled_form`] gives, with `extra` merged in.
