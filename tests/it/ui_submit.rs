@@ -10,7 +10,7 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::fleet::{PASSWORD, add_user, create_run, sha, user_cli};
-use crate::harness::TestServer;
+use crate::harness::{Opts, TestServer};
 use crate::web::{Browser, Page};
 
 /// A browser logged in as `user`.
@@ -566,4 +566,19 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
     );
     let page = bob.get("/tests/run?preset=nope").await;
     assert!(page.body.contains("Unknown preset"));
+}
+
+#[tokio::test]
+async fn a_secondary_shows_the_form_but_creates_nothing() {
+    // Port 0 is not primary_port 1: a secondary.
+    let server = TestServer::start_with(Opts::new().set("primary_port", 1)).await;
+    add_user(&server, "alice", &[]);
+    let mut alice = logged_in(&server, "alice").await;
+    let form = filled_form(&mut alice).await;
+    let page = post_form(&mut alice, &with(&form, &[("csrf_token", "forged")])).await;
+    assert_eq!(page.status, 403, "the token is checked first");
+    let page = post_form(&mut alice, &form).await;
+    assert_eq!(page.status, 503);
+    assert!(page.body.contains("Primary instance required."));
+    assert_eq!(run_count(&server), 0);
 }
