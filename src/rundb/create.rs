@@ -4,7 +4,9 @@
 //! docs/fishtest-compatibility.md#runs) that do not need GitHub (the caller supplies resolved
 //! SHAs, signatures and nets), and the computed fields (SPRT record and batch size, SPSA
 //! set-up, itp, tc_base, LTC prefix).
-//! Must not: do I/O. The same code serves `/api/create_run` now and the submit form later.
+//! Must not: do I/O. The same code serves `/api/create_run` and the submit form
+//! (`/tests/run`): each refusal is an [`ArgError`] naming the argument it is about, so the form
+//! can show it next to its field while the API sends the same message.
 
 use serde::Deserialize;
 
@@ -156,15 +158,32 @@ fn is_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// A refused submission: the argument it is about (`CreateArgs`' key, `sprt.*` or `spsa.*` for
+/// the nested parts) and the message the submitter sees.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ArgError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn refuse(field: &'static str, message: impl Into<String>) -> ArgError {
+    ArgError {
+        field,
+        message: message.into(),
+    }
+}
+
 /// Options must be ASCII `key=value` tokens separated by spaces.
-fn check_options(field: &str, options: &str) -> Result<(), String> {
+fn check_options(field: &'static str, options: &str) -> Result<(), ArgError> {
     if !options.is_ascii() {
-        return Err(format!("{field}: options must be ASCII"));
+        return Err(refuse(field, format!("{field}: options must be ASCII")));
     }
     for token in options.split_whitespace() {
         if token.matches('=').count() != 1 || token.starts_with('=') {
-            return Err(format!(
-                "{field}: option {token:?} is not of the form key=value"
+            return Err(refuse(
+                field,
+                format!("{field}: option {token:?} is not of the form key=value"),
             ));
         }
     }
@@ -191,11 +210,24 @@ fn check_repo(repo: &str) -> Result<(), String> {
     }
 }
 
+/// An SPSA set-up refusal, named after the setting or the parameter list it is about.
+fn spsa_refusal(e: crate::spsa::ParamsError) -> ArgError {
+    use crate::spsa::ParamsError as P;
+    let field = match &e {
+        P::BadSetting { field: "alpha", .. } => "spsa.alpha",
+        P::BadSetting { field: "gamma", .. } => "spsa.gamma",
+        P::BadSetting { .. } => "spsa.A",
+        P::TooFewGames(_) => "num_games",
+        _ => "spsa.raw_params",
+    };
+    refuse(field, e.to_string())
+}
+
 /// Validates a submission and builds the new run document (not yet approved).
-pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run, String> {
+pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run, ArgError> {
     for (name, value) in [("base_tag", &args.base_tag), ("new_tag", &args.new_tag)] {
         if value.trim().is_empty() {
-            return Err(format!("{name} must not be empty"));
+            return Err(refuse(name, format!("{name} must not be empty")));
         }
     }
     for (name, value) in [
@@ -203,7 +235,10 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         ("resolved_new", &args.resolved_new),
     ] {
         if !is_sha(value) {
-            return Err(format!("{name} must be a 40-digit hexadecimal commit SHA"));
+            return Err(refuse(
+                name,
+                format!("{name} must be a 40-digit hexadecimal commit SHA"),
+            ));
         }
     }
     for (name, value) in [
@@ -211,91 +246,123 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         ("new_signature", &args.new_signature),
     ] {
         if !is_digits(value) {
-            return Err(format!("{name} must be the bench node count (digits)"));
+            return Err(refuse(
+                name,
+                format!("{name} must be the bench node count (digits)"),
+            ));
         }
     }
     for (name, nets) in [("base_nets", &args.base_nets), ("new_nets", &args.new_nets)] {
         if let Some(bad) = nets.iter().find(|n| !super::nets::valid_name(n)) {
-            return Err(format!(
-                "{name}: {bad:?} is not a net name nn-<12 hex>.nnue"
+            return Err(refuse(
+                name,
+                format!("{name}: {bad:?} is not a net name nn-<12 hex>.nnue"),
             ));
         }
         let mut sorted = nets.clone();
         sorted.sort();
         sorted.dedup();
         if sorted.len() != nets.len() {
-            return Err(format!("{name} lists a net twice"));
+            return Err(refuse(name, format!("{name} lists a net twice")));
         }
     }
     check_options("base_options", &args.base_options)?;
     check_options("new_options", &args.new_options)?;
-    check_repo(&args.tests_repo)?;
+    check_repo(&args.tests_repo).map_err(|e| refuse("tests_repo", e))?;
     if let Some(m) = &args.master_repo {
-        check_repo(m).map_err(|e| format!("master_repo: {e}"))?;
+        check_repo(m).map_err(|e| refuse("master_repo", format!("master_repo: {e}")))?;
     }
-    let tc = parse_tc(&args.tc).ok_or_else(|| format!("invalid time control {:?}", args.tc))?;
+    let tc = parse_tc(&args.tc)
+        .ok_or_else(|| refuse("tc", format!("invalid time control {:?}", args.tc)))?;
     let new_tc_text = args.new_tc.clone().unwrap_or_else(|| args.tc.clone());
-    parse_tc(&new_tc_text).ok_or_else(|| format!("invalid time control {new_tc_text:?}"))?;
+    parse_tc(&new_tc_text)
+        .ok_or_else(|| refuse("new_tc", format!("invalid time control {new_tc_text:?}")))?;
     if !(args.book.ends_with(".epd") || args.book.ends_with(".pgn")) {
-        return Err(format!("book {:?} must be an .epd or .pgn file", args.book));
+        return Err(refuse(
+            "book",
+            format!("book {:?} must be an .epd or .pgn file", args.book),
+        ));
     }
     if books.get(&args.book).is_none() {
-        return Err(format!("unknown book {:?}", args.book));
+        return Err(refuse("book", format!("unknown book {:?}", args.book)));
     }
     let book_depth = args.book_depth.clone().unwrap_or_else(|| "8".to_string());
     if !is_digits(&book_depth) {
-        return Err("book_depth must be a non-negative integer".into());
+        return Err(refuse(
+            "book_depth",
+            "book_depth must be a non-negative integer",
+        ));
     }
     if args.threads == 0 || args.threads > 1024 {
-        return Err("threads must be between 1 and 1024".into());
+        return Err(refuse("threads", "threads must be between 1 and 1024"));
     }
     if !args.priority.is_finite() {
-        return Err("priority must be a number".into());
+        return Err(refuse("priority", "priority must be a number"));
     }
     if !args.throughput.is_finite() || args.throughput <= 0.0 || args.throughput > 1000.0 {
-        return Err("throughput must be in (0, 1000]".into());
+        return Err(refuse("throughput", "throughput must be in (0, 1000]"));
     }
     if let Some(c) = &args.compiler
         && c != "g++"
         && c != "clang++"
     {
-        return Err("compiler must be g++ or clang++".into());
+        return Err(refuse("compiler", "compiler must be g++ or clang++"));
     }
     if let Some(f) = &args.arch_filter
         && !f.is_empty()
     {
         if f.len() > super::schedule::MAX_ARCH_FILTER_LEN {
-            return Err(format!(
-                "arch_filter is longer than {} characters",
-                super::schedule::MAX_ARCH_FILTER_LEN
+            return Err(refuse(
+                "arch_filter",
+                format!(
+                    "arch_filter is longer than {} characters",
+                    super::schedule::MAX_ARCH_FILTER_LEN
+                ),
             ));
         }
         match ArchFilter::compile(f) {
             ArchFilter::Regex(re) => {
                 if !SUPPORTED_ARCHES.iter().any(|a| re.is_match(a)) {
-                    return Err(format!("arch_filter {f:?} matches no supported arch"));
+                    return Err(refuse(
+                        "arch_filter",
+                        format!("arch_filter {f:?} matches no supported arch"),
+                    ));
                 }
             }
-            ArchFilter::Invalid => return Err(format!("arch_filter {f:?} is not a valid regex")),
+            ArchFilter::Invalid => {
+                return Err(refuse(
+                    "arch_filter",
+                    format!("arch_filter {f:?} is not a valid regex"),
+                ));
+            }
         }
     }
     if args.sprt.is_some() && args.spsa.is_some() {
-        return Err("a run is either SPRT or SPSA, not both".into());
+        return Err(refuse("sprt", "a run is either SPRT or SPSA, not both"));
     }
     let r = tc_ratio(&tc, args.threads);
     let is_ltc = tc.base_s >= 40.0 || r > 4.0;
 
     let num_games = if args.sprt.is_some() {
         if args.num_games.is_some_and(|n| n != SPRT_MAX_GAMES) {
-            return Err("num_games is set by the server for SPRT runs".into());
+            return Err(refuse(
+                "num_games",
+                "num_games is set by the server for SPRT runs",
+            ));
         }
         SPRT_MAX_GAMES
     } else {
-        let n = args
-            .num_games
-            .ok_or("num_games is required for fixed-games and SPSA runs")?;
+        let n = args.num_games.ok_or_else(|| {
+            refuse(
+                "num_games",
+                "num_games is required for fixed-games and SPSA runs",
+            )
+        })?;
         if !(1000..=MAX_GAMES).contains(&n) || n % 1000 != 0 {
-            return Err("num_games must be 1000 to 3200000, a multiple of 1000".into());
+            return Err(refuse(
+                "num_games",
+                "num_games must be 1000 to 3200000, a multiple of 1000",
+            ));
         }
         n
     };
@@ -305,17 +372,18 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         Some(s) => {
             let model = match s.elo_model.as_deref() {
                 None => EloModel::Normalized,
-                Some(m) => EloModel::parse(m).ok_or_else(|| format!("unknown elo_model {m:?}"))?,
+                Some(m) => EloModel::parse(m)
+                    .ok_or_else(|| refuse("sprt.elo_model", format!("unknown elo_model {m:?}")))?,
             };
             if !(s.elo0.is_finite() && s.elo1.is_finite()) || s.elo0 >= s.elo1 {
-                return Err("SPRT bounds must satisfy elo0 < elo1".into());
+                return Err(refuse("sprt", "SPRT bounds must satisfy elo0 < elo1"));
             }
             if s.elo0.abs() > 100.0 || s.elo1.abs() > 100.0 {
-                return Err("SPRT bounds must be within ±100".into());
+                return Err(refuse("sprt", "SPRT bounds must be within ±100"));
             }
             Some(
                 SprtRecord::new(0.05, 0.05, s.elo0, s.elo1, model, sprt_batch_pairs(r))
-                    .map_err(|e| format!("SPRT: {e}"))?,
+                    .map_err(|e| refuse("sprt", format!("SPRT: {e}")))?,
             )
         }
     };
@@ -323,7 +391,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         None => None,
         Some(s) => {
             let stability = match (s.a, s.a_ratio) {
-                (Some(_), Some(_)) => return Err("give A or a_ratio, not both".into()),
+                (Some(_), Some(_)) => return Err(refuse("spsa.A", "give A or a_ratio, not both")),
                 (Some(a), None) => Stability::Absolute(a),
                 (None, Some(r)) => Stability::Ratio(r),
                 (None, None) => Stability::Ratio(crate::spsa::DEFAULT_A_RATIO),
@@ -333,7 +401,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
                 alpha: s.alpha.unwrap_or(crate::spsa::DEFAULT_ALPHA),
                 gamma: s.gamma.unwrap_or(crate::spsa::DEFAULT_GAMMA),
             };
-            Some(setup_spsa(&s.raw_params, &settings, num_games).map_err(|e| e.to_string())?)
+            Some(setup_spsa(&s.raw_params, &settings, num_games).map_err(spsa_refusal)?)
         }
     };
     let mut info = args.info.trim().to_string();

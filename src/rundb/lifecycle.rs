@@ -15,6 +15,15 @@ use super::transitions::PurgeOutcome;
 use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, create, secs_since};
 
+/// Why [`RunDb::submit_run`] created nothing: a refused argument, or the run database's error.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Args(#[from] create::ArgError),
+    #[error(transparent)]
+    Db(#[from] RunDbError),
+}
+
 /// CPU hours a user needs before stop_run may fail a run.
 pub const STOP_RUN_CPU_HOURS: f64 = 1000.0;
 
@@ -24,11 +33,19 @@ pub const PURGE_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 impl RunDb {
     /// Creates a run from validated arguments; returns its id.
     pub fn create_run(&self, args: create::CreateArgs, user: &User) -> DbResult<String> {
+        self.submit_run(args, user).map_err(|e| match e {
+            SubmitError::Args(e) => RunDbError::Invalid(e.to_string()),
+            SubmitError::Db(e) => e,
+        })
+    }
+
+    /// [`RunDb::create_run`] with a refused argument kept typed (which argument, what message),
+    /// for the submit form's per-field messages.
+    pub fn submit_run(&self, args: create::CreateArgs, user: &User) -> Result<String, SubmitError> {
         if !self.cfg.primary {
-            return Err(RunDbError::NotPrimary);
+            return Err(RunDbError::NotPrimary.into());
         }
-        let run =
-            create::build_run(args, &user.username, &self.books).map_err(RunDbError::Invalid)?;
+        let run = create::build_run(args, &user.username, &self.books)?;
         let id = run.id.clone();
         let entry = RunEntry::new(run.clone());
         self.save_now(&entry, &run)?;

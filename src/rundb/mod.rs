@@ -71,6 +71,7 @@ use cache::RunEntry;
 pub use cache::apply_patch;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
+pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
 pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;

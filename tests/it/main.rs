@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_submit;
 mod core;
 mod fleet;
 mod fuzz;
@@ -19,5 +20,6 @@ mod ui;
 mod ui_controls;
 mod ui_lists;
 mod ui_run;
+mod ui_submit;
 mod web;
 mod worker_api;

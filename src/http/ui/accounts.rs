@@ -77,7 +77,7 @@ fn login_action(q: &NextQuery) -> String {
     }
 }
 
-fn percent(s: &str) -> String {
+pub(super) fn percent(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {

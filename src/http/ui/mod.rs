@@ -16,6 +16,7 @@ pub mod lists;
 pub mod results;
 pub mod run;
 pub mod session;
+pub mod submit;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -65,6 +66,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/purge", axum::routing::post(controls::purge))
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
+        .route("/tests/run", get(submit::form).post(submit::submit))
         .merge(statics)
         .layer(CompressionLayer::new())
 }

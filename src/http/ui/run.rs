@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
@@ -274,7 +274,9 @@ pub async fn view(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    follow: Result<Query<FollowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = match load(db, ctx, &id) {
             Ok(run) => run,
@@ -284,7 +286,7 @@ pub async fn view(
         let warnings = warnings(&run, &db.books);
         let (spsa, spsa_iter) = spsa_rows(&run);
         let p = RunPage {
-            l: Layout::new(ctx, &heading),
+            l: submitted_flash(Layout::new(ctx, &heading), &run, submitted),
             id: run.id.clone(),
             heading,
             args: arg_rows(&run),
@@ -305,6 +307,22 @@ pub async fn view(
         Out::render(StatusCode::OK, &p)
     })
     .await
+}
+
+/// `?follow=1`, where the submit form sends the browser after creating a run.
+#[derive(serde::Deserialize)]
+pub struct FollowQuery {
+    #[serde(default)]
+    follow: Option<String>,
+}
+
+/// The submit form's "submitted" message, while the run waits for approval.
+fn submitted_flash(l: Layout, run: &Run, submitted: bool) -> Layout {
+    if submitted && !run.approved && !run.finished {
+        l.flash(super::Flash::info(super::submit::MSG_SUBMITTED))
+    } else {
+        l
+    }
 }
 
 /// `GET /tests/view/{id}/detail`: the results part alone.

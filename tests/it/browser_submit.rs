@@ -1,0 +1,125 @@
+//! Submitting a test in real Chromium (the helpers of `browser.rs`): the form refuses a bad
+//! commit next to its field and keeps what was typed, the corrected form creates the run, and
+//! an approver approves it from the run page. Screenshots go to `target/screenshots/`.
+
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, Locator};
+
+use crate::browser::{
+    body_text, browser, fill, screenshot, start_driver, submit, wait_for_answer, wait_to_leave,
+};
+use crate::fleet::{PASSWORD, add_user, sha};
+use crate::harness::TestServer;
+
+/// Replaces the text of the form field `name`.
+async fn set(c: &Client, name: &str, value: &str) {
+    let field = c
+        .find(Locator::Css(&format!("[name=\"{name}\"]")))
+        .await
+        .unwrap_or_else(|e| panic!("field {name}: {e}"));
+    field.clear().await.expect("clear");
+    field.send_keys(value).await.expect("type");
+}
+
+async fn value_of(c: &Client, name: &str) -> String {
+    c.find(Locator::Css(&format!("[name=\"{name}\"]")))
+        .await
+        .unwrap_or_else(|e| panic!("field {name}: {e}"))
+        .prop("value")
+        .await
+        .expect("value")
+        .unwrap_or_default()
+}
+
+async fn log_in(c: &Client, server: &TestServer, user: &str) {
+    c.goto(&server.url("/login")).await.expect("login page");
+    fill(c, "username", user).await;
+    fill(c, "password", PASSWORD).await;
+    submit(c, "main form").await;
+    wait_to_leave(c, "/login").await;
+    wait_for_answer(c, "Logout").await;
+}
+
+#[tokio::test]
+async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+
+    // alice opens the form from the navigation.
+    log_in(&c, &server, "alice").await;
+    c.find(Locator::LinkText("New test"))
+        .await
+        .expect("a New test link")
+        .click()
+        .await
+        .expect("click");
+    wait_for_answer(&c, "Submit test").await;
+    set(&c, "tests-repo", "https://github.com/alice/Stockfish").await;
+    set(&c, "test-branch", "my-patch").await;
+    set(&c, "resolved_new", &sha('b')).await;
+    set(&c, "resolved_base", "not a sha").await;
+    set(&c, "test-signature", "2050111").await;
+    set(&c, "base-signature", "2050811").await;
+    set(&c, "run-info", "Simplify the king danger term").await;
+    submit(&c, "form.run-form").await;
+
+    // Refused: the message sits next to the field, and the typed values are still there.
+    let text = wait_for_answer(&c, "The test was not submitted").await;
+    assert!(
+        text.contains("resolved_base must be a 40-digit hexadecimal commit SHA"),
+        "{text}"
+    );
+    let error = c
+        .find(Locator::Css("#error-resolved_base"))
+        .await
+        .expect("the error next to the field");
+    assert!(error.text().await.expect("text").contains("40-digit"));
+    assert_eq!(value_of(&c, "test-branch").await, "my-patch");
+    assert_eq!(value_of(&c, "resolved_base").await, "not a sha");
+    screenshot(&c, "submit_refused").await;
+
+    // Corrected, the form creates the run and shows its page.
+    set(&c, "resolved_base", &sha('a')).await;
+    submit(&c, "form.run-form").await;
+    wait_to_leave(&c, "/tests/run").await;
+    let url = c.current_url().await.expect("url");
+    let run = url
+        .path()
+        .strip_prefix("/tests/view/")
+        .unwrap_or_else(|| panic!("a run page: {url}"))
+        .to_string();
+    let text = body_text(&c).await;
+    assert!(text.contains("my-patch vs master"), "{text}");
+    screenshot(&c, "submitted_run").await;
+    let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["approved"], false);
+    assert_eq!(v["args"]["info"], "Simplify the king danger term");
+
+    // The approver approves it from the run page.
+    submit(&c, "form[action=\"/logout\"]").await;
+    wait_for_answer(&c, "Register").await;
+    log_in(&c, &server, "boss").await;
+    c.goto(&server.url(&format!("/tests/view/{run}")))
+        .await
+        .expect("run page");
+    submit(&c, "form[action=\"/tests/approve\"]").await;
+    wait_to_leave(&c, &format!("/tests/view/{run}")).await;
+    wait_for_answer(&c, &format!("Run {run} approved")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+        if v["approved"] == true {
+            assert_eq!(v["approver"], "boss");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run was never approved: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    screenshot(&c, "approved_dashboard").await;
+    c.close().await.expect("close the browser");
+}
