@@ -99,7 +99,7 @@ impl Trajectory {
         let last = self.points.len().saturating_sub(1);
         let mut i = 0usize;
         self.points.retain(|_| {
-            let keep = i % 2 == 0 || i == last;
+            let keep = i.is_multiple_of(2) || i == last;
             i += 1;
             keep
         });
