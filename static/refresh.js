@@ -1,5 +1,7 @@
 // Live refresh: every element with data-refresh="<url>" gets that URL's HTML fragment as its
-// content every 10 s while the page is visible. The pages work without it.
+// content every 10 s while the page is visible. The pages work without it. Requests say
+// "HX-Request: true" (the server then answers with the fragment of a page URL); a 204 leaves
+// the element alone and a 286 is the last update (the element stops refreshing).
 (function () {
   "use strict";
   function refresh() {
@@ -9,10 +11,13 @@
     document.querySelectorAll("[data-refresh]").forEach(function (el) {
       fetch(el.getAttribute("data-refresh"), {
         credentials: "same-origin",
-        headers: { Accept: "text/html" }
+        headers: { Accept: "text/html", "HX-Request": "true" }
       })
         .then(function (r) {
-          return r.ok ? r.text() : null;
+          if (r.status === 286) {
+            el.removeAttribute("data-refresh");
+          }
+          return r.ok && r.status !== 204 ? r.text() : null;
         })
         .then(function (html) {
           if (html !== null) {

@@ -9,12 +9,14 @@
 //! (the event loop only parses forms and verifies the cookie's signature).
 
 pub mod accounts;
+pub mod charts;
 pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
 pub mod run;
 pub mod session;
+pub mod stats;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -64,6 +66,11 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/purge", axum::routing::post(controls::purge))
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
+        .route("/tests/stats/{id}", get(stats::stats_page))
+        .route("/tests/live_elo/{id}", get(stats::live_elo_page))
+        .route("/tests/live_elo_update/{id}", get(stats::live_elo_update))
+        .route("/tests/chart/{id}/{name}", get(stats::chart))
+        .route("/sprt_calc", get(stats::sprt_calc))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
