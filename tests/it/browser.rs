@@ -15,7 +15,7 @@ use crate::harness::TestServer;
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 
 /// A chromedriver child process, killed on drop.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     port: u16,
 }
@@ -34,7 +34,7 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-async fn start_driver() -> Driver {
+pub(crate) async fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -54,7 +54,7 @@ async fn start_driver() -> Driver {
     driver
 }
 
-async fn browser(driver: &Driver) -> Client {
+pub(crate) async fn browser(driver: &Driver) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -71,7 +71,7 @@ async fn browser(driver: &Driver) -> Client {
         .expect("a Chromium session")
 }
 
-async fn screenshot(c: &Client, name: &str) {
+pub(crate) async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&dir).expect("screenshot dir");
@@ -97,7 +97,7 @@ async fn submit(c: &Client, form: &str) {
 }
 
 /// The page's text, retried while the browser is between documents (after a click).
-async fn body_text(c: &Client) -> String {
+pub(crate) async fn body_text(c: &Client) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(body) = c.find(Locator::Css("body")).await

@@ -79,7 +79,7 @@ fn f2(v: &Value) -> String {
 }
 
 /// Plays `updates` SPRT batches (new tasks as needed); returns the totals over all tasks.
-async fn play_batches(
+pub(crate) async fn play_batches(
     server: &TestServer,
     run: &str,
     worker: &mut Worker,

@@ -366,9 +366,10 @@ fn stats_content(run: &Run) -> StatsContent {
         for (name, h) in [("H0", b.h0), ("H1", b.h1)] {
             t.rows.push(vec![
                 name.into(),
-                f(h.logistic, 3),
-                f(h.normalized, 3),
-                f(h.bayeselo, 3),
+                // `+ 0.0` turns a negative zero (elo of exactly ½) into 0.
+                f(h.logistic + 0.0, 3),
+                f(h.normalized + 0.0, 3),
+                f(h.bayeselo + 0.0, 3),
                 f(h.score, 5),
             ]);
         }
