@@ -73,6 +73,8 @@ fn points(run: &Run) -> Vec<Point> {
         p: r.pentanomial,
         llr: run.args.sprt.as_ref().map(|s| s.llr),
     };
+    // A purge lowers the totals; until the next update the samples past them are stale.
+    pts.retain(|p| p.g <= now.g);
     if pts.last().is_none_or(|l| l.g < now.g) {
         pts.push(now);
     }

@@ -623,11 +623,12 @@ pub async fn live_elo_page(
         let Some(e) = live_elo(&run) else {
             return errors::missing(ctx);
         };
-        let live = run
-            .args
-            .sprt
-            .as_ref()
-            .is_some_and(|s| s.state == SprtState::Running);
+        let live = !run.finished
+            && run
+                .args
+                .sprt
+                .as_ref()
+                .is_some_and(|s| s.state == SprtState::Running);
         let p = LiveEloPage {
             l: Layout::new(ctx, &format!("Live Elo - {}", page_title(&run))),
             id: run.id.clone(),
@@ -641,7 +642,8 @@ pub async fn live_elo_page(
     vary(r)
 }
 
-/// `GET /tests/live_elo_update/{id}`: the gauges and the table; 286 once decided.
+/// `GET /tests/live_elo_update/{id}`: the gauges and the table; 286 once decided (or the run
+/// finished undecided).
 pub async fn live_elo_update(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -655,11 +657,13 @@ pub async fn live_elo_update(
         let Some(e) = live_elo(&run) else {
             return errors::missing(ctx);
         };
-        let decided = run
-            .args
-            .sprt
-            .as_ref()
-            .is_some_and(|s| s.state != SprtState::Running);
+        // Decided, or stopped undecided: nothing will change any more.
+        let decided = run.finished
+            || run
+                .args
+                .sprt
+                .as_ref()
+                .is_some_and(|s| s.state != SprtState::Running);
         let status = if decided {
             stop_polling()
         } else {
