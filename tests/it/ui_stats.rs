@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
 use crate::fleet::{
-    Totals, Worker, add_user, approve, create_run, fixed_args, sprt_args, stored_run,
+    PASSWORD, Totals, Worker, add_user, approve, create_run, fixed_args, sprt_args, stored_run,
 };
 use crate::harness::{Opts, TestServer};
 use crate::web::{Browser, Page};
@@ -356,6 +356,46 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
     ] {
         assert!(view.body.contains(&link), "{link}");
     }
+
+    // Stopped by its owner: the fragments say "last update" (286) and the pages stop polling.
+    let mut owner = Browser::new(&server);
+    let token = owner.get("/login").await.csrf();
+    let login = owner
+        .post(
+            "/login",
+            &[
+                ("username", "owner"),
+                ("password", PASSWORD),
+                ("csrf_token", &token),
+            ],
+        )
+        .await;
+    assert_eq!(login.status, 302, "{}", login.body);
+    let token = owner.get("/tests").await.csrf();
+    let stop = owner
+        .post(
+            "/tests/stop",
+            &[("run-id", id.as_str()), ("csrf_token", &token)],
+        )
+        .await;
+    assert_eq!(stop.status, 302, "{}", stop.body);
+    let u = fragment(&mut anon, &format!("/tests/live_elo_update/{id}")).await;
+    assert_eq!(u.status, 286);
+    let f = fragment(&mut anon, &format!("/tests/stats/{id}")).await;
+    assert_eq!(f.status, 286);
+    assert!(
+        f.body.contains("Trinomial statistics"),
+        "the last content comes with it"
+    );
+    for path in [
+        format!("/tests/live_elo/{id}"),
+        format!("/tests/stats/{id}"),
+    ] {
+        let p = anon.get(&path).await;
+        assert_eq!(p.status, 200);
+        assert!(!p.body.contains("data-refresh"), "{path} still polls");
+    }
+    drop(owner);
 
     // The trajectory survives a restart.
     let before = stored_run(&server, &id).trajectory;
