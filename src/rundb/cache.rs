@@ -110,14 +110,17 @@ pub(super) fn parse_run(doc: Doc) -> DbResult<Run> {
     serde_json::from_value(Value::Object(doc)).map_err(|e| RunDbError::Corrupt(id, e.to_string()))
 }
 
-/// The patch that makes a journal entry: every run field but the task lists, plus the
-/// touched tasks as `"tasks.<i>"`.
+/// The patch that makes a journal entry: every run field but the task lists and the
+/// trajectory, plus the touched tasks as `"tasks.<i>"`. (The trajectory is written with the
+/// whole run by the write-behind: a crash loses at most its last second of samples.)
 fn patch_of(run: &mut Run, touched: &[usize]) -> DbResult<Doc> {
     let tasks = std::mem::take(&mut run.tasks);
     let bad = std::mem::take(&mut run.bad_tasks);
+    let trajectory = std::mem::take(&mut run.trajectory);
     let head = to_doc(&*run);
     run.tasks = tasks;
     run.bad_tasks = bad;
+    run.trajectory = trajectory;
     let mut patch = head?;
     patch.remove("tasks");
     patch.remove("bad_tasks");

@@ -431,6 +431,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         nps: 0.0,
         games_per_minute: 0.0,
         results: Stats::default(),
+        trajectory: Default::default(),
         args: RunArgs {
             base_tag: args.base_tag,
             new_tag: args.new_tag,

@@ -55,6 +55,7 @@ pub mod schedule;
 mod scheduler;
 pub mod sessions;
 mod tasks;
+pub mod trajectory;
 mod transitions;
 pub mod users;
 

@@ -262,6 +262,12 @@ pub struct Run {
     pub tasks: Vec<Task>,
     #[serde(default)]
     pub bad_tasks: Vec<Value>,
+    /// The sampled results against games played (shoal's own field, for the charts).
+    #[serde(
+        default,
+        skip_serializing_if = "super::trajectory::Trajectory::is_empty"
+    )]
+    pub trajectory: super::trajectory::Trajectory,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

@@ -123,6 +123,12 @@ impl RunDb {
                 tracing::error!(run = run_id, error = %e, "update_SPRT failed");
             }
         }
+        if !is_spsa {
+            // A comparison and at most one push into a bounded vector (rundb/trajectory.rs).
+            let llr = run.args.sprt.as_ref().map(|s| s.llr);
+            let results = run.results;
+            run.trajectory.record(&results, llr);
+        }
         let decided = run.results.games() >= run.args.num_games
             || run
                 .args

@@ -25,6 +25,8 @@
 //! - [`sprt_analytics`]: the `sprt` class and `SPRT_elo`.
 //! - [`sprt_state`]: the run's SPRT record, `SPRT(...)` and `update_SPRT`.
 //! - [`display`]: the run-page helpers `t_conf` and the pentanomial nElo summary.
+//! - [`raw`]: the numbers of the raw statistics page.
+//! - [`sprt_calc`]: the SPRT calculator (pass probability and expected length).
 
 pub mod brownian;
 pub mod display;
@@ -34,8 +36,10 @@ pub mod mle;
 pub mod normal;
 pub mod pdf;
 mod pyfloat;
+pub mod raw;
 pub mod roots;
 pub mod sprt_analytics;
+pub mod sprt_calc;
 pub mod sprt_state;
 
 pub use brownian::Brownian;

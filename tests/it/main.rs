@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_stats;
 mod browser_submit;
 mod core;
 mod fleet;
@@ -20,6 +21,7 @@ mod ui;
 mod ui_controls;
 mod ui_lists;
 mod ui_run;
+mod ui_stats;
 mod ui_submit;
 mod web;
 mod worker_api;

@@ -61,11 +61,12 @@ fn render_dates(v: &mut Value) {
     }
 }
 
-/// A run as the API shows it: tasks, bad_tasks and the SPSA history emptied.
+/// A run as the API shows it: tasks, bad_tasks and the SPSA history emptied, no trajectory.
 pub fn api_run(run: &Run) -> Value {
     let mut run = run.clone();
     run.tasks.clear();
     run.bad_tasks.clear();
+    run.trajectory = Default::default();
     if let Some(spsa) = run.args.spsa.as_mut() {
         spsa.param_history = Some(Vec::new());
     }

@@ -9,6 +9,7 @@
 //! (the event loop only parses forms and verifies the cookie's signature).
 
 pub mod accounts;
+pub mod charts;
 pub mod controls;
 pub mod dashboard;
 pub mod errors;
@@ -16,6 +17,7 @@ pub mod lists;
 pub mod results;
 pub mod run;
 pub mod session;
+pub mod stats;
 pub mod submit;
 
 use std::path::PathBuf;
@@ -67,6 +69,11 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
         .route("/tests/run", get(submit::form).post(submit::submit))
+        .route("/tests/stats/{id}", get(stats::stats_page))
+        .route("/tests/live_elo/{id}", get(stats::live_elo_page))
+        .route("/tests/live_elo_update/{id}", get(stats::live_elo_update))
+        .route("/tests/chart/{id}/{name}", get(stats::chart))
+        .route("/sprt_calc", get(stats::sprt_calc))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
