@@ -159,7 +159,14 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         },
     ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
-    let page_renders = Arc::new(Semaphore::new(config.page_renders()));
+    // Pages render on their own lane of lower-priority threads (offload::Lane).
+    let page_renders = Arc::new(
+        crate::offload::Lane::start("render", config.page_renders(), config.page_render_nice)
+            .map_err(|source| AppError::Io {
+                what: "cannot start the page-render threads".into(),
+                source,
+            })?,
+    );
     Ok(Arc::new(AppState {
         primary: config.is_primary(),
         request_cap: config
@@ -310,6 +317,7 @@ pub async fn serve(
     let db = state.rundb.clone();
     let closed = state.offload.run(move || db.close_store()).await;
     state.offload.close();
+    state.page_renders.close();
     match closed {
         Ok(Ok(())) => tracing::info!("shutdown: store closed; bye"),
         Ok(Err(e)) => {

@@ -47,6 +47,7 @@ pub const KEYS: &[&str] = &[
     "nn_url",
     "public_url",
     "page_render_concurrency",
+    "page_render_nice",
     "trusted_proxies",
     "dead_task_timeout_s",
     "scavenge_interval_s",
@@ -115,6 +116,8 @@ pub struct Config {
     pub public_url: Option<String>,
     /// Web pages rendered at once (0: one per CPU core); further page requests wait.
     pub page_render_concurrency: usize,
+    /// The nice value of the page-render threads (0–19; 0 keeps the default priority).
+    pub page_render_nice: i32,
     pub trusted_proxies: Vec<String>,
     dead_task_timeout_s: f64,
     scavenge_interval_s: f64,
@@ -157,6 +160,7 @@ impl Default for Config {
             nn_url: None,
             public_url: None,
             page_render_concurrency: 0,
+            page_render_nice: 10,
             trusted_proxies: Vec::new(),
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
@@ -439,6 +443,12 @@ impl Config {
             return Err(invalid(
                 "page_render_concurrency",
                 "must be at most 10000 (0: one per CPU core)",
+            ));
+        }
+        if !(0..=19).contains(&self.page_render_nice) {
+            return Err(invalid(
+                "page_render_nice",
+                "must be between 0 (the default priority) and 19 (the lowest)",
             ));
         }
         if let Some(path) = &self.books_file

@@ -221,10 +221,171 @@ impl Offload {
     }
 }
 
+/// One job of a [`Lane`].
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A lane of the offload pool with threads of its own, for work that must never take CPU from
+/// the event loop when both want it: page renders. Its threads run at a lower scheduling
+/// priority (a positive nice value, Linux), so under a CPU-bound page load the event loop
+/// (beats, updates, every acknowledgement) is served first and pages take what is left.
+/// Callers take one of `threads` turns (FIFO, waiting costs no thread) and hold it until the
+/// work returns, so at most `threads` jobs run and none queue inside the lane.
+#[derive(Debug)]
+pub struct Lane {
+    name: String,
+    turns: Arc<Semaphore>,
+    jobs: parking_lot::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    threads: usize,
+    nice: i32,
+}
+
+impl Lane {
+    /// Starts `threads` threads named `shoal-<name>-N`, each lowering its own priority to
+    /// `nice` (0 keeps the default; a refusal is logged once per thread and the thread runs
+    /// at the default priority).
+    pub fn start(name: &str, threads: usize, nice: i32) -> std::io::Result<Lane> {
+        let threads = threads.max(1);
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(parking_lot::Mutex::new(rx));
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("shoal-{name}-{i}"))
+                .spawn(move || {
+                    if nice != 0 {
+                        let tid = rustix::thread::gettid();
+                        if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+                            tracing::warn!(error = %e, nice, "could not lower a lane thread's priority");
+                        }
+                    }
+                    loop {
+                        let job = rx.lock().recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => break,
+                        }
+                    }
+                })?;
+        }
+        Ok(Lane {
+            name: name.to_string(),
+            turns: Arc::new(Semaphore::new(threads)),
+            jobs: parking_lot::Mutex::new(Some(tx)),
+            threads,
+            nice,
+        })
+    }
+
+    /// Runs `work` on one of the lane's threads once a turn is free. The caller's tracing span
+    /// is kept; a panic comes back as [`OffloadError::Panicked`]; a cancelled caller leaves
+    /// the queue, or, once its work started, lets it finish (the turn is held to the end).
+    pub async fn run<F, R>(&self, work: F) -> Result<R, OffloadError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let span = tracing::Span::current();
+        let turn = self
+            .turns
+            .clone()
+            .acquire_owned()
+            .instrument(span.clone())
+            .await
+            .map_err(|_| OffloadError::Closed)?;
+        let caller = POOL_CALLER
+            .try_with(|c| c.to_string())
+            .unwrap_or_else(|_| "background".to_string());
+        metrics::counter!("shoal_lane_runs_total", "lane" => self.name.clone(), "caller" => caller)
+            .increment(1);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _turn = turn;
+            let out =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| span.in_scope(work)));
+            let _ = tx.send(out);
+        });
+        {
+            let jobs = self.jobs.lock();
+            let sender = jobs.as_ref().ok_or(OffloadError::Closed)?;
+            sender.send(job).map_err(|_| OffloadError::Closed)?;
+        }
+        match rx.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(payload)) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".to_string());
+                metrics::counter!("shoal_pool_panics_total").increment(1);
+                tracing::error!(%message, "lane work panicked");
+                Err(OffloadError::Panicked(message))
+            }
+            Err(_) => Err(OffloadError::Cancelled),
+        }
+    }
+
+    /// The lane's threads (and turns).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The nice value its threads asked for.
+    pub fn nice(&self) -> i32 {
+        self.nice
+    }
+
+    /// Stops taking work: waiting callers get [`OffloadError::Closed`], running work finishes,
+    /// and the threads end once the queue is empty.
+    pub fn close(&self) {
+        self.turns.close();
+        self.jobs.lock().take();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lane_runs_work_on_its_own_threads_and_catches_panics() {
+        let lane = Lane::start("test", 2, 5).unwrap();
+        let name = lane
+            .run(|| std::thread::current().name().map(str::to_string))
+            .await
+            .unwrap();
+        assert!(name.unwrap().starts_with("shoal-test-"));
+        // Its threads run below the default priority (lowering one's own is always allowed).
+        let nice = lane
+            .run(|| rustix::process::getpriority_process(Some(rustix::thread::gettid())))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(nice, 5);
+        let e = lane.run(|| -> u32 { panic!("boom") }).await.unwrap_err();
+        assert!(matches!(e, OffloadError::Panicked(m) if m == "boom"));
+        // Two turns: a third caller waits until one returns; all finish.
+        let lane = Arc::new(lane);
+        let mut handles = Vec::new();
+        for i in 0..6u64 {
+            let lane = Arc::clone(&lane);
+            handles.push(tokio::spawn(async move {
+                lane.run(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    i
+                })
+                .await
+            }));
+        }
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await.unwrap().unwrap();
+        }
+        assert_eq!(sum, 15);
+        lane.close();
+        assert!(matches!(lane.run(|| 1).await, Err(OffloadError::Closed)));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn runs_work_and_returns_value() {

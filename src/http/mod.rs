@@ -59,7 +59,8 @@ pub struct AppState {
     pub pgn_uploads: Arc<Semaphore>,
     /// Turns for rendering web pages (`page_render_concurrency`): pages queue for these
     /// before taking a pool token, so a page storm cannot take every core.
-    pub page_renders: Arc<Semaphore>,
+    /// The page-render lane: its own low-priority threads, one turn per thread.
+    pub page_renders: Arc<crate::offload::Lane>,
     /// Key for signing cookies (loaded or generated at start).
     pub secret: Vec<u8>,
     /// Debug routes' bookkeeping.

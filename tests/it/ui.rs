@@ -115,10 +115,13 @@ async fn pages_carry_the_layout_security_headers_and_html_errors() {
     assert_eq!(status, 404);
     assert_eq!(json["detail"], "Not Found");
 
-    // Page bodies ran in the offload pool (the pool's caller label is the route).
+    // Page bodies ran on the offload module's render lane (the caller label is the route).
     assert!(
         server
-            .metric("shoal_pool_acquired_total", &[("caller", "/tests")])
+            .metric(
+                "shoal_lane_runs_total",
+                &[("lane", "render"), ("caller", "/tests")]
+            )
             .await
             >= 1.0
     );

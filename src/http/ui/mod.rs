@@ -317,15 +317,9 @@ async fn finish<J>(state: &AppState, keys: &CookieKeys, job: J) -> Response
 where
     J: FnOnce() -> (Option<(String, bool)>, Out) + Send + 'static,
 {
-    // A render turn first (waiting costs no token and no thread), held until the job ends.
-    let Ok(turn) = state.page_renders.clone().acquire_owned().await else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response();
-    };
-    let job = move || {
-        let _turn = turn;
-        job()
-    };
-    match state.offload.run(job).await {
+    // The render lane: a turn first (waiting costs no thread), then one of its low-priority
+    // threads, so pages never take CPU or pool tokens from the worker API.
+    match state.page_renders.run(job).await {
         Ok((cookie, out)) => respond(keys, cookie, out),
         Err(e) => unavailable(e),
     }
