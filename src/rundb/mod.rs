@@ -40,8 +40,10 @@
 mod actions;
 pub mod books;
 mod cache;
+mod contributors;
 mod control;
 mod cpu_hours;
+mod people;
 pub mod create;
 mod jobs;
 pub mod journal;
@@ -69,7 +71,9 @@ use crate::store::{Date, SharedStore, StoreError};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
+pub use contributors::ContributorRow;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
+pub use people::{ProfileChange, UserAction};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
 pub use scheduler::DUPLICATE_WINDOW;
@@ -159,6 +163,8 @@ pub struct RunDb {
     cpu_hours_pending: Mutex<HashMap<String, f64>>,
     /// Browser sessions (`sessions`).
     sessions: sessions::Sessions,
+    /// The contributors table (`contributors`), kept up to date as tasks end and runs start.
+    contributors: contributors::ContributorTable,
 }
 
 fn now() -> Date {
