@@ -89,7 +89,9 @@ fn day_of(d: &Date) -> String {
 }
 
 fn month_start() -> String {
-    day_of(&Date(chrono::Utc::now() - chrono::Duration::days(MONTH_DAYS)))
+    day_of(&Date(
+        chrono::Utc::now() - chrono::Duration::days(MONTH_DAYS),
+    ))
 }
 
 /// A finished task's games and CPU hours: games × game duration × threads.
@@ -99,7 +101,7 @@ fn task_totals(run: &Run, task_id: usize) -> Option<(u64, f64, Date)> {
     let hours = schedule::parse_tc(&run.args.tc).map_or(0.0, |tc| {
         games as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads) / 3600.0
     });
-    Some((games, hours.max(0.0), task.last_updated.clone()))
+    Some((games, hours.max(0.0), task.last_updated))
 }
 
 impl Table {
@@ -120,7 +122,10 @@ impl Table {
         if games == 0 {
             return;
         }
-        let Some(username) = run.tasks.get(task_id).map(|t| t.worker_info.username.clone())
+        let Some(username) = run
+            .tasks
+            .get(task_id)
+            .map(|t| t.worker_info.username.clone())
         else {
             return;
         };
@@ -307,7 +312,7 @@ impl RunDb {
                     games,
                     tests,
                     games_per_hour: t.games_per_hour.get(&c.username).copied().unwrap_or(0.0),
-                    last_updated: c.last_updated.clone(),
+                    last_updated: c.last_updated,
                 })
             })
             .collect())

@@ -37,13 +37,12 @@
 //! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
 //! request_task's path.
 
-mod actions;
+pub mod actions;
 pub mod books;
 mod cache;
 mod contributors;
 mod control;
 mod cpu_hours;
-mod people;
 pub mod create;
 mod jobs;
 pub mod journal;
@@ -51,6 +50,7 @@ mod lifecycle;
 pub mod model;
 pub mod nets;
 pub mod outcome;
+mod people;
 pub mod queries;
 mod recovery;
 pub mod schedule;
@@ -73,9 +73,9 @@ use cache::RunEntry;
 pub use cache::apply_patch;
 pub use contributors::ContributorRow;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
-pub use people::{ProfileChange, UserAction};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
+pub use people::{ProfileChange, UserAction};
 pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;
 pub use transitions::PurgeOutcome;

@@ -641,9 +641,10 @@ impl Users {
         {
             return Ok(n);
         }
-        let n = self
-            .store
-            .count(Collection::Users, &[Cond::Eq("pending".into(), Value::Bool(true))])?;
+        let n = self.store.count(
+            Collection::Users,
+            &[Cond::Eq("pending".into(), Value::Bool(true))],
+        )?;
         *self.pending.lock() = Some((Instant::now(), n));
         Ok(n)
     }
