@@ -18,6 +18,8 @@ mod tuning;
 mod ui;
 mod ui_controls;
 mod ui_lists;
+mod ui_record;
 mod ui_run;
+mod ui_users;
 mod web;
 mod worker_api;
