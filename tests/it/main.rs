@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_record;
 mod core;
 mod fleet;
 mod fuzz;

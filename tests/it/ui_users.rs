@@ -62,7 +62,7 @@ async fn try_login(server: &TestServer, user: &str, password: &str) -> Page {
 }
 
 /// Logs in, retrying while the server's two-second user cache may still hold the old state.
-async fn login_eventually(server: &TestServer, user: &str, password: &str) {
+pub async fn login_eventually(server: &TestServer, user: &str, password: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let page = try_login(server, user, password).await;
