@@ -20,7 +20,6 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::cache::parse_run;
 use super::model::Run;
 use super::schedule;
 use super::{DbResult, RunDb};
@@ -218,7 +217,13 @@ impl RunDb {
             )?;
             let n = docs.len() as u64;
             for doc in docs {
-                let Ok(run) = parse_run(doc) else { continue };
+                let run = match serde_json::from_value::<Run>(Value::Object(doc)) {
+                    Ok(run) => run,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "contributors: an unreadable run skipped");
+                        continue;
+                    }
+                };
                 runs += 1;
                 table.add_test(&run);
                 for (i, t) in run.tasks.iter().enumerate() {
@@ -320,10 +325,23 @@ impl RunDb {
 
     /// One user's all-time row, if they contributed.
     pub fn contributor(&self, username: &str) -> DbResult<Option<ContributorRow>> {
-        Ok(self
-            .contributors(false)?
-            .into_iter()
-            .find(|r| r.username == username))
+        let loaded = self.contributors.lock().loaded.is_some();
+        if !loaded || !self.cfg.primary {
+            // The same freshness rules as the list.
+            return Ok(self
+                .contributors(false)?
+                .into_iter()
+                .find(|r| r.username == username));
+        }
+        let t = self.contributors.lock();
+        Ok(t.rows.get(username).map(|c| ContributorRow {
+            username: c.username.clone(),
+            cpu_hours: c.cpu_hours,
+            games: c.games,
+            tests: c.tests,
+            games_per_hour: t.games_per_hour.get(username).copied().unwrap_or(0.0),
+            last_updated: c.last_updated,
+        }))
     }
 }
 

@@ -9,12 +9,14 @@
 //!   memory: worker -> task map, worker runs, blocked workers, per-IP counts), `tasks.rs` (the
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
-//!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read);
+//!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read),
+//!   `people.rs` (accounts: an approver's decisions, a user's profile change);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
-//! - `actions.rs` (the action log) and `cpu_hours.rs` (the CPU-hour ledger);
+//! - `actions.rs` (the action log), `cpu_hours.rs` (the CPU-hour ledger) and
+//!   `contributors.rs` (the contributors table, kept up to date as tasks end);
 //! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
