@@ -581,3 +581,34 @@ async fn a_profile_change_is_checked_then_saved_and_a_new_password_ends_other_se
     // Profile changes are not in the action log (as in Fishtest): only the CLI's block of dave.
     assert_eq!(stored_actions(&server, "block_user").len(), 1);
 }
+
+#[tokio::test]
+async fn wrong_old_passwords_on_the_profile_form_are_throttled_like_logins() {
+    let server = server_with_people().await;
+    let (mut alice, token) = session(&server, Some("alice")).await;
+    let before = stored_user(&server, "alice").expect("alice");
+    let mut throttled = None;
+    for i in 0..15 {
+        let page = alice
+            .post(
+                "/user",
+                &[
+                    ("user", "alice"),
+                    ("old_password", &format!("guess {i}")),
+                    ("password", STRONG),
+                    ("password2", STRONG),
+                    ("csrf_token", &token),
+                ],
+            )
+            .await;
+        if page.status == 429 {
+            assert!(!page.header("retry-after").is_empty());
+            throttled = Some(i);
+            break;
+        }
+        assert_eq!(page.status, 200);
+        assert!(page.body.contains("Invalid password!"));
+    }
+    assert!(throttled.is_some(), "never throttled");
+    assert_eq!(stored_user(&server, "alice").expect("alice"), before);
+}

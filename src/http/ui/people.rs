@@ -6,18 +6,21 @@
 //! Owns: the forms' fields (Fishtest's names: `user`, `email`, `old_password`, `password`,
 //! `password2`, `tests_repo`; `blocked`, `pending`), their validation and messages, and the
 //! pages. Every POST goes through [`page`], so the CSRF token is checked before anything else.
+//! The old password is checked through the login path (`http::auth`: the failed-login
+//! throttle, the credential cache), so the form is no unthrottled password oracle.
 //! A profile change is all or nothing (Fishtest's quirk of flashing "Password updated" and
 //! then discarding the change is not kept); a new password ends every session of the user and
 //! starts a fresh one for the browser that changed it.
 //! Must not: decide who may administer accounts (`RunDb::administer_user` does) or change a
 //! user other than through `RunDb`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -25,8 +28,10 @@ use serde::Deserialize;
 use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
 use super::lists::{PageLink, pager_pages};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
+use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
+use crate::http::auth::{self, Login};
+use crate::http::reply::ApiError;
 use crate::rundb::sessions::SessionState;
 use crate::rundb::users::{DEFAULT_MACHINE_LIMIT, User};
 use crate::rundb::{ProfileChange, RunDb, RunDbError, UserAction};
@@ -248,61 +253,72 @@ pub fn profile_change(user: &User, f: &ProfileForm) -> Result<ProfileChange, Str
     })
 }
 
-/// `POST /user`: the old password, then the changes, all or nothing.
+/// `POST /user`: the CSRF token, then the old password through the login path (the throttle
+/// and the credential cache, as `/login`), then the changes, all or nothing.
 pub async fn change_profile(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<ProfileForm>, FormRejection>,
 ) -> Response {
     let form = unform(form);
-    let token = form.csrf_token.clone();
-    page(
+    let input = Input::post(&state, &headers, form.csrf_token.clone());
+    let keys = input.keys.clone();
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) => ctx,
+        Err(answer) => return answer,
+    };
+    let Some(user) = ctx.user.clone() else {
+        return respond(&keys, ctx.set_cookie, to_login("/user"));
+    };
+    // Fishtest: without the hidden `user` field (or naming someone else) nothing happens.
+    if form.user.as_deref() != Some(user.username.as_str()) {
+        return respond(&keys, ctx.set_cookie, Out::Redirect("/user".into()));
+    }
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let verdict = auth::credentials(
         &state,
-        Input::post(&state, &headers, token),
-        move |db, ctx, _| {
-            let Some(user) = ctx.user.clone() else {
-                return to_login("/user");
-            };
-            // Fishtest: without the hidden `user` field (or naming someone else) nothing
-            // happens.
-            if form.user.as_deref() != Some(user.username.as_str()) {
-                return Out::Redirect("/user".into());
-            }
-            let refuse =
-                |ctx: &Ctx, text: String| profile_page(db, ctx, &user, vec![Flash::error(text)]);
-            match db.users.authenticate(&user.username, &form.old_password) {
-                Ok(_) => {}
-                Err(crate::rundb::users::UserError::Store(e)) => {
-                    tracing::error!(error = %e, "profile: password check failed");
-                    return errors::internal();
-                }
-                Err(_) => return refuse(ctx, "Invalid password!".into()),
-            }
-            let change = match profile_change(&user, &form) {
-                Ok(c) => c,
-                Err(text) => return refuse(ctx, text),
-            };
-            let new_password = change.new_password.is_some();
-            // The browser that changed the password keeps a session: a fresh one, with the
-            // lifetime of the one it had.
-            let remember = match db.session(&ctx.id) {
-                Ok(SessionState::Active(s)) => s.0.remember,
-                _ => false,
-            };
-            let saved = match db.change_profile(&user, change) {
-                Ok(saved) => saved,
-                Err(e) => return refusal(ctx, e),
-            };
-            if new_password {
-                if let Err(e) = ctx.login(db, saved, remember) {
-                    tracing::error!(error = %e, "profile: new session not started");
-                    return errors::internal();
-                }
-                return Out::Redirect("/user?done=password".into());
-            }
-            Out::Redirect("/user?done=saved".into())
-        },
+        Login::at(ip, user.username.clone(), form.old_password.clone()),
     )
+    .await;
+    continue_page(&state, keys, ctx, move |db, ctx, _| {
+        let refuse =
+            |ctx: &Ctx, text: String| profile_page(db, ctx, &user, vec![Flash::error(text)]);
+        match verdict {
+            Ok(_) => {}
+            Err(ApiError::Throttled { retry_after_s }) => {
+                return errors::throttled(ctx, retry_after_s);
+            }
+            Err(ApiError::Unauthorized(_)) => return refuse(ctx, "Invalid password!".into()),
+            Err(e) => {
+                tracing::error!(error = %e, "profile: password check failed");
+                return errors::internal();
+            }
+        }
+        let change = match profile_change(&user, &form) {
+            Ok(c) => c,
+            Err(text) => return refuse(ctx, text),
+        };
+        let new_password = change.new_password.is_some();
+        // The browser that changed the password keeps a session: a fresh one, with the
+        // lifetime of the one it had.
+        let remember = match db.session(&ctx.id) {
+            Ok(SessionState::Active(s)) => s.0.remember,
+            _ => false,
+        };
+        let saved = match db.change_profile(&user, change) {
+            Ok(saved) => saved,
+            Err(e) => return refusal(ctx, e),
+        };
+        if new_password {
+            if let Err(e) = ctx.login(db, saved, remember) {
+                tracing::error!(error = %e, "profile: new session not started");
+                return errors::internal();
+            }
+            return Out::Redirect("/user?done=password".into());
+        }
+        Out::Redirect("/user?done=saved".into())
+    })
     .await
 }
 
