@@ -424,3 +424,44 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     let rebuilt = contributor_cells(&page.body, "bob").expect("bob after the rebuild");
     assert_eq!(rebuilt[4..7], cells[4..7]);
 }
+
+#[tokio::test]
+async fn the_record_is_open_to_everyone_and_target_users_link_for_approvers_only() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "bob", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let (mut anon, _) = session(&server, None).await;
+    let (mut alice, _) = session(&server, Some("alice")).await;
+    let (mut boss, token) = session(&server, Some("boss")).await;
+    let page = boss
+        .post(
+            "/user/bob",
+            &[("user", "bob"), ("blocked", "1"), ("csrf_token", &token)],
+        )
+        .await;
+    assert_eq!(page.status, 302);
+    for path in [
+        "/actions",
+        "/contributors",
+        "/contributors/monthly",
+        "/user_management/pending_count",
+    ] {
+        for b in [&mut anon, &mut alice, &mut boss] {
+            let page = b.get(path).await;
+            assert_eq!(page.status, 200, "{path}");
+        }
+    }
+    let path = "/actions?action=block_user";
+    for b in [&mut anon, &mut alice] {
+        let page = b.get(path).await;
+        assert!(page.body.contains("<td>bob</td>"), "{}", page.body);
+        assert!(!page.body.contains("href=\"/user/bob\""));
+        assert!(
+            page.body.contains("href=\"/user/boss\""),
+            "the source links"
+        );
+    }
+    let page = boss.get(path).await;
+    assert!(page.body.contains("href=\"/user/bob\""), "{}", page.body);
+}

@@ -490,6 +490,8 @@ pub struct UserManagementPage {
     pub rows: Vec<UserRow>,
     pub empty: &'static str,
     pub pager: Vec<PageLink>,
+    /// "Show all (N users)" or "Show paginated", and its link.
+    pub view_toggle: (String, String),
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -682,6 +684,20 @@ fn user_management_page(
         "approvers" => "No approver users",
         _ => "No users",
     };
+    let view_toggle = if all {
+        (
+            "Show paginated".to_string(),
+            format!("/user_management?group={group}&q={}", encode(&text)),
+        )
+    } else {
+        (
+            format!("Show all ({total} users)"),
+            format!(
+                "/user_management?group={group}&q={}&view=all",
+                encode(&text)
+            ),
+        )
+    };
     let mut l = Layout::new(ctx, "Users");
     if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
         l = l.flash(Flash::info(text));
@@ -697,6 +713,7 @@ fn user_management_page(
             rows,
             empty,
             pager: pager(page, last, |p| base(p, sort, desc)),
+            view_toggle,
         },
     )
 }

@@ -379,6 +379,8 @@ pub struct ContributorsPage {
     pub rows: Vec<ContributorView>,
     pub approver: bool,
     pub pager: Vec<PageLink>,
+    /// "Show all (N contributors)" or "Show paginated", and its link.
+    pub view_toggle: (String, String),
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -528,6 +530,14 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
     };
     let mut page = page_number(q.page.as_deref()) as usize;
     let last = rows.len().div_ceil(size).max(1);
+    let view_toggle = if all {
+        ("Show paginated".to_string(), format!("{base}?sort={sort}"))
+    } else {
+        (
+            format!("Show all ({} contributors)", rows.len()),
+            format!("{base}?sort={sort}&view=all"),
+        )
+    };
     // "Go to username": an exact (case-insensitive) match, else the first containing it.
     if let Some(search) = q.search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         let needle = search.to_lowercase();
@@ -544,13 +554,11 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
             return render_contributors(
                 ctx,
                 l,
-                heading,
-                base,
+                (heading, base),
                 cards,
                 search,
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
+                (Vec::new(), Vec::new(), Vec::new()),
+                view_toggle,
             );
         };
         let target_page = at / size + 1;
@@ -602,27 +610,25 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
     render_contributors(
         ctx,
         l,
-        heading,
-        base,
+        (heading, base),
         cards,
         q.search.as_deref().unwrap_or_default(),
-        headers,
-        views,
-        pager,
+        (headers, views, pager),
+        view_toggle,
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The table's parts: its headers, rows and pager.
+type Table = (Vec<Header>, Vec<ContributorView>, Vec<PageLink>);
+
 fn render_contributors(
     ctx: &Ctx,
     l: Layout,
-    heading: &'static str,
-    base: &'static str,
+    (heading, base): (&'static str, &'static str),
     cards: Vec<(&'static str, String)>,
     search: &str,
-    headers: Vec<Header>,
-    rows: Vec<ContributorView>,
-    pager: Vec<PageLink>,
+    (headers, rows, pager): Table,
+    view_toggle: (String, String),
 ) -> Out {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let status = if rows.is_empty() && !search.is_empty() {
@@ -642,6 +648,7 @@ fn render_contributors(
             rows,
             approver,
             pager,
+            view_toggle,
         },
     )
 }
