@@ -1,7 +1,8 @@
 //! Browser test of the record and of user administration in real Chromium (helpers from
 //! `browser.rs`): an approver logs in, reads the action log (filtering it by event kind),
 //! follows the "Users (1)" link to the pending signup and accepts it; the accepted user can
-//! then log in, and the log shows the acceptance. Screenshots go to `target/screenshots/`.
+//! then log in, and the log shows the acceptance; then the contributors and the profile.
+//! Screenshots go to `target/screenshots/`.
 
 use fantoccini::Locator;
 
@@ -98,5 +99,15 @@ async fn an_approver_reads_the_action_log_and_accepts_a_pending_user() {
     let body = body_text(&c).await;
     assert!(body.contains("Showing 1 of 1"), "{body}");
     screenshot(&c, "actions_accept_user").await;
+    // The contributors (alice submitted a test) and the approver's own profile.
+    c.goto(&server.url("/contributors"))
+        .await
+        .expect("contributors");
+    let text = wait_for_answer(&c, "Tests submitted").await;
+    assert!(text.contains("alice"), "{text}");
+    screenshot(&c, "contributors").await;
+    c.goto(&server.url("/user")).await.expect("profile");
+    wait_for_answer(&c, "Machine Limit").await;
+    screenshot(&c, "profile").await;
     c.close().await.expect("close the browser");
 }

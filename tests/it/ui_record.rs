@@ -357,8 +357,15 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     let (mut boss, _) = session(&server, Some("boss")).await;
     let page = boss.get("/contributors").await;
     assert!(page.body.contains("href=\"/user/bob\""));
-    // bob's profile shows his CPU hours.
+    // bob's profile shows his CPU hours; "Jump to my rank" finds his row.
     let (mut bob, _) = session(&server, Some("bob")).await;
+    let page = bob.get("/contributors?findme=1").await;
+    assert_eq!(page.status, 302);
+    assert!(
+        page.location.contains("highlight=bob#me"),
+        "{}",
+        page.location
+    );
     let page = bob.get("/user").await;
     assert!(
         page.body.contains(&format!("CPU-Hours: {}", hours as u64)),

@@ -378,6 +378,8 @@ pub struct ContributorsPage {
     pub headers: Vec<Header>,
     pub rows: Vec<ContributorView>,
     pub approver: bool,
+    /// Logged in: the "Jump to my rank" link is shown.
+    pub logged_in: bool,
     pub pager: Vec<PageLink>,
     /// "Show all (N contributors)" or "Show paginated", and its link.
     pub view_toggle: (String, String),
@@ -397,6 +399,9 @@ pub struct ContributorsQuery {
     search: Option<String>,
     #[serde(default)]
     highlight: Option<String>,
+    /// `1`: go to the viewer's own row ("Jump to my rank").
+    #[serde(default)]
+    findme: Option<String>,
 }
 
 /// The sort keys with their label and whether they sort descending by default.
@@ -538,8 +543,11 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
             format!("{base}?sort={sort}&view=all"),
         )
     };
+    // "Jump to my rank": the viewer's own name, searched exactly.
+    let me = ctx.username().filter(|_| q.findme.as_deref() == Some("1"));
+    let search = me.or_else(|| q.search.clone());
     // "Go to username": an exact (case-insensitive) match, else the first containing it.
-    if let Some(search) = q.search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    if let Some(search) = search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         let needle = search.to_lowercase();
         let at = rows
             .iter()
@@ -647,6 +655,7 @@ fn render_contributors(
             headers,
             rows,
             approver,
+            logged_in: ctx.user.is_some(),
             pager,
             view_toggle,
         },
