@@ -205,17 +205,23 @@ impl RunDb {
     /// when they end), writes it and the marker. Start-up only.
     fn rebuild_contributors(&self) -> DbResult<()> {
         let mut table = Table::default();
-        let mut skip = 0;
+        let mut after: Option<String> = None;
         let mut runs = 0usize;
         loop {
-            let docs = self.store.find(
-                Collection::Runs,
-                &Query::new()
-                    .sort("_id", Order::Asc)
-                    .skip(skip)
-                    .limit(REBUILD_PAGE),
-            )?;
+            // Keyset paging (by `_id`), so each page costs the same however far in it is.
+            let mut q = Query::new().sort("_id", Order::Asc).limit(REBUILD_PAGE);
+            if let Some(last) = &after {
+                q = q.with(Cond::Gt("_id".into(), json!(last)));
+            }
+            let docs = self.store.find(Collection::Runs, &q)?;
             let n = docs.len() as u64;
+            if let Some(last) = docs
+                .last()
+                .and_then(|d| d.get("_id"))
+                .and_then(Value::as_str)
+            {
+                after = Some(last.to_string());
+            }
             for doc in docs {
                 let run = match serde_json::from_value::<Run>(Value::Object(doc)) {
                     Ok(run) => run,
@@ -232,10 +238,9 @@ impl RunDb {
                     }
                 }
             }
-            if n < REBUILD_PAGE {
+            if n < REBUILD_PAGE || after.is_none() {
                 break;
             }
-            skip = skip.saturating_add(n);
         }
         let docs: Vec<Doc> = table.rows.values().filter_map(to_doc).collect();
         self.store.put_many(Collection::Kvstore, &docs)?;
