@@ -32,7 +32,7 @@
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
 //! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
-//! `cpu_hours_pending`, `unfinished`, `last_sync`, the journal, the store; never two run locks
+//! `cpu_hours_pending`, `contributors`, `unfinished`, `last_sync`, the journal, the store; never two run locks
 //! at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock order",
 //! has every lock and the one start-up exception (`load_unfinished`). None is held across an
 //! `.await` (everything here is blocking code run in the offload pool).
