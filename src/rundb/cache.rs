@@ -216,8 +216,10 @@ impl RunDb {
     /// Returns how many runs were written.
     pub fn flush(&self, all: bool) -> DbResult<usize> {
         let hours = self.persist_cpu_hours();
+        let contributors = self.persist_contributors();
         let runs = self.flush_runs(all);
         hours?;
+        contributors?;
         runs
     }
 

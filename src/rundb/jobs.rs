@@ -90,6 +90,7 @@ impl RunDb {
     /// tasks, and Σ nps / 628,000 × 60 / game duration × (concurrency // threads).
     pub fn update_nps_gpm(&self) {
         let ids = self.unfinished.read().clone();
+        let mut per_user: HashMap<String, f64> = HashMap::new();
         for id in ids {
             let Some(entry) = self.cache.read().get(&id).cloned() else {
                 continue;
@@ -101,9 +102,13 @@ impl RunDb {
             for t in run.tasks.iter().filter(|t| t.active) {
                 let c = f64::from(t.worker_info.concurrency);
                 nps += c * t.worker_info.nps;
-                gpm += t.worker_info.nps / schedule::REFERENCE_NPS
+                let task_gpm = t.worker_info.nps / schedule::REFERENCE_NPS
                     * (60.0 / dur.max(1e-9))
                     * f64::from(t.worker_info.concurrency / threads);
+                gpm += task_gpm;
+                *per_user
+                    .entry(t.worker_info.username.clone())
+                    .or_insert(0.0) += task_gpm * 60.0;
             }
             if run.nps != nps || run.games_per_minute != gpm {
                 run.nps = nps;
@@ -111,6 +116,7 @@ impl RunDb {
                 entry.mark_dirty(Prio::Normal);
             }
         }
+        self.set_games_per_hour(per_user);
     }
 
     /// Checks every unfinished run's invariants; logs violations. Returns how many runs

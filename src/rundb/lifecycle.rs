@@ -51,6 +51,7 @@ impl RunDb {
         self.save_now(&entry, &run)?;
         self.cache.write().insert(id.clone(), entry);
         self.unfinished.write().push(id.clone());
+        self.add_test_submitted(&run);
         let f = run_fields(&run, Some(run.args.info.clone()));
         self.log_action("new_run", &user.username, f)?;
         Ok(id)

@@ -9,12 +9,14 @@
 //!   memory: worker -> task map, worker runs, blocked workers, per-IP counts), `tasks.rs` (the
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
-//!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read);
+//!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read),
+//!   `people.rs` (accounts: an approver's decisions, a user's profile change);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
-//! - `actions.rs` (the action log) and `cpu_hours.rs` (the CPU-hour ledger);
+//! - `actions.rs` (the action log), `cpu_hours.rs` (the CPU-hour ledger) and
+//!   `contributors.rs` (the contributors table, kept up to date as tasks end);
 //! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
@@ -30,16 +32,17 @@
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
 //! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
-//! `cpu_hours_pending`, `unfinished`, `last_sync`, the journal, the store; never two run locks
+//! `cpu_hours_pending`, `contributors`, `unfinished`, `last_sync`, the journal, the store; never two run locks
 //! at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock order",
 //! has every lock and the one start-up exception (`load_unfinished`). None is held across an
 //! `.await` (everything here is blocking code run in the offload pool).
 //! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
 //! request_task's path.
 
-mod actions;
+pub mod actions;
 pub mod books;
 mod cache;
+mod contributors;
 mod control;
 mod cpu_hours;
 pub mod create;
@@ -49,6 +52,7 @@ mod lifecycle;
 pub mod model;
 pub mod nets;
 pub mod outcome;
+mod people;
 pub mod queries;
 mod recovery;
 pub mod schedule;
@@ -70,10 +74,12 @@ use crate::store::{Date, SharedStore, StoreError};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
+pub use contributors::ContributorRow;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
+pub use people::{ProfileChange, UserAction};
 pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;
 pub use transitions::PurgeOutcome;
@@ -161,6 +167,8 @@ pub struct RunDb {
     cpu_hours_pending: Mutex<HashMap<String, f64>>,
     /// Browser sessions (`sessions`).
     sessions: sessions::Sessions,
+    /// The contributors table (`contributors`), kept up to date as tasks end and runs start.
+    contributors: contributors::ContributorTable,
 }
 
 fn now() -> Date {

@@ -83,10 +83,12 @@ impl RunDb {
             cpu_hours_lock: Mutex::new(()),
             cpu_hours_pending: Mutex::new(HashMap::new()),
             sessions: Default::default(),
+            contributors: Default::default(),
         };
         if db.cfg.primary {
             db.load_unfinished()?;
             db.refresh_blocked()?;
+            db.load_contributors()?;
         }
         Ok(db)
     }

@@ -84,6 +84,7 @@ impl RunDb {
             }
         }
         self.add_cpu_hours(run, task_id);
+        self.add_contribution(run, task_id);
     }
 
     /// Logs a crash_or_time action if the task's stats say so.

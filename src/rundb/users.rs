@@ -208,7 +208,12 @@ pub struct Users {
     unknown: Mutex<std::collections::VecDeque<(String, [u8; 32], Instant)>>,
     /// Slow (argon2) verifications run so far, for metrics and tests.
     slow_checks: std::sync::atomic::AtomicU64,
+    /// The number of pending accounts and when it was counted ([`PENDING_TTL`]).
+    pending: Mutex<Option<(Instant, u64)>>,
 }
+
+/// How long the count of pending accounts (the navigation's badge) is trusted.
+pub const PENDING_TTL: Duration = Duration::from_secs(1);
 
 impl Users {
     pub fn new(store: SharedStore) -> Self {
@@ -219,6 +224,7 @@ impl Users {
             verifying: Mutex::new(HashMap::new()),
             unknown: Mutex::new(std::collections::VecDeque::new()),
             slow_checks: std::sync::atomic::AtomicU64::new(0),
+            pending: Mutex::new(None),
         }
     }
 
@@ -512,6 +518,7 @@ impl Users {
         let doc = to_doc(user)?;
         self.store.put(Collection::Users, &doc)?;
         self.cache.lock().remove(&user.username);
+        *self.pending.lock() = None;
         Ok(())
     }
 
@@ -602,6 +609,7 @@ impl Users {
             extra: Default::default(),
         };
         self.store.insert(Collection::Users, to_doc(&user)?)?;
+        *self.pending.lock() = None;
         Ok(user)
     }
 
@@ -616,6 +624,29 @@ impl Users {
                     .map_err(|e| UserError::Invalid(format!("bad user document: {e}")))
             })
             .collect()
+    }
+
+    /// Deletes a user document (a rejected signup); `false` if there was none.
+    pub fn delete(&self, user: &User) -> Result<bool, UserError> {
+        let gone = self.store.delete(Collection::Users, &user.id)?;
+        self.cache.lock().remove(&user.username);
+        *self.pending.lock() = None;
+        Ok(gone)
+    }
+
+    /// How many accounts wait for approval (counted at most once per [`PENDING_TTL`]).
+    pub fn pending_count(&self) -> Result<u64, UserError> {
+        if let Some((at, n)) = *self.pending.lock()
+            && at.elapsed() < PENDING_TTL
+        {
+            return Ok(n);
+        }
+        let n = self.store.count(
+            Collection::Users,
+            &[Cond::Eq("pending".into(), Value::Bool(true))],
+        )?;
+        *self.pending.lock() = Some((Instant::now(), n));
+        Ok(n)
     }
 
     /// Drops every cached entry (after an administrative change).

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_record;
 mod browser_stats;
 mod browser_submit;
 mod core;
@@ -20,8 +21,10 @@ mod tuning;
 mod ui;
 mod ui_controls;
 mod ui_lists;
+mod ui_record;
 mod ui_run;
 mod ui_stats;
 mod ui_submit;
+mod ui_users;
 mod web;
 mod worker_api;

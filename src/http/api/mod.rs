@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::reply::ApiError;
 
+pub mod actions;
 pub mod call;
 pub mod files;
 pub mod public;
@@ -34,6 +35,7 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .merge(runs::router(state))
         .merge(public::router())
         .merge(files::router())
+        .merge(actions::router())
 }
 
 /// Routes that change runs or serve workers answer 503 `primary instance required` on a

@@ -56,7 +56,7 @@ pub struct NextQuery {
 }
 
 /// A body that is not a form is an empty form: its missing token refuses it (403).
-fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
+pub(super) fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
     form.map(|Form(f)| f).unwrap_or_default()
 }
 
@@ -257,17 +257,7 @@ pub fn signup_errors(f: &SignupForm) -> Vec<String> {
     } else if password.chars().count() > 72 {
         errors.push("Error! Password too long (max 72 characters)".into());
     } else {
-        let strength = zxcvbn::zxcvbn(password, &[username, email]);
-        if (strength.score() as u8) < 3 {
-            let mut text = String::from("Error! Weak password");
-            if let Some(fb) = strength.feedback() {
-                if let Some(s) = fb.suggestions().first() {
-                    text.push_str(&format!(": {s}"));
-                }
-                if let Some(w) = fb.warning() {
-                    text.push_str(&format!(" {w}"));
-                }
-            }
+        if let Some(text) = weak_password(password, &[username, email]) {
             errors.push(text);
         }
     }
@@ -291,8 +281,27 @@ pub fn signup_errors(f: &SignupForm) -> Vec<String> {
     errors
 }
 
+/// zxcvbn's verdict (score 3 or more passes; the user's own words are `inputs`): `None`, or
+/// Fishtest's "Error! Weak password: <suggestion> <warning>".
+pub(super) fn weak_password(password: &str, inputs: &[&str]) -> Option<String> {
+    let strength = zxcvbn::zxcvbn(password, inputs);
+    if (strength.score() as u8) >= 3 {
+        return None;
+    }
+    let mut text = String::from("Error! Weak password");
+    if let Some(fb) = strength.feedback() {
+        if let Some(s) = fb.suggestions().first() {
+            text.push_str(&format!(": {s}"));
+        }
+        if let Some(w) = fb.warning() {
+            text.push_str(&format!(" {w}"));
+        }
+    }
+    Some(text)
+}
+
 /// Email syntax only (shoal calls no outside service, so no deliverability check).
-fn check_email(email: &str) -> Result<(), &'static str> {
+pub(super) fn check_email(email: &str) -> Result<(), &'static str> {
     let Some((local, domain)) = email.split_once('@') else {
         return Err("The email address is not valid. It must have exactly one @-sign.");
     };
@@ -306,7 +315,7 @@ fn check_email(email: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn valid_tests_repo(repo: &str) -> bool {
+pub(super) fn valid_tests_repo(repo: &str) -> bool {
     let rest = repo
         .strip_prefix("https://github.com/")
         .or_else(|| repo.strip_prefix("https://www.github.com/"));

@@ -170,7 +170,7 @@ fn tabs(base: &str, current: Which) -> Vec<Tab> {
 /// The pages a pager shows: page 1 always, the last page, and either pages 2–4 (near the
 /// start), the last four (near the end) or the current page with its neighbours; `None` marks
 /// a gap.
-fn pager_pages(page: u64, last: u64) -> Vec<Option<u64>> {
+pub(super) fn pager_pages(page: u64, last: u64) -> Vec<Option<u64>> {
     let mut pages = vec![1, last];
     if page <= 3 {
         pages.extend(2..=4);

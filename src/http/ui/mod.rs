@@ -14,6 +14,8 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod people;
+pub mod record;
 pub mod results;
 pub mod run;
 pub mod session;
@@ -74,6 +76,19 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/live_elo_update/{id}", get(stats::live_elo_update))
         .route("/tests/chart/{id}/{name}", get(stats::chart))
         .route("/sprt_calc", get(stats::sprt_calc))
+        .route(
+            "/user",
+            get(people::own_profile).post(people::change_profile),
+        )
+        .route(
+            "/user/{name}",
+            get(people::user_page).post(people::user_action),
+        )
+        .route("/user_management", get(people::user_management))
+        .route("/user_management/pending_count", get(people::pending_count))
+        .route("/actions", get(record::actions))
+        .route("/contributors", get(record::contributors))
+        .route("/contributors/monthly", get(record::contributors_monthly))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
@@ -155,6 +170,8 @@ pub struct Layout {
     pub csrf: String,
     pub css: String,
     pub flashes: Vec<Flash>,
+    /// For an approver: accounts waiting for approval (shown in the navigation).
+    pub pending_users: Option<u64>,
 }
 
 impl Layout {
@@ -169,6 +186,7 @@ impl Layout {
             csrf: ctx.csrf.clone(),
             css: asset("style.css"),
             flashes: Vec::new(),
+            pending_users: ctx.pending_users,
         }
     }
 

@@ -102,6 +102,8 @@ pub struct Ctx {
     pub set_cookie: Option<(String, bool)>,
     /// The session was ended on this request (blocked user, changed password).
     pub ended: bool,
+    /// For an approver: how many accounts wait for approval (the navigation's badge).
+    pub pending_users: Option<u64>,
 }
 
 impl Ctx {
@@ -148,17 +150,24 @@ pub fn resolve(db: &RunDb, keys: &CookieKeys, id: Option<String>) -> DbResult<Ct
             id,
             user: None,
             ended: false,
+            pending_users: None,
         });
     };
     Ok(match db.session(&id)? {
         SessionState::Active(active) => {
             let (session, user) = *active;
+            let pending_users = if user.is_approver() {
+                Some(db.users.pending_count()?)
+            } else {
+                None
+            };
             Ctx {
                 id,
                 user: Some(user),
                 csrf: session.csrf,
                 set_cookie: None,
                 ended: false,
+                pending_users,
             }
         }
         state => {
@@ -170,6 +179,7 @@ pub fn resolve(db: &RunDb, keys: &CookieKeys, id: Option<String>) -> DbResult<Ct
                 id: new_id,
                 user: None,
                 ended,
+                pending_users: None,
             }
         }
     })

@@ -1,0 +1,57 @@
+//! `POST /api/actions`: the action log as JSON, for scripts and the site's notifications.
+//!
+//! Owns: the route and its reply: the body is a query in the subset of MongoDB operators that
+//! `rundb::actions::ActionFilter::from_mongo` accepts; the reply is a JSON array of at most
+//! [`API_ACTIONS_CAP`] actions, newest first, `_id` as a string, with CORS `*`. A query
+//! outside the subset answers `[]`, as Fishtest answers a bad query (the reason is logged at
+//! debug level); a body that is not JSON is a 400 like every API body.
+//! Must not: read the store outside the pool; let a client name arbitrary fields or operators.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::Value;
+
+use crate::http::AppState;
+use crate::http::extract::ApiJson;
+use crate::http::reply::ApiError;
+use crate::rundb::actions::ActionFilter;
+
+/// At most this many actions per reply (Fishtest's cap).
+pub const API_ACTIONS_CAP: u64 = 200;
+
+/// The route (any instance; anonymous).
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new().route("/api/actions", post(actions))
+}
+
+/// `POST /api/actions`.
+pub async fn actions(
+    State(state): State<Arc<AppState>>,
+    ApiJson(query): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let rows = match ActionFilter::from_mongo(&query) {
+        Ok(filter) => {
+            let db = state.rundb.clone();
+            state
+                .offload
+                .run(move || db.find_actions(&filter, 0, API_ACTIONS_CAP))
+                .await??
+        }
+        Err(reason) => {
+            tracing::debug!(%reason, "api/actions: query refused");
+            Vec::new()
+        }
+    };
+    let rows: Vec<Value> = rows.into_iter().map(Value::Object).collect();
+    let mut r = axum::Json(rows).into_response();
+    r.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    Ok(r)
+}

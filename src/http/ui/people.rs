@@ -1,0 +1,853 @@
+//! People: `GET/POST /user` (one's own profile), `GET/POST /user/{name}` (an approver's view
+//! of another account: accept or reject a pending signup, block or unblock),
+//! `GET /user_management` (pending, blocked, idle, approvers, all) and
+//! `GET /user_management/pending_count` (the navigation's "Users (N)" link, for anyone).
+//!
+//! Owns: the forms' fields (Fishtest's names: `user`, `email`, `old_password`, `password`,
+//! `password2`, `tests_repo`; `blocked`, `pending`), their validation and messages, and the
+//! pages. Every POST goes through [`page`], so the CSRF token is checked before anything else.
+//! The old password is checked through the login path (`http::auth`: the failed-login
+//! throttle, the credential cache), so the form is no unthrottled password oracle.
+//! A profile change is all or nothing (Fishtest's quirk of flashing "Password updated" and
+//! then discarding the change is not kept); a new password ends every session of the user and
+//! starts a fresh one for the browser that changed it.
+//! Must not: decide who may administer accounts (`RunDb::administer_user` does) or change a
+//! user other than through `RunDb`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use askama::Template;
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
+use super::lists::{PageLink, pager_pages};
+use super::session::Ctx;
+use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
+use crate::http::AppState;
+use crate::http::auth::{self, Login};
+use crate::http::reply::ApiError;
+use crate::rundb::sessions::SessionState;
+use crate::rundb::users::{DEFAULT_MACHINE_LIMIT, User};
+use crate::rundb::{ProfileChange, RunDb, RunDbError, UserAction};
+
+/// Rows per page of `/user_management`.
+pub const USERS_PAGE: usize = 25;
+/// `view=all` shows at most this many rows.
+pub const VIEW_ALL_MAX: usize = 5000;
+/// The message for a non-approver on another user's page.
+pub const MSG_CANNOT_INSPECT: &str = "You cannot inspect users";
+/// The message for a non-approver on `/user_management`.
+pub const MSG_CANNOT_MANAGE: &str = "You cannot view user management";
+
+/// What the profile and admin pages show of a user.
+pub struct UserView {
+    pub username: String,
+    pub registered: String,
+    pub groups: String,
+    pub machine_limit: u32,
+    pub cpu_hours: u64,
+    pub email: String,
+    pub tests_repo: String,
+    /// `owner/repo` of a GitHub tests repository, or empty.
+    pub repo_label: String,
+    pub pending: bool,
+    pub blocked: bool,
+}
+
+/// `owner/repo` of a `https://github.com/owner/repo` URL; empty for anything else.
+pub fn repo_label(url: &str) -> String {
+    let rest = url
+        .strip_prefix("https://github.com/")
+        .or_else(|| url.strip_prefix("https://www.github.com/"));
+    match rest {
+        Some(r) if valid_tests_repo(url) => r.trim_end_matches('/').to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Groups without their `group:` prefix, or "No group".
+pub fn groups_label(user: &User) -> String {
+    if user.groups.is_empty() {
+        return "No group".into();
+    }
+    user.groups
+        .iter()
+        .map(|g| g.strip_prefix("group:").unwrap_or(g))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn view_of(db: &RunDb, user: &User) -> Result<UserView, RunDbError> {
+    let cpu = db.contributor(&user.username)?.map_or(0.0, |c| c.cpu_hours);
+    Ok(UserView {
+        username: user.username.clone(),
+        registered: user
+            .registration_time
+            .0
+            .format("%B %-d, %Y, at %-I:%M %p (UTC)")
+            .to_string(),
+        groups: groups_label(user),
+        machine_limit: if user.machine_limit == 0 {
+            DEFAULT_MACHINE_LIMIT
+        } else {
+            user.machine_limit
+        },
+        cpu_hours: cpu.max(0.0) as u64,
+        email: user.email.clone(),
+        tests_repo: user.tests_repo.clone(),
+        repo_label: repo_label(&user.tests_repo),
+        pending: user.pending,
+        blocked: user.blocked,
+    })
+}
+
+#[derive(Template)]
+#[template(path = "profile.html")]
+pub struct ProfilePage {
+    pub l: Layout,
+    pub u: UserView,
+}
+
+#[derive(Template)]
+#[template(path = "user_admin.html")]
+pub struct UserAdminPage {
+    pub l: Layout,
+    pub u: UserView,
+}
+
+/// A store failure is a 500; everything else the domain says is a page with its message.
+fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
+    let (status, heading) = match &e {
+        RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
+        RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
+        RunDbError::NotFound(_) => return errors::missing(ctx),
+        RunDbError::NotPrimary => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
+        RunDbError::Store(_) | RunDbError::Corrupt(..) => {
+            tracing::error!(error = %e, "user page failed");
+            return errors::internal();
+        }
+    };
+    errors::refused(ctx, status, heading, &e.to_string())
+}
+
+/// The login wall: → `/login?next=<path>`.
+fn to_login(path: &str) -> Out {
+    Out::Redirect(format!("/login?next={}", encode(path)))
+}
+
+fn encode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[derive(Deserialize, Default)]
+pub struct DoneQuery {
+    #[serde(default)]
+    done: Option<String>,
+}
+
+/// The flash for `?done=<code>` after a change on these pages.
+fn done_message(code: &str, name: &str) -> Option<String> {
+    Some(match code {
+        "saved" => "Success! Profile saved".into(),
+        "password" => "Success! Password updated".into(),
+        "blocked" => format!("Blocked user {name}"),
+        "unblocked" => format!("Unblocked user {name}"),
+        "accepted" => format!("Accepted user {name}"),
+        "rejected" => "Rejected the signup: the account was deleted".into(),
+        _ => return None,
+    })
+}
+
+fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
+    match view_of(db, user) {
+        Ok(u) => {
+            let mut l = Layout::new(ctx, "Profile");
+            l.flashes = flashes;
+            Out::render(StatusCode::OK, &ProfilePage { l, u })
+        }
+        Err(e) => refusal(ctx, e),
+    }
+}
+
+/// `GET /user`: one's own profile (login-gated).
+pub async fn own_profile(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<DoneQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let Some(user) = ctx.user.clone() else {
+            return to_login("/user");
+        };
+        let flashes = q
+            .done
+            .as_deref()
+            .and_then(|c| done_message(c, &user.username))
+            .map(Flash::info)
+            .into_iter()
+            .collect();
+        profile_page(db, ctx, &user, flashes)
+    })
+    .await
+}
+
+#[derive(Deserialize, Default)]
+pub struct ProfileForm {
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    old_password: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    password2: String,
+    #[serde(default)]
+    tests_repo: String,
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// The profile form's checks, in Fishtest's order, stopping at the first failure; `Ok` is
+/// the change to save. The old password is checked by the caller first.
+pub fn profile_change(user: &User, f: &ProfileForm) -> Result<ProfileChange, String> {
+    let password = f.password.trim();
+    let email = f.email.trim();
+    let new_password = if password.is_empty() {
+        None
+    } else {
+        if password != f.password2.trim() {
+            return Err("Error! Matching verify password required".into());
+        }
+        if password.chars().count() > 72 {
+            return Err("Error! Password too long (max 72 characters)".into());
+        }
+        if let Some(weak) = weak_password(password, &[&user.username, &user.email, email]) {
+            return Err(weak);
+        }
+        Some(password.to_string())
+    };
+    let repo = f.tests_repo.trim();
+    if !repo.is_empty() && !valid_tests_repo(repo) {
+        return Err(format!(
+            "Error! Invalid test repo {repo}: expected https://github.com/<owner>/<repo>"
+        ));
+    }
+    let email = if email.is_empty() || email == user.email {
+        user.email.clone()
+    } else {
+        check_email(email).map_err(|reason| format!("Error! Invalid email: {reason}"))?;
+        email.to_string()
+    };
+    Ok(ProfileChange {
+        email,
+        tests_repo: repo.to_string(),
+        new_password,
+    })
+}
+
+/// `POST /user`: the CSRF token, then the old password through the login path (the throttle
+/// and the credential cache, as `/login`), then the changes, all or nothing.
+pub async fn change_profile(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<ProfileForm>, FormRejection>,
+) -> Response {
+    let form = unform(form);
+    let input = Input::post(&state, &headers, form.csrf_token.clone());
+    let keys = input.keys.clone();
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) => ctx,
+        Err(answer) => return answer,
+    };
+    let Some(user) = ctx.user.clone() else {
+        return respond(&keys, ctx.set_cookie, to_login("/user"));
+    };
+    // Fishtest: without the hidden `user` field (or naming someone else) nothing happens.
+    if form.user.as_deref() != Some(user.username.as_str()) {
+        return respond(&keys, ctx.set_cookie, Out::Redirect("/user".into()));
+    }
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let verdict = auth::credentials(
+        &state,
+        Login::at(ip, user.username.clone(), form.old_password.clone()),
+    )
+    .await;
+    continue_page(&state, keys, ctx, move |db, ctx, _| {
+        let refuse =
+            |ctx: &Ctx, text: String| profile_page(db, ctx, &user, vec![Flash::error(text)]);
+        match verdict {
+            Ok(_) => {}
+            Err(ApiError::Throttled { retry_after_s }) => {
+                return errors::throttled(ctx, retry_after_s);
+            }
+            Err(ApiError::Unauthorized(_)) => return refuse(ctx, "Invalid password!".into()),
+            Err(e) => {
+                tracing::error!(error = %e, "profile: password check failed");
+                return errors::internal();
+            }
+        }
+        let change = match profile_change(&user, &form) {
+            Ok(c) => c,
+            Err(text) => return refuse(ctx, text),
+        };
+        let new_password = change.new_password.is_some();
+        // The browser that changed the password keeps a session: a fresh one, with the
+        // lifetime of the one it had.
+        let remember = match db.session(&ctx.id) {
+            Ok(SessionState::Active(s)) => s.0.remember,
+            _ => false,
+        };
+        let saved = match db.change_profile(&user, change) {
+            Ok(saved) => saved,
+            Err(e) => return refusal(ctx, e),
+        };
+        if new_password {
+            if let Err(e) = ctx.login(db, saved, remember) {
+                tracing::error!(error = %e, "profile: new session not started");
+                return errors::internal();
+            }
+            return Out::Redirect("/user?done=password".into());
+        }
+        Out::Redirect("/user?done=saved".into())
+    })
+    .await
+}
+
+/// `GET /user/{name}`: an approver's view of an account; one's own name is the profile.
+pub async fn user_page(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<DoneQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let Some(me) = ctx.user.clone() else {
+            return to_login(&format!("/user/{name}"));
+        };
+        let flashes: Vec<Flash> = q
+            .done
+            .as_deref()
+            .and_then(|c| done_message(c, &name))
+            .map(Flash::info)
+            .into_iter()
+            .collect();
+        if me.username == name {
+            return profile_page(db, ctx, &me, flashes);
+        }
+        if !me.is_approver() {
+            return errors::refused(
+                ctx,
+                StatusCode::FORBIDDEN,
+                "Not allowed",
+                MSG_CANNOT_INSPECT,
+            );
+        }
+        let user = match db.users.load(&name) {
+            Ok(Some(u)) => u,
+            Ok(None) => return errors::missing(ctx),
+            Err(e) => return refusal(ctx, e.into()),
+        };
+        match view_of(db, &user) {
+            Ok(u) => {
+                let mut l = Layout::new(ctx, "User Management");
+                l.flashes = flashes;
+                Out::render(StatusCode::OK, &UserAdminPage { l, u })
+            }
+            Err(e) => refusal(ctx, e),
+        }
+    })
+    .await
+}
+
+#[derive(Deserialize, Default)]
+pub struct UserActionForm {
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    blocked: Option<String>,
+    #[serde(default)]
+    pending: Option<String>,
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// What a user-action form asks for, or why it is not understood.
+fn user_action_of(f: &UserActionForm, name: &str) -> Result<UserAction, String> {
+    if f.user.as_deref().is_some_and(|u| u != name) {
+        return Err(format!("The form names another user than {name}."));
+    }
+    if let Some(b) = f.blocked.as_deref() {
+        let b = b.trim();
+        if b.is_empty() || !b.bytes().all(|c| c.is_ascii_digit()) {
+            return Err("blocked must be 0 or 1.".into());
+        }
+        return Ok(if b.bytes().all(|c| c == b'0') {
+            UserAction::Unblock
+        } else {
+            UserAction::Block
+        });
+    }
+    match f.pending.as_deref() {
+        Some("0") => Ok(UserAction::Accept),
+        Some(_) => Ok(UserAction::Reject),
+        None => Err("Nothing to do: the form has neither blocked nor pending.".into()),
+    }
+}
+
+/// `POST /user/{name}`: block/unblock (`blocked`), accept (`pending=0`) or reject
+/// (`pending=1`), approvers only.
+pub async fn user_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    form: Result<Form<UserActionForm>, FormRejection>,
+) -> Response {
+    let form = unform(form);
+    let token = form.csrf_token.clone();
+    page(
+        &state,
+        Input::post(&state, &headers, token),
+        move |db, ctx, _| {
+            let Some(me) = ctx.user.clone() else {
+                return to_login(&format!("/user/{name}"));
+            };
+            if !me.is_approver() {
+                return errors::refused(
+                    ctx,
+                    StatusCode::FORBIDDEN,
+                    "Not allowed",
+                    MSG_CANNOT_INSPECT,
+                );
+            }
+            let action = match user_action_of(&form, &name) {
+                Ok(a) => a,
+                Err(text) => {
+                    return errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &text);
+                }
+            };
+            match db.administer_user(&me, &name, action) {
+                Ok(()) => {
+                    if action == UserAction::Block && me.username == name {
+                        // Blocking oneself ends one's own session.
+                        return Out::Redirect("/tests".into());
+                    }
+                    let code = match action {
+                        UserAction::Accept => "accepted",
+                        UserAction::Block => "blocked",
+                        UserAction::Unblock => "unblocked",
+                        UserAction::Reject => {
+                            return Out::Redirect("/user_management?done=rejected".into());
+                        }
+                    };
+                    Out::Redirect(format!("/user/{}?done={code}", encode(&name)))
+                }
+                Err(e) => refusal(ctx, e),
+            }
+        },
+    )
+    .await
+}
+
+/// One summary card (a link to its group).
+pub struct Card {
+    pub label: &'static str,
+    pub count: usize,
+    pub href: String,
+}
+
+/// One sortable column header.
+pub struct Header {
+    pub label: &'static str,
+    pub href: String,
+}
+
+/// One row of `/user_management`.
+pub struct UserRow {
+    pub username: String,
+    pub registered: String,
+    pub groups: String,
+    pub email: String,
+}
+
+#[derive(Template)]
+#[template(path = "user_management.html")]
+pub struct UserManagementPage {
+    pub l: Layout,
+    pub cards: Vec<Card>,
+    /// (name, selected)
+    pub groups: Vec<(&'static str, bool)>,
+    pub q: String,
+    pub headers: Vec<Header>,
+    pub rows: Vec<UserRow>,
+    pub empty: &'static str,
+    pub pager: Vec<PageLink>,
+    /// "Show all (N users)" or "Show paginated", and its link.
+    pub view_toggle: (String, String),
+}
+
+#[derive(Deserialize, Default, Clone)]
+pub struct UsersQuery {
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    q: Option<String>,
+    #[serde(default)]
+    sort: Option<String>,
+    #[serde(default)]
+    order: Option<String>,
+    #[serde(default)]
+    view: Option<String>,
+    #[serde(default)]
+    page: Option<String>,
+    #[serde(default)]
+    done: Option<String>,
+}
+
+const GROUPS: [&str; 5] = ["all", "pending", "blocked", "idle", "approvers"];
+
+/// A list page's pager: Prev · pages · Next; empty when there is one page.
+pub fn pager(page: u64, last: u64, href: impl Fn(u64) -> String) -> Vec<PageLink> {
+    if last <= 1 {
+        return Vec::new();
+    }
+    let link = |label: String, target: Option<u64>, current: bool| PageLink {
+        label,
+        href: target.map_or_else(String::new, &href),
+        current,
+    };
+    let mut out = vec![link("Prev".into(), (page > 1).then(|| page - 1), false)];
+    for p in pager_pages(page, last) {
+        out.push(match p {
+            Some(p) => link(p.to_string(), Some(p), p == page),
+            None => link("…".into(), None, false),
+        });
+    }
+    out.push(link("Next".into(), (page < last).then(|| page + 1), false));
+    out
+}
+
+/// `page`: 1-based; anything non-numeric is 1.
+pub fn page_number(page: Option<&str>) -> u64 {
+    page.and_then(|p| p.trim().parse::<u64>().ok())
+        .filter(|p| *p >= 1)
+        .unwrap_or(1)
+        .min(super::lists::MAX_PAGE)
+}
+
+/// `GET /user_management`: approvers only.
+pub async fn user_management(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<UsersQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let Some(me) = ctx.user.clone() else {
+            return to_login("/user_management");
+        };
+        if !me.is_approver() {
+            return errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", MSG_CANNOT_MANAGE);
+        }
+        let users = match db.users.list() {
+            Ok(u) => u,
+            Err(e) => return refusal(ctx, e.into()),
+        };
+        let contributors: std::collections::HashSet<String> = match db.contributors(false) {
+            Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
+            Err(e) => return refusal(ctx, e),
+        };
+        user_management_page(ctx, users, &contributors, q)
+    })
+    .await
+}
+
+fn user_management_page(
+    ctx: &Ctx,
+    users: Vec<User>,
+    contributors: &std::collections::HashSet<String>,
+    q: UsersQuery,
+) -> Out {
+    let group = q
+        .group
+        .as_deref()
+        .filter(|g| GROUPS.contains(g))
+        .unwrap_or("pending");
+    let in_group = |u: &User, g: &str| match g {
+        "pending" => u.pending,
+        "blocked" => u.blocked,
+        "idle" => !contributors.contains(&u.username),
+        "approvers" => u.is_approver(),
+        _ => true,
+    };
+    let text = q.q.clone().unwrap_or_default();
+    let needle = text.trim().to_lowercase();
+    let cards = [
+        ("All", "all"),
+        ("Pending", "pending"),
+        ("Blocked", "blocked"),
+        ("Idle", "idle"),
+        ("Approvers", "approvers"),
+    ]
+    .into_iter()
+    .map(|(label, g)| Card {
+        label,
+        count: users.iter().filter(|u| in_group(u, g)).count(),
+        href: format!("/user_management?group={g}"),
+    })
+    .collect();
+    let mut rows: Vec<&User> = users
+        .iter()
+        .filter(|u| in_group(u, group))
+        .filter(|u| needle.is_empty() || u.username.to_lowercase().contains(&needle))
+        .collect();
+    let sort = q
+        .sort
+        .as_deref()
+        .filter(|s| ["username", "registration", "groups", "email"].contains(s))
+        .unwrap_or("registration");
+    let default_desc = sort == "registration";
+    let desc = match q.order.as_deref() {
+        Some("asc") => false,
+        Some("desc") => true,
+        _ => default_desc,
+    };
+    rows.sort_by(|a, b| {
+        let o = match sort {
+            "username" => a.username.cmp(&b.username),
+            "groups" => groups_label(a).cmp(&groups_label(b)),
+            "email" => a.email.cmp(&b.email),
+            _ => a.registration_time.0.cmp(&b.registration_time.0),
+        };
+        let o = if desc { o.reverse() } else { o };
+        o.then_with(|| a.username.cmp(&b.username))
+    });
+    let all = q.view.as_deref() == Some("all");
+    let total = rows.len() as u64;
+    let size = if all { VIEW_ALL_MAX } else { USERS_PAGE } as u64;
+    let last = total.div_ceil(size).max(1);
+    let page = page_number(q.page.as_deref()).min(last);
+    let base = |p: u64, sort: &str, desc: bool| {
+        format!(
+            "/user_management?group={group}&q={}&sort={sort}&order={}&page={p}{}",
+            encode(&text),
+            if desc { "desc" } else { "asc" },
+            if all { "&view=all" } else { "" }
+        )
+    };
+    let skip = ((page - 1) * size) as usize;
+    let rows: Vec<UserRow> = rows
+        .into_iter()
+        .skip(skip)
+        .take(size as usize)
+        .map(|u| UserRow {
+            username: u.username.clone(),
+            registered: u
+                .registration_time
+                .0
+                .format("%y-%m-%d %H:%M:%S")
+                .to_string(),
+            groups: groups_label(u),
+            email: u.email.clone(),
+        })
+        .collect();
+    let headers = [
+        ("Username", "username"),
+        ("Registration Time", "registration"),
+        ("Groups", "groups"),
+        ("Email", "email"),
+    ]
+    .into_iter()
+    .map(|(label, key)| {
+        let next_desc = if key == sort {
+            !desc
+        } else {
+            key == "registration"
+        };
+        Header {
+            label,
+            href: base(1, key, next_desc),
+        }
+    })
+    .collect();
+    let empty = match group {
+        "pending" => "No pending users",
+        "blocked" => "No blocked users",
+        "idle" => "No idle users",
+        "approvers" => "No approver users",
+        _ => "No users",
+    };
+    let view_toggle = if all {
+        (
+            "Show paginated".to_string(),
+            format!("/user_management?group={group}&q={}", encode(&text)),
+        )
+    } else {
+        (
+            format!("Show all ({total} users)"),
+            format!(
+                "/user_management?group={group}&q={}&view=all",
+                encode(&text)
+            ),
+        )
+    };
+    let mut l = Layout::new(ctx, "Users");
+    if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
+        l = l.flash(Flash::info(text));
+    }
+    Out::render(
+        StatusCode::OK,
+        &UserManagementPage {
+            l,
+            cards,
+            groups: GROUPS.iter().map(|g| (*g, *g == group)).collect(),
+            q: text.clone(),
+            headers,
+            rows,
+            empty,
+            pager: pager(page, last, |p| base(p, sort, desc)),
+            view_toggle,
+        },
+    )
+}
+
+/// `GET /user_management/pending_count`: the navigation link alone, "Users" or
+/// "Users (N)" (anyone; the count is cached for a second).
+pub async fn pending_count(State(state): State<Arc<AppState>>) -> Response {
+    let db = state.rundb.clone();
+    match state.offload.run(move || db.users.pending_count()).await {
+        Ok(Ok(n)) => {
+            let html = if n > 0 {
+                format!("<a href=\"/user_management\" class=\"pending\">Users ({n})</a>")
+            } else {
+                "<a href=\"/user_management\">Users</a>".to_string()
+            };
+            let mut r = (StatusCode::OK, axum::response::Html(html)).into_response();
+            r.headers_mut().insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-cache, private"),
+            );
+            r
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "pending count failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error").into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "pending count not computed");
+            (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> User {
+        User {
+            id: "1".into(),
+            username: "bob".into(),
+            password: String::new(),
+            registration_time: crate::store::Date::now(),
+            pending: false,
+            blocked: false,
+            email: "bob@example.org".into(),
+            groups: vec![],
+            tests_repo: String::new(),
+            machine_limit: 16,
+            extra: Default::default(),
+        }
+    }
+
+    fn form(password: &str, password2: &str, email: &str, repo: &str) -> ProfileForm {
+        ProfileForm {
+            user: Some("bob".into()),
+            email: email.into(),
+            old_password: "x".into(),
+            password: password.into(),
+            password2: password2.into(),
+            tests_repo: repo.into(),
+            csrf_token: None,
+        }
+    }
+
+    #[test]
+    fn profile_checks_in_order() {
+        let u = user();
+        let ok = profile_change(&u, &form("", "", "bob@example.org", "")).expect("ok");
+        assert!(ok.new_password.is_none());
+        let strong = "violet otter juggles nine lamps";
+        let ok = profile_change(&u, &form(strong, strong, "new@example.org", "")).expect("ok");
+        assert_eq!(ok.new_password.as_deref(), Some(strong));
+        assert_eq!(ok.email, "new@example.org");
+        assert_eq!(
+            profile_change(&u, &form(strong, "other", "", "")).unwrap_err(),
+            "Error! Matching verify password required"
+        );
+        assert!(
+            profile_change(&u, &form("bob12345", "bob12345", "", ""))
+                .unwrap_err()
+                .starts_with("Error! Weak password")
+        );
+        assert!(
+            profile_change(&u, &form("", "", "", "https://gitlab.com/a/b"))
+                .unwrap_err()
+                .starts_with("Error! Invalid test repo")
+        );
+        assert!(
+            profile_change(&u, &form("", "", "not-an-email", ""))
+                .unwrap_err()
+                .starts_with("Error! Invalid email")
+        );
+    }
+
+    #[test]
+    fn user_actions() {
+        let f = |user: Option<&str>, blocked: Option<&str>, pending: Option<&str>| UserActionForm {
+            user: user.map(String::from),
+            blocked: blocked.map(String::from),
+            pending: pending.map(String::from),
+            csrf_token: None,
+        };
+        assert_eq!(
+            user_action_of(&f(Some("a"), Some("1"), None), "a"),
+            Ok(UserAction::Block)
+        );
+        assert_eq!(
+            user_action_of(&f(None, Some("0"), None), "a"),
+            Ok(UserAction::Unblock)
+        );
+        assert_eq!(
+            user_action_of(&f(None, None, Some("0")), "a"),
+            Ok(UserAction::Accept)
+        );
+        assert_eq!(
+            user_action_of(&f(None, None, Some("1")), "a"),
+            Ok(UserAction::Reject)
+        );
+        assert!(user_action_of(&f(Some("b"), Some("1"), None), "a").is_err());
+        assert!(user_action_of(&f(None, Some("yes"), None), "a").is_err());
+        assert!(user_action_of(&f(None, None, None), "a").is_err());
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(
+            repo_label("https://github.com/bob/Stockfish/"),
+            "bob/Stockfish"
+        );
+        assert_eq!(repo_label("https://evil.org/x"), "");
+        let mut u = user();
+        assert_eq!(groups_label(&u), "No group");
+        u.groups = vec!["group:approvers".into()];
+        assert_eq!(groups_label(&u), "approvers");
+    }
+}

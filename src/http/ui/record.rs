@@ -1,0 +1,734 @@
+//! The record: `GET /actions` (the action log with its filters: event kind `action`, `user`
+//! substring, `run_id`, `before`, `max_count`, and paging, 25 a page, newest first) and
+//! `GET /contributors`, `GET /contributors/monthly` (the contributors table: rank, CPU hours,
+//! games, games per hour, tests, repository; sortable, 100 a page, "go to username").
+//!
+//! Owns: the query parameters, their validation (a bad one is a 400 page that says which),
+//! and the rows as the pages show them.
+//! Must not: scan runs (the contributors come from `RunDb::contributors`, kept up to date as
+//! tasks end) or read the store outside [`page`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::lists::PageLink;
+use super::people::{Header, page_number, pager, repo_label};
+use super::session::Ctx;
+use super::{Flash, Input, Layout, Out, errors, page};
+use crate::http::AppState;
+use crate::rundb::actions::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS};
+use crate::rundb::{ContributorRow, RunDb};
+use crate::store::Doc;
+
+/// Actions per page.
+pub const ACTIONS_PAGE: u64 = 25;
+/// The most matching actions an anonymous visitor may page through.
+pub const ANON_MAX_COUNT: u64 = 5000;
+/// The default for a logged-in user (who may ask for more).
+pub const USER_MAX_COUNT: u64 = 50_000;
+/// Contributors per page.
+pub const CONTRIBUTORS_PAGE: usize = 100;
+/// `view=all` shows at most this many contributors.
+pub const CONTRIBUTORS_ALL: usize = 5000;
+/// The system's username in the action log.
+const SYSTEM_USER: &str = "fishtest.system";
+
+fn encode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// One row of the action log.
+pub struct ActionRow {
+    pub time: String,
+    pub permalink: String,
+    pub event: String,
+    pub source: String,
+    pub source_href: String,
+    pub target: String,
+    pub target_href: String,
+    pub comment: String,
+}
+
+#[derive(Template)]
+#[template(path = "actions.html")]
+pub struct ActionsPage {
+    pub l: Layout,
+    /// (kind, selected)
+    pub kinds: Vec<(&'static str, bool)>,
+    pub action: String,
+    pub user: String,
+    pub run_id: String,
+    pub count_line: String,
+    pub rows: Vec<ActionRow>,
+    pub pager: Vec<PageLink>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+pub struct ActionsQuery {
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    max_count: Option<String>,
+    #[serde(default)]
+    page: Option<String>,
+}
+
+/// The short worker name: the first three dash-separated parts of the long one.
+fn short_worker(worker: &str) -> String {
+    worker.split('-').take(3).collect::<Vec<_>>().join("-")
+}
+
+fn text(doc: &Doc, key: &str) -> String {
+    match doc.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// An action document as a row (target users link to their page for approvers only).
+fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
+    let time = doc.get("time").and_then(Value::as_f64).unwrap_or(0.0);
+    let when = chrono::DateTime::from_timestamp_micros((time * 1e6) as i64)
+        .map(|t| t.format("%y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+        .replace('-', "\u{2011}");
+    let mut permalink = format!("/actions?max_count=1&before={time}");
+    if let Some(a) = q.action.as_deref().filter(|a| !a.is_empty()) {
+        permalink.push_str(&format!("&action={}", encode(a)));
+    }
+    if let Some(r) = q.run_id.as_deref().filter(|r| !r.is_empty()) {
+        permalink.push_str(&format!("&run_id={}", encode(r)));
+    }
+    let event = text(doc, "action");
+    let username = text(doc, "username");
+    let worker = text(doc, "worker");
+    let (source, source_href) = if matches!(event.as_str(), "system_event" | "log_message") {
+        (
+            if worker.is_empty() {
+                username
+            } else {
+                worker.clone()
+            },
+            String::new(),
+        )
+    } else if !worker.is_empty() && event != "block_worker" {
+        let href = format!("/workers/{}", encode(&short_worker(&worker)));
+        (worker.clone(), href)
+    } else {
+        let href = format!("/user/{}", encode(&username));
+        (username, href)
+    };
+    let (nn, run, run_id, user) = (
+        text(doc, "nn"),
+        text(doc, "run"),
+        text(doc, "run_id"),
+        text(doc, "user"),
+    );
+    let task = text(doc, "task_id");
+    let (target, target_href) = if !nn.is_empty() {
+        let href = format!("/api/nn/{}", encode(&nn));
+        (nn, href)
+    } else if !run.is_empty() && !run_id.is_empty() {
+        if task.is_empty() {
+            (run, format!("/tests/view/{}", encode(&run_id)))
+        } else {
+            (
+                format!("{run}/{task}"),
+                format!("/tests/view/{}?show_task={task}", encode(&run_id)),
+            )
+        }
+    } else if !user.is_empty() && approver {
+        let href = format!("/user/{}", encode(&user));
+        (user, href)
+    } else if event == "block_worker" && !worker.is_empty() {
+        let href = format!("/workers/{}", encode(&short_worker(&worker)));
+        (worker, href)
+    } else {
+        (user, String::new())
+    };
+    ActionRow {
+        time: when,
+        permalink,
+        event,
+        source,
+        source_href,
+        target,
+        target_href,
+        comment: text(doc, "message"),
+    }
+}
+
+/// The filter the query asks for; `Err` says what is wrong; `Ok(None)` matches nothing (a
+/// `user` that names nobody).
+fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, String> {
+    let mut f = ActionFilter::all();
+    f = match q.action.as_deref().map(str::trim).unwrap_or_default() {
+        "" => {
+            let shown: Vec<&str> = ACTION_KINDS
+                .iter()
+                .copied()
+                .filter(|k| !HIDDEN_KINDS.contains(k))
+                .collect();
+            f.kinds(&shown)
+        }
+        "system_event" => f.kinds(&["system_event", "update_stats"]),
+        k if ACTION_KINDS.contains(&k) => f.kinds(&[k]),
+        k => return Err(format!("Unknown event kind {k:?}.")),
+    };
+    if let Some(run_id) = q.run_id.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+        if run_id.len() > 64 || !run_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(format!("Invalid run id {run_id:?}."));
+        }
+        f = f.run_id(run_id);
+    }
+    if let Some(before) = q.before.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
+        let t = before
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite())
+            .ok_or_else(|| format!("before must be a Unix time, not {before:?}."))?;
+        f = f.before(t);
+    }
+    if let Some(user) = q.user.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+        let needle = user.to_lowercase();
+        let mut names: Vec<String> = db
+            .users
+            .list()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|u| u.username)
+            .chain(std::iter::once(SYSTEM_USER.to_string()))
+            .filter(|n| n.to_lowercase().contains(&needle))
+            .collect();
+        if names.is_empty() {
+            return Ok(None);
+        }
+        names.truncate(crate::rundb::actions::MAX_IN);
+        f = f.usernames(names);
+    }
+    Ok(Some(f))
+}
+
+fn max_count(ctx: &Ctx, q: &ActionsQuery) -> Result<u64, String> {
+    let asked = match q
+        .max_count
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        None => None,
+        Some(m) => Some(
+            m.parse::<u64>()
+                .map_err(|_| format!("max_count must be a whole number, not {m:?}."))?,
+        ),
+    };
+    Ok(if ctx.user.is_some() {
+        asked.unwrap_or(USER_MAX_COUNT)
+    } else {
+        asked.unwrap_or(ANON_MAX_COUNT).min(ANON_MAX_COUNT)
+    })
+}
+
+fn actions_href(q: &ActionsQuery, page: u64) -> String {
+    let mut params = Vec::new();
+    for (k, v) in [
+        ("action", &q.action),
+        ("user", &q.user),
+        ("run_id", &q.run_id),
+        ("before", &q.before),
+        ("max_count", &q.max_count),
+    ] {
+        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+            params.push(format!("{k}={}", encode(v)));
+        }
+    }
+    if page > 1 {
+        params.push(format!("page={page}"));
+    }
+    if params.is_empty() {
+        "/actions".into()
+    } else {
+        format!("/actions?{}", params.join("&"))
+    }
+}
+
+fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
+    let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
+    let render = |status, count_line: String, rows, pager, flash: Option<String>| {
+        let mut l = Layout::new(ctx, "Events");
+        if let Some(f) = flash {
+            l = l.flash(Flash::error(f));
+        }
+        Out::render(
+            status,
+            &ActionsPage {
+                l,
+                kinds: ACTION_KINDS
+                    .iter()
+                    .map(|k| (*k, q.action.as_deref() == Some(*k)))
+                    .collect(),
+                action: q.action.clone().unwrap_or_default(),
+                user: q.user.clone().unwrap_or_default(),
+                run_id: q.run_id.clone().unwrap_or_default(),
+                count_line,
+                rows,
+                pager,
+            },
+        )
+    };
+    let bad = |text: String| {
+        render(
+            StatusCode::BAD_REQUEST,
+            String::new(),
+            Vec::new(),
+            Vec::new(),
+            Some(text),
+        )
+    };
+    let cap = match max_count(ctx, &q) {
+        Ok(c) => c,
+        Err(text) => return bad(text),
+    };
+    let filter = match action_filter(db, &q) {
+        Ok(f) => f,
+        Err(text) => return bad(text),
+    };
+    let total = match &filter {
+        Some(f) => match db.count_actions(f) {
+            Ok(n) => n.min(cap),
+            Err(e) => {
+                tracing::error!(error = %e, "actions: count failed");
+                return errors::internal();
+            }
+        },
+        None => 0,
+    };
+    let last = total.div_ceil(ACTIONS_PAGE).max(1);
+    let page = page_number(q.page.as_deref()).min(last);
+    let skip = (page - 1) * ACTIONS_PAGE;
+    let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
+    let docs = match &filter {
+        Some(f) if take > 0 => match db.find_actions(f, skip, take) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "actions: read failed");
+                return errors::internal();
+            }
+        },
+        _ => Vec::new(),
+    };
+    let rows: Vec<ActionRow> = docs.iter().map(|d| action_row(d, approver, &q)).collect();
+    let count_line = format!(
+        "Showing {} of {total} matching action{} on page {page} of {last}.",
+        rows.len(),
+        if total == 1 { "" } else { "s" }
+    );
+    let pager = pager(page, last, |p| actions_href(&q, p));
+    render(StatusCode::OK, count_line, rows, pager, None)
+}
+
+/// `GET /actions`: anyone.
+pub async fn actions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ActionsQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        actions_page(db, ctx, q)
+    })
+    .await
+}
+
+/// One contributor as the page shows them.
+pub struct ContributorView {
+    pub rank: usize,
+    pub username: String,
+    pub last_active: String,
+    pub games_per_hour: u64,
+    pub cpu_hours: u64,
+    pub games: u64,
+    pub tests: u64,
+    pub tests_repo: String,
+    pub repo_label: String,
+    pub highlight: bool,
+}
+
+#[derive(Template)]
+#[template(path = "contributors.html")]
+pub struct ContributorsPage {
+    pub l: Layout,
+    pub heading: &'static str,
+    pub base: &'static str,
+    pub cards: Vec<(&'static str, String)>,
+    pub search: String,
+    pub headers: Vec<Header>,
+    pub rows: Vec<ContributorView>,
+    pub approver: bool,
+    /// Logged in: the "Jump to my rank" link is shown.
+    pub logged_in: bool,
+    pub pager: Vec<PageLink>,
+    /// "Show all (N contributors)" or "Show paginated", and its link.
+    pub view_toggle: (String, String),
+}
+
+#[derive(Deserialize, Default, Clone)]
+pub struct ContributorsQuery {
+    #[serde(default)]
+    sort: Option<String>,
+    #[serde(default)]
+    order: Option<String>,
+    #[serde(default)]
+    view: Option<String>,
+    #[serde(default)]
+    page: Option<String>,
+    #[serde(default)]
+    search: Option<String>,
+    #[serde(default)]
+    highlight: Option<String>,
+    /// `1`: go to the viewer's own row ("Jump to my rank").
+    #[serde(default)]
+    findme: Option<String>,
+}
+
+/// The sort keys with their label and whether they sort descending by default.
+const COLUMNS: [(&str, &str, bool); 7] = [
+    ("username", "Username", false),
+    ("last_updated", "Last active", true),
+    ("games_per_hour", "Games/Hour", true),
+    ("cpu_hours", "CPU Hours", true),
+    ("games", "Games played", true),
+    ("tests", "Tests submitted", true),
+    ("tests_repo", "Tests repository", false),
+];
+
+/// "N units ago" for a past time.
+fn time_ago(t: Option<&crate::store::Date>) -> String {
+    let Some(t) = t else {
+        return "Never".into();
+    };
+    let s = (chrono::Utc::now() - t.0).num_seconds().max(0);
+    let (n, unit) = match s {
+        0..60 => (s, "second"),
+        60..3600 => (s / 60, "minute"),
+        3600..86_400 => (s / 3600, "hour"),
+        _ => (s / 86_400, "day"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
+fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Out {
+    let (heading, base) = if monthly {
+        ("Contributors - Top Month", "/contributors/monthly")
+    } else {
+        ("Contributors", "/contributors")
+    };
+    let rows = match db.contributors(monthly) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "contributors failed");
+            return errors::internal();
+        }
+    };
+    let repos: HashMap<String, String> = match db.users.list() {
+        Ok(users) => users
+            .into_iter()
+            .map(|u| (u.username, u.tests_repo))
+            .collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "contributors: users failed");
+            return errors::internal();
+        }
+    };
+    let cpu_total: f64 = rows.iter().map(|r| r.cpu_hours).sum();
+    let cards = vec![
+        (
+            "Testers",
+            rows.iter()
+                .filter(|r| r.last_updated.is_some())
+                .count()
+                .to_string(),
+        ),
+        (
+            "Developers",
+            rows.iter().filter(|r| r.tests > 0).count().to_string(),
+        ),
+        (
+            "Active testers",
+            rows.iter()
+                .filter(|r| r.games_per_hour > 0.0)
+                .count()
+                .to_string(),
+        ),
+        ("CPU years", format!("{:.2}", cpu_total / 8760.0)),
+        (
+            "Games played",
+            rows.iter().map(|r| r.games).sum::<u64>().to_string(),
+        ),
+        (
+            "Tests submitted",
+            rows.iter().map(|r| r.tests).sum::<u64>().to_string(),
+        ),
+    ];
+    let (sort, default_desc) = COLUMNS
+        .iter()
+        .find(|c| Some(c.0) == q.sort.as_deref())
+        .map_or(("cpu_hours", true), |c| (c.0, c.2));
+    let desc = match q.order.as_deref() {
+        Some("asc") => false,
+        Some("desc") => true,
+        _ => default_desc,
+    };
+    let repo = |r: &ContributorRow| repos.get(&r.username).cloned().unwrap_or_default();
+    let mut rows = rows;
+    rows.sort_by(|a, b| {
+        let o = match sort {
+            "username" => a.username.to_lowercase().cmp(&b.username.to_lowercase()),
+            "last_updated" => a
+                .last_updated
+                .as_ref()
+                .map(|d| d.0)
+                .cmp(&b.last_updated.as_ref().map(|d| d.0)),
+            "games_per_hour" => a.games_per_hour.total_cmp(&b.games_per_hour),
+            "games" => a.games.cmp(&b.games),
+            "tests" => a.tests.cmp(&b.tests),
+            "tests_repo" => repo(a).cmp(&repo(b)),
+            _ => a.cpu_hours.total_cmp(&b.cpu_hours),
+        };
+        let o = if desc { o.reverse() } else { o };
+        o.then_with(|| a.username.cmp(&b.username))
+    });
+    let all = q.view.as_deref() == Some("all");
+    let size = if all {
+        CONTRIBUTORS_ALL
+    } else {
+        CONTRIBUTORS_PAGE
+    };
+    let href = |page: usize, highlight: Option<&str>| {
+        let mut h = format!(
+            "{base}?sort={sort}&order={}",
+            if desc { "desc" } else { "asc" }
+        );
+        if all {
+            h.push_str("&view=all");
+        }
+        if page > 1 {
+            h.push_str(&format!("&page={page}"));
+        }
+        if let Some(name) = highlight {
+            h.push_str(&format!("&highlight={}#me", encode(name)));
+        }
+        h
+    };
+    let mut page = page_number(q.page.as_deref()) as usize;
+    let last = rows.len().div_ceil(size).max(1);
+    let view_toggle = if all {
+        ("Show paginated".to_string(), format!("{base}?sort={sort}"))
+    } else {
+        (
+            format!("Show all ({} contributors)", rows.len()),
+            format!("{base}?sort={sort}&view=all"),
+        )
+    };
+    // "Jump to my rank": the viewer's own name, searched exactly.
+    let me = ctx.username().filter(|_| q.findme.as_deref() == Some("1"));
+    let search = me.or_else(|| q.search.clone());
+    // "Go to username": an exact (case-insensitive) match, else the first containing it.
+    if let Some(search) = search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        let needle = search.to_lowercase();
+        let at = rows
+            .iter()
+            .position(|r| r.username.to_lowercase() == needle)
+            .or_else(|| {
+                rows.iter()
+                    .position(|r| r.username.to_lowercase().contains(&needle))
+            });
+        let Some(at) = at else {
+            let mut l = Layout::new(ctx, heading);
+            l = l.flash(Flash::error(format!("No contributor matches {search:?}.")));
+            return render_contributors(
+                ctx,
+                l,
+                (heading, base),
+                cards,
+                search,
+                (Vec::new(), Vec::new(), Vec::new()),
+                view_toggle,
+            );
+        };
+        let target_page = at / size + 1;
+        let name = rows[at].username.clone();
+        if target_page != page || q.highlight.as_deref() != Some(name.as_str()) {
+            return Out::Redirect(href(target_page, Some(&name)));
+        }
+    }
+    page = page.min(last);
+    let headers = COLUMNS
+        .iter()
+        .map(|(key, label, d)| {
+            let next_desc = if *key == sort { !desc } else { *d };
+            Header {
+                label,
+                href: format!(
+                    "{base}?sort={key}&order={}{}",
+                    if next_desc { "desc" } else { "asc" },
+                    if all { "&view=all" } else { "" }
+                ),
+            }
+        })
+        .collect();
+    let highlight = q.highlight.clone().unwrap_or_default();
+    let skip = (page - 1) * size;
+    let views: Vec<ContributorView> = rows
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .take(size)
+        .map(|(i, r)| {
+            let tests_repo = repo(r);
+            ContributorView {
+                rank: i + 1,
+                username: r.username.clone(),
+                last_active: time_ago(r.last_updated.as_ref()),
+                games_per_hour: r.games_per_hour.max(0.0) as u64,
+                cpu_hours: r.cpu_hours.max(0.0) as u64,
+                games: r.games,
+                tests: r.tests,
+                repo_label: repo_label(&tests_repo),
+                tests_repo,
+                highlight: !highlight.is_empty() && r.username == highlight,
+            }
+        })
+        .collect();
+    let pager = pager(page as u64, last as u64, |p| href(p as usize, None));
+    let l = Layout::new(ctx, heading);
+    render_contributors(
+        ctx,
+        l,
+        (heading, base),
+        cards,
+        q.search.as_deref().unwrap_or_default(),
+        (headers, views, pager),
+        view_toggle,
+    )
+}
+
+/// The table's parts: its headers, rows and pager.
+type Table = (Vec<Header>, Vec<ContributorView>, Vec<PageLink>);
+
+fn render_contributors(
+    ctx: &Ctx,
+    l: Layout,
+    (heading, base): (&'static str, &'static str),
+    cards: Vec<(&'static str, String)>,
+    search: &str,
+    (headers, rows, pager): Table,
+    view_toggle: (String, String),
+) -> Out {
+    let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
+    let status = if rows.is_empty() && !search.is_empty() {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::OK
+    };
+    Out::render(
+        status,
+        &ContributorsPage {
+            l,
+            heading,
+            base,
+            cards,
+            search: search.to_string(),
+            headers,
+            rows,
+            approver,
+            logged_in: ctx.user.is_some(),
+            pager,
+            view_toggle,
+        },
+    )
+}
+
+/// `GET /contributors`: all time.
+pub async fn contributors(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ContributorsQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        contributors_page(db, ctx, q, false)
+    })
+    .await
+}
+
+/// `GET /contributors/monthly`: runs started in the last 30 days.
+pub async fn contributors_monthly(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ContributorsQuery>,
+) -> Response {
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        contributors_page(db, ctx, q, true)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_short_names_and_ages() {
+        assert_eq!(
+            short_worker("alice-4cores-1a2b3c4d-5e6f"),
+            "alice-4cores-1a2b3c4d"
+        );
+        assert_eq!(time_ago(None), "Never");
+        let hour_ago = crate::store::Date(chrono::Utc::now() - chrono::Duration::seconds(3700));
+        assert_eq!(time_ago(Some(&hour_ago)), "1 hour ago");
+    }
+
+    #[test]
+    fn action_rows_link_runs_and_workers() {
+        let doc: Doc = serde_json::from_value(serde_json::json!({
+            "action": "failed_task", "username": "alice", "worker": "alice-4cores-1a2b-5e6f",
+            "run_id": "abc", "run": "patch-1234567", "task_id": 3, "message": "crash",
+            "time": 1_700_000_000.5,
+        }))
+        .expect("doc");
+        let row = action_row(&doc, false, &ActionsQuery::default());
+        assert_eq!(row.source_href, "/workers/alice-4cores-1a2b");
+        assert_eq!(row.target, "patch-1234567/3");
+        assert_eq!(row.target_href, "/tests/view/abc?show_task=3");
+        assert!(
+            row.permalink
+                .starts_with("/actions?max_count=1&before=1700000000.5")
+        );
+        let block: Doc = serde_json::from_value(serde_json::json!({
+            "action": "block_user", "username": "boss", "user": "carol", "message": "blocked",
+            "time": 1.0,
+        }))
+        .expect("doc");
+        assert_eq!(
+            action_row(&block, true, &ActionsQuery::default()).target_href,
+            "/user/carol"
+        );
+        assert_eq!(
+            action_row(&block, false, &ActionsQuery::default()).target_href,
+            ""
+        );
+    }
+}

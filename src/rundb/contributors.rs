@@ -1,0 +1,386 @@
+//! The contributors table: per user, the CPU hours and games their workers contributed, the
+//! tests they submitted and when they last contributed — all time, and per day of the runs'
+//! start so that the last 30 days ("top month") are a sum of a few buckets.
+//!
+//! Maintained incrementally, never by scanning runs on a view: a task set inactive adds its
+//! games and hours (under its run's lock: memory only), a run created adds a test; the
+//! write-behind ([`RunDb::persist_contributors`]) writes each changed user's document to
+//! `kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
+//! start; when the marker `contributors:built` is missing (a store from before this table)
+//! it rebuilds them from the stored runs once, then writes the marker. A secondary reads the
+//! documents again when its copy is older than [`SECONDARY_RELOAD`]. Games per hour come from
+//! the active tasks, recomputed by the `update_nps_gpm` job.
+//! Must not: call any other layer of `rundb` (it is below the cache); write the store under a
+//! run's lock; scan runs anywhere but the one-time rebuild at start-up.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::model::Run;
+use super::schedule;
+use super::{DbResult, RunDb};
+use crate::store::{Collection, Cond, Date, Doc, Order, Query};
+
+/// The `kind` and `_id` prefix of the stored documents.
+const KIND: &str = "contributor";
+/// Written once the table has been built from the stored runs.
+const MARKER: &str = "contributors:built";
+/// "Top month": runs started within this many days.
+pub const MONTH_DAYS: i64 = 30;
+/// A secondary re-reads the stored table when its copy is older than this.
+pub const SECONDARY_RELOAD: Duration = Duration::from_secs(60);
+/// Runs read per page by the one-time rebuild.
+const REBUILD_PAGE: u64 = 500;
+
+/// One day's contribution (by the start day of the runs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DayTotals {
+    pub cpu_hours: f64,
+    pub games: u64,
+    pub tests: u64,
+}
+
+/// One user's stored row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Contributor {
+    pub username: String,
+    pub cpu_hours: f64,
+    pub games: u64,
+    pub tests: u64,
+    /// The end of their newest finished task.
+    pub last_updated: Option<Date>,
+    /// `YYYY-MM-DD` (a run's start day) → that day's totals, the last [`MONTH_DAYS`] + 1.
+    #[serde(default)]
+    pub days: BTreeMap<String, DayTotals>,
+}
+
+/// A row as the contributors pages show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContributorRow {
+    pub username: String,
+    pub cpu_hours: f64,
+    pub games: u64,
+    pub tests: u64,
+    pub games_per_hour: f64,
+    pub last_updated: Option<Date>,
+}
+
+/// The in-memory table.
+#[derive(Default)]
+pub(super) struct Table {
+    /// When the stored documents were last read; `None` before the first read.
+    loaded: Option<Instant>,
+    rows: HashMap<String, Contributor>,
+    /// Users whose document must be written.
+    dirty: HashSet<String>,
+    /// Games per hour of each user's active machines.
+    games_per_hour: HashMap<String, f64>,
+}
+
+pub(super) type ContributorTable = Mutex<Table>;
+
+fn day_of(d: &Date) -> String {
+    d.0.format("%Y-%m-%d").to_string()
+}
+
+fn month_start() -> String {
+    day_of(&Date(
+        chrono::Utc::now() - chrono::Duration::days(MONTH_DAYS),
+    ))
+}
+
+/// A finished task's games and CPU hours: games × game duration × threads.
+fn task_totals(run: &Run, task_id: usize) -> Option<(u64, f64, Date)> {
+    let task = run.tasks.get(task_id)?;
+    let games = task.stats.games();
+    let hours = schedule::parse_tc(&run.args.tc).map_or(0.0, |tc| {
+        games as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads) / 3600.0
+    });
+    Some((games, hours.max(0.0), task.last_updated))
+}
+
+impl Table {
+    fn row(&mut self, username: &str) -> &mut Contributor {
+        self.dirty.insert(username.to_string());
+        self.rows
+            .entry(username.to_string())
+            .or_insert_with(|| Contributor {
+                username: username.to_string(),
+                ..Contributor::default()
+            })
+    }
+
+    fn add_task(&mut self, run: &Run, task_id: usize) {
+        let Some((games, hours, at)) = task_totals(run, task_id) else {
+            return;
+        };
+        if games == 0 {
+            return;
+        }
+        let Some(username) = run
+            .tasks
+            .get(task_id)
+            .map(|t| t.worker_info.username.clone())
+        else {
+            return;
+        };
+        let day = day_of(&run.start_time);
+        let row = self.row(&username);
+        row.cpu_hours += hours;
+        row.games = row.games.saturating_add(games);
+        if row.last_updated.as_ref().is_none_or(|l| l.0 < at.0) {
+            row.last_updated = Some(at);
+        }
+        let d = row.days.entry(day).or_default();
+        d.cpu_hours += hours;
+        d.games = d.games.saturating_add(games);
+    }
+
+    fn add_test(&mut self, run: &Run) {
+        let day = day_of(&run.start_time);
+        let row = self.row(&run.args.username);
+        row.tests = row.tests.saturating_add(1);
+        let d = row.days.entry(day).or_default();
+        d.tests = d.tests.saturating_add(1);
+    }
+}
+
+fn to_doc(c: &Contributor) -> Option<Doc> {
+    let mut doc = match serde_json::to_value(c) {
+        Ok(Value::Object(m)) => m,
+        _ => return None,
+    };
+    doc.insert("_id".into(), json!(format!("{KIND}:{}", c.username)));
+    doc.insert("kind".into(), json!(KIND));
+    Some(doc)
+}
+
+impl RunDb {
+    /// Adds a task just set inactive to its user's row (called under the run's lock: memory
+    /// only).
+    pub(super) fn add_contribution(&self, run: &Run, task_id: usize) {
+        self.contributors.lock().add_task(run, task_id);
+    }
+
+    /// Counts a new run as a test submitted by its user.
+    pub(super) fn add_test_submitted(&self, run: &Run) {
+        self.contributors.lock().add_test(run);
+    }
+
+    /// Replaces the games per hour of every user (the `update_nps_gpm` job).
+    pub(super) fn set_games_per_hour(&self, gph: HashMap<String, f64>) {
+        self.contributors.lock().games_per_hour = gph;
+    }
+
+    /// Reads the stored table (primary: at start, rebuilding it from the runs once if it was
+    /// never built).
+    pub(super) fn load_contributors(&self) -> DbResult<()> {
+        if self.cfg.primary && self.store.get(Collection::Kvstore, MARKER)?.is_none() {
+            self.rebuild_contributors()?;
+        }
+        let rows = self.read_contributors()?;
+        let mut t = self.contributors.lock();
+        t.rows = rows;
+        t.loaded = Some(Instant::now());
+        Ok(())
+    }
+
+    fn read_contributors(&self) -> DbResult<HashMap<String, Contributor>> {
+        let docs = self.store.find(
+            Collection::Kvstore,
+            &Query::new().with(Cond::Eq("kind".into(), json!(KIND))),
+        )?;
+        Ok(docs
+            .into_iter()
+            .filter_map(|d| serde_json::from_value::<Contributor>(Value::Object(d)).ok())
+            .map(|c| (c.username.clone(), c))
+            .collect())
+    }
+
+    /// Builds the table from every stored run (tasks already inactive; active ones are added
+    /// when they end), writes it and the marker. Start-up only.
+    fn rebuild_contributors(&self) -> DbResult<()> {
+        let mut table = Table::default();
+        let mut after: Option<String> = None;
+        let mut runs = 0usize;
+        loop {
+            // Keyset paging (by `_id`), so each page costs the same however far in it is.
+            let mut q = Query::new().sort("_id", Order::Asc).limit(REBUILD_PAGE);
+            if let Some(last) = &after {
+                q = q.with(Cond::Gt("_id".into(), json!(last)));
+            }
+            let docs = self.store.find(Collection::Runs, &q)?;
+            let n = docs.len() as u64;
+            if let Some(last) = docs
+                .last()
+                .and_then(|d| d.get("_id"))
+                .and_then(Value::as_str)
+            {
+                after = Some(last.to_string());
+            }
+            for doc in docs {
+                let run = match serde_json::from_value::<Run>(Value::Object(doc)) {
+                    Ok(run) => run,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "contributors: an unreadable run skipped");
+                        continue;
+                    }
+                };
+                runs += 1;
+                table.add_test(&run);
+                for (i, t) in run.tasks.iter().enumerate() {
+                    if !t.active {
+                        table.add_task(&run, i);
+                    }
+                }
+            }
+            if n < REBUILD_PAGE || after.is_none() {
+                break;
+            }
+        }
+        let docs: Vec<Doc> = table.rows.values().filter_map(to_doc).collect();
+        self.store.put_many(Collection::Kvstore, &docs)?;
+        let mut marker = Doc::new();
+        marker.insert("_id".into(), json!(MARKER));
+        marker.insert("value".into(), json!(true));
+        self.store.put(Collection::Kvstore, &marker)?;
+        tracing::info!(runs, users = docs.len(), "built the contributors table");
+        Ok(())
+    }
+
+    /// Writes the rows that changed (write-behind job, shutdown); days older than the month
+    /// are dropped first. Rows whose write fails stay dirty.
+    pub fn persist_contributors(&self) -> DbResult<usize> {
+        let start = month_start();
+        let docs: Vec<(String, Doc)> = {
+            let mut t = self.contributors.lock();
+            let dirty: Vec<String> = t.dirty.drain().collect();
+            dirty
+                .into_iter()
+                .filter_map(|u| {
+                    let row = t.rows.get_mut(&u)?;
+                    row.days.retain(|day, _| *day >= start);
+                    Some((u, to_doc(row)?))
+                })
+                .collect()
+        };
+        if docs.is_empty() {
+            return Ok(0);
+        }
+        let only: Vec<Doc> = docs.iter().map(|(_, d)| d.clone()).collect();
+        match self.store.put_many(Collection::Kvstore, &only) {
+            Ok(()) => Ok(docs.len()),
+            Err(e) => {
+                self.contributors
+                    .lock()
+                    .dirty
+                    .extend(docs.into_iter().map(|(u, _)| u));
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The contributors, all time or over the last month (users with games or tests only).
+    /// Reads memory (a secondary re-reads the store when its copy is stale).
+    pub fn contributors(&self, monthly: bool) -> DbResult<Vec<ContributorRow>> {
+        let stale = self
+            .contributors
+            .lock()
+            .loaded
+            .is_none_or(|at| !self.cfg.primary && at.elapsed() > SECONDARY_RELOAD);
+        if stale {
+            let rows = self.read_contributors()?;
+            let mut t = self.contributors.lock();
+            t.rows = rows;
+            t.loaded = Some(Instant::now());
+        }
+        let start = month_start();
+        let t = self.contributors.lock();
+        Ok(t.rows
+            .values()
+            .filter_map(|c| {
+                let (cpu_hours, games, tests) = if monthly {
+                    c.days
+                        .range(start.clone()..)
+                        .fold((0.0, 0u64, 0u64), |(h, g, n), (_, d)| {
+                            (
+                                h + d.cpu_hours,
+                                g.saturating_add(d.games),
+                                n.saturating_add(d.tests),
+                            )
+                        })
+                } else {
+                    (c.cpu_hours, c.games, c.tests)
+                };
+                (games > 0 || tests > 0).then(|| ContributorRow {
+                    username: c.username.clone(),
+                    cpu_hours,
+                    games,
+                    tests,
+                    games_per_hour: t.games_per_hour.get(&c.username).copied().unwrap_or(0.0),
+                    last_updated: c.last_updated,
+                })
+            })
+            .collect())
+    }
+
+    /// One user's all-time row, if they contributed.
+    pub fn contributor(&self, username: &str) -> DbResult<Option<ContributorRow>> {
+        let loaded = self.contributors.lock().loaded.is_some();
+        if !loaded || !self.cfg.primary {
+            // The same freshness rules as the list.
+            return Ok(self
+                .contributors(false)?
+                .into_iter()
+                .find(|r| r.username == username));
+        }
+        let t = self.contributors.lock();
+        Ok(t.rows.get(username).map(|c| ContributorRow {
+            username: c.username.clone(),
+            cpu_hours: c.cpu_hours,
+            games: c.games,
+            tests: c.tests,
+            games_per_hour: t.games_per_hour.get(username).copied().unwrap_or(0.0),
+            last_updated: c.last_updated,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_outside_the_month_are_not_summed() {
+        let mut c = Contributor {
+            username: "a".into(),
+            ..Contributor::default()
+        };
+        let old = day_of(&Date(chrono::Utc::now() - chrono::Duration::days(40)));
+        let new = day_of(&Date::now());
+        c.days.insert(
+            old.clone(),
+            DayTotals {
+                cpu_hours: 5.0,
+                games: 10,
+                tests: 1,
+            },
+        );
+        c.days.insert(
+            new,
+            DayTotals {
+                cpu_hours: 1.0,
+                games: 2,
+                tests: 0,
+            },
+        );
+        let start = month_start();
+        let sum: u64 = c.days.range(start..).map(|(_, d)| d.games).sum();
+        assert_eq!(sum, 2);
+        assert!(old < month_start());
+    }
+}

@@ -1,0 +1,104 @@
+//! People: an approver's decisions about accounts (accept, reject, block, unblock) and a
+//! user's own profile change (email, tests repository, password).
+//!
+//! Owns: who may decide (approvers only), the state changes and their action-log entries as
+//! Fishtest writes them (`accept_user` "accepted", `block_user` "blocked"/"unblocked"; a
+//! rejected signup is deleted with no entry, only a log line), and ending the sessions a
+//! change must end (a block, a rejection, a new password: every session of that user).
+//! Must not: validate form fields (the UI does, with Fishtest's messages); know HTTP; call a
+//! run operation.
+
+use serde_json::json;
+
+use super::users::{User, hash_password};
+use super::{DbResult, RunDb, RunDbError};
+use crate::store::Doc;
+
+/// What an approver does to an account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserAction {
+    /// Accept a pending signup.
+    Accept,
+    /// Reject a pending signup: its document is deleted.
+    Reject,
+    Block,
+    Unblock,
+}
+
+/// A user's own profile change, already validated.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileChange {
+    pub email: String,
+    pub tests_repo: String,
+    /// A new password (its strength already checked); `None` keeps the old one.
+    pub new_password: Option<String>,
+}
+
+impl RunDb {
+    /// An approver's decision about the account `name`, logged as Fishtest does.
+    pub fn administer_user(&self, approver: &User, name: &str, action: UserAction) -> DbResult<()> {
+        if !approver.is_approver() {
+            return Err(RunDbError::Unauthorized("You cannot inspect users".into()));
+        }
+        let mut user = self
+            .users
+            .load(name)?
+            .ok_or_else(|| RunDbError::NotFound(format!("No such user {name}")))?;
+        let mut fields = Doc::new();
+        fields.insert("user".into(), json!(user.username));
+        match action {
+            UserAction::Block | UserAction::Unblock => {
+                let blocked = action == UserAction::Block;
+                user.blocked = blocked;
+                self.users.save(&user)?;
+                if blocked {
+                    self.sessions_end_user(&user.username)?;
+                }
+                let message = if blocked { "blocked" } else { "unblocked" };
+                fields.insert("message".into(), json!(message));
+                self.log_action("block_user", &approver.username, fields)?;
+                tracing::info!(user = %user.username, by = %approver.username, message, "user");
+            }
+            UserAction::Accept | UserAction::Reject if !user.pending => {
+                return Err(RunDbError::Invalid(format!(
+                    "{} is not pending approval",
+                    user.username
+                )));
+            }
+            UserAction::Accept => {
+                user.pending = false;
+                self.users.save(&user)?;
+                fields.insert("message".into(), json!("accepted"));
+                self.log_action("accept_user", &approver.username, fields)?;
+                tracing::info!(user = %user.username, by = %approver.username, "user accepted");
+            }
+            UserAction::Reject => {
+                self.users.delete(&user)?;
+                self.sessions_end_user(&user.username)?;
+                tracing::info!(user = %user.username, by = %approver.username, "signup rejected: user deleted");
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves a user's own profile change; a new password ends every session of the user (the
+    /// caller starts a fresh one for the browser that made the change). Returns the saved user.
+    pub fn change_profile(&self, user: &User, change: ProfileChange) -> DbResult<User> {
+        let mut saved = self
+            .users
+            .load(&user.username)?
+            .ok_or_else(|| RunDbError::NotFound(format!("No such user {}", user.username)))?;
+        saved.email = change.email;
+        saved.tests_repo = change.tests_repo.trim_end_matches('/').to_string();
+        let new_password = change.new_password.is_some();
+        if let Some(p) = change.new_password {
+            saved.password = hash_password(&p)?;
+        }
+        self.users.save(&saved)?;
+        if new_password {
+            let ended = self.sessions_end_user(&saved.username)?;
+            tracing::info!(user = %saved.username, sessions = ended, "password changed");
+        }
+        Ok(saved)
+    }
+}
