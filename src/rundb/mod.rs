@@ -47,6 +47,7 @@ mod jobs;
 pub mod journal;
 mod lifecycle;
 pub mod model;
+mod net_uploads;
 pub mod nets;
 pub mod outcome;
 pub mod queries;
@@ -57,6 +58,7 @@ pub mod sessions;
 mod tasks;
 mod transitions;
 pub mod users;
+pub mod workers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

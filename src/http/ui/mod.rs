@@ -13,8 +13,10 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod nets;
 pub mod run;
 pub mod session;
+pub mod workers;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -64,6 +66,18 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/purge", axum::routing::post(controls::purge))
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
+        .route("/tests/machines", get(workers::machines))
+        .route(
+            "/workers/{name}",
+            get(workers::worker_page).post(workers::worker_post),
+        )
+        .route("/nns", get(nets::nns))
+        .route(
+            "/upload",
+            get(nets::upload_form)
+                .post(nets::upload)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .merge(statics)
         .layer(CompressionLayer::new())
 }
