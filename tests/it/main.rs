@@ -19,5 +19,6 @@ mod ui;
 mod ui_controls;
 mod ui_lists;
 mod ui_run;
+mod ui_workers;
 mod web;
 mod worker_api;
