@@ -18,6 +18,7 @@ mod tuning;
 mod ui;
 mod ui_controls;
 mod ui_lists;
+mod ui_nets;
 mod ui_run;
 mod ui_workers;
 mod web;

@@ -38,6 +38,8 @@ pub fn unescape(body: &str) -> String {
         .replace("&#39;", "'")
         .replace("&quot;", "\"")
         .replace("&#34;", "\"")
+        .replace("&#60;", "<")
+        .replace("&lt;", "<")
 }
 
 /// Documents of one collection, read straight from the store.

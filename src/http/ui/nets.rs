@@ -415,11 +415,7 @@ async fn pool<R: Send + 'static>(
 }
 
 /// Streams the `network` field of a logged-in user into the net store.
-async fn receive_net(
-    state: &Arc<AppState>,
-    mut field: Field<'_>,
-    user: String,
-) -> Result<(), Refusal> {
+async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> Result<(), Refusal> {
     let raw_name = field.file_name().unwrap_or_default().to_string();
     // Some browsers send a path; the name is its last part.
     let name = raw_name
@@ -448,7 +444,7 @@ async fn receive_net(
         }
     }
     let d = data_dir.clone();
-    let mut writer = pool(state, move || NetWriter::create(&d))
+    let writer = pool(state, move || NetWriter::create(&d))
         .await?
         .map_err(|e| {
             tracing::error!(error = %e, "temporary net not created");
@@ -458,6 +454,31 @@ async fn receive_net(
         path: Some(writer.path().to_path_buf()),
         offload: state.offload.clone(),
     };
+    let result = write_and_install(state, field, writer, &name, user).await;
+    // Installed, or refused: either way the temporary file goes before the answer (on
+    // success `install_net` already took it; removing it again is harmless).
+    if let Some(path) = temp.path.clone()
+        && state
+            .offload
+            .run(move || nets::discard(&path))
+            .await
+            .is_ok()
+    {
+        temp.release();
+    }
+    result
+}
+
+/// Writes the field's bytes through `writer` (checking the size as they arrive), checks the
+/// hash against `name`, and installs the net.
+async fn write_and_install(
+    state: &Arc<AppState>,
+    mut field: Field<'_>,
+    mut writer: NetWriter,
+    name: &str,
+    user: String,
+) -> Result<(), Refusal> {
+    let data_dir = state.config.data_dir.clone();
     let limit = state.config.nn_upload_limit_bytes;
     let too_big = || format!("Network must be < {}", limit_text(limit));
     let mut received: u64 = 0;
@@ -503,10 +524,8 @@ async fn receive_net(
         return Err(format!("Wrong SHA256 hash: {sha} Filename: {}", &name[3..15]).into());
     }
     let db = state.rundb.clone();
-    let n = name.clone();
+    let n = name.to_string();
     let installed = pool(state, move || db.install_net(&data_dir, &path, &n, &user)).await?;
-    // `install_net` removed the temporary file whatever happened.
-    temp.release();
     match installed {
         Ok(()) => Ok(()),
         Err(NetError::Duplicate(_)) => Err(format!("Network {name} already uploaded").into()),
@@ -520,14 +539,32 @@ async fn receive_net(
 /// Renders the upload form with `message` in the pool, for the session `ctx`.
 async fn refuse(state: &Arc<AppState>, keys: CookieKeys, ctx: Ctx, message: String) -> Response {
     let limit = state.config.nn_upload_limit_bytes;
-    let mut r = continue_page(state, keys, ctx, move |_, ctx, _| {
+    continue_page(state, keys, ctx, move |_, ctx, _| {
         upload_page(ctx, limit, Some(message))
     })
-    .await;
-    // The rest of a refused body is not read: the connection is not reused.
+    .await
+}
+
+/// Reads what is left of an upload's body and drops it (at most the route's body limit, as
+/// the middleware caps the stream), so the client, still sending, receives the answer instead
+/// of a reset connection. A body that cannot be read to its end closes the connection.
+async fn drain(mut multipart: Multipart, mut answer: Response) -> Response {
+    let clean = loop {
+        match multipart.next_field().await {
+            Ok(Some(_)) => {}
+            Ok(None) => break true,
+            Err(_) => break false,
+        }
+    };
+    if !clean {
+        close(&mut answer);
+    }
+    answer
+}
+
+fn close(r: &mut Response) {
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
 }
 
 /// `POST /upload`: see the module docs. Success → `/nns`; a refusal re-renders the form
@@ -560,7 +597,10 @@ pub async fn upload(
             } else {
                 Input::get(&state, &headers)
             };
-            return with_session(&state, input, message).await;
+            let mut r = with_session(&state, input, message).await;
+            // The body was not read (too large, or not a multipart form).
+            close(&mut r);
+            return r;
         }
     };
     loop {
@@ -570,7 +610,9 @@ pub async fn upload(
             Err(e) => {
                 tracing::info!(error = %e, "upload form not read");
                 let input = Input::post(&state, &headers, token.take());
-                return with_session(&state, input, UNREADABLE.into()).await;
+                let mut r = with_session(&state, input, UNREADABLE.into()).await;
+                close(&mut r);
+                return r;
             }
         };
         match field.name() {
@@ -578,28 +620,35 @@ pub async fn upload(
                 Ok(t) => token = Some(t),
                 Err(m) => {
                     let input = Input::post(&state, &headers, None);
-                    return with_session(&state, input, m).await;
+                    let r = with_session(&state, input, m).await;
+                    return drain(multipart, r).await;
                 }
             },
             Some("network") => {
                 let input = Input::post(&state, &headers, token.take());
                 let keys = input.keys.clone();
-                let ctx = match open_page(&state, input).await {
-                    Ok(ctx) => ctx,
-                    Err(answer) => return answer,
-                };
-                let Some(user) = ctx.username() else {
-                    let cookie = ctx.set_cookie.clone();
-                    return respond(&keys, cookie, Out::Redirect(LOGIN_NEXT.into()));
-                };
-                return match receive_net(&state, field, user).await {
-                    Ok(()) => {
-                        let cookie = ctx.set_cookie.clone();
-                        respond(&keys, cookie, Out::Redirect("/nns".into()))
+                let answer = match open_page(&state, input).await {
+                    Err(answer) => {
+                        drop(field);
+                        answer
                     }
-                    Err(Refusal::Message(m)) => refuse(&state, keys, ctx, m).await,
-                    Err(Refusal::Answer(r)) => r,
+                    Ok(ctx) => match ctx.username() {
+                        None => {
+                            drop(field);
+                            let cookie = ctx.set_cookie.clone();
+                            respond(&keys, cookie, Out::Redirect(LOGIN_NEXT.into()))
+                        }
+                        Some(user) => match receive_net(&state, field, user).await {
+                            Ok(()) => {
+                                let cookie = ctx.set_cookie.clone();
+                                respond(&keys, cookie, Out::Redirect("/nns".into()))
+                            }
+                            Err(Refusal::Message(m)) => refuse(&state, keys, ctx, m).await,
+                            Err(Refusal::Answer(r)) => r,
+                        },
+                    },
                 };
+                return drain(multipart, answer).await;
             }
             // Other fields (the licence box has no name; anything else) are skipped.
             _ => {}
@@ -613,16 +662,13 @@ pub async fn upload(
 /// input, checking its token: a bad one is the 403 page); anonymous visitors go to `/login`.
 async fn with_session(state: &Arc<AppState>, input: Input, message: String) -> Response {
     let limit = state.config.nn_upload_limit_bytes;
-    let mut r = page(state, input, move |_, ctx, _| {
+    page(state, input, move |_, ctx, _| {
         if ctx.user.is_none() {
             return Out::Redirect(LOGIN_NEXT.into());
         }
         upload_page(ctx, limit, Some(message))
     })
-    .await;
-    r.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    .await
 }
 
 #[cfg(test)]
