@@ -15,7 +15,7 @@ use crate::harness::TestServer;
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 
 /// A chromedriver child process, killed on drop.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     port: u16,
 }
@@ -34,7 +34,7 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-async fn start_driver() -> Driver {
+pub(crate) async fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
@@ -54,7 +54,7 @@ async fn start_driver() -> Driver {
     driver
 }
 
-async fn browser(driver: &Driver) -> Client {
+pub(crate) async fn browser(driver: &Driver) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -71,14 +71,14 @@ async fn browser(driver: &Driver) -> Client {
         .expect("a Chromium session")
 }
 
-async fn screenshot(c: &Client, name: &str) {
+pub(crate) async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&dir).expect("screenshot dir");
     std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
 }
 
-async fn fill(c: &Client, name: &str, value: &str) {
+pub(crate) async fn fill(c: &Client, name: &str, value: &str) {
     c.find(Locator::Css(&format!("input[name=\"{name}\"]")))
         .await
         .unwrap_or_else(|e| panic!("input {name}: {e}"))
@@ -87,7 +87,7 @@ async fn fill(c: &Client, name: &str, value: &str) {
         .expect("type");
 }
 
-async fn submit(c: &Client, form: &str) {
+pub(crate) async fn submit(c: &Client, form: &str) {
     c.find(Locator::Css(&format!("{form} button[type=\"submit\"]")))
         .await
         .expect("submit button")
@@ -97,7 +97,7 @@ async fn submit(c: &Client, form: &str) {
 }
 
 /// The page's text, retried while the browser is between documents (after a click).
-async fn body_text(c: &Client) -> String {
+pub(crate) async fn body_text(c: &Client) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(body) = c.find(Locator::Css("body")).await
@@ -144,7 +144,7 @@ async fn wait_to_leave_or_answer(c: &Client) {
 }
 
 /// Waits until the browser has left `path` (a form was submitted and answered elsewhere).
-async fn wait_to_leave(c: &Client, path: &str) {
+pub(crate) async fn wait_to_leave(c: &Client, path: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.current_url().await.is_ok_and(|u| u.path() == path) {
         assert!(Instant::now() < deadline, "still on {path}");
@@ -153,7 +153,7 @@ async fn wait_to_leave(c: &Client, path: &str) {
 }
 
 /// Polls the page (reloading it) until its text contains `want`.
-async fn wait_for_text(c: &Client, want: &str) -> String {
+pub(crate) async fn wait_for_text(c: &Client, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let text = body_text(c).await;

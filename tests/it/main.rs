@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_nets;
 mod core;
 mod fleet;
 mod fuzz;
