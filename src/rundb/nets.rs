@@ -172,6 +172,41 @@ impl NetWriter {
     }
 }
 
+/// Temporary upload files untouched for this long are abandoned (an upload in progress
+/// writes to its file at least every `body_read_timeout_s`).
+pub const STALE_UPLOAD: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes abandoned temporary upload files (a server killed mid-upload leaves one): those
+/// in the net directory not written for [`STALE_UPLOAD`]. Other instances sharing the data
+/// directory may be uploading, hence the age. Returns how many were removed.
+pub fn sweep_stale_uploads(data_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(net_dir(data_dir)) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(".upload-") && name.ends_with(".part")) {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_UPLOAD);
+        if stale {
+            discard(&entry.path());
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, "abandoned net uploads removed");
+    }
+    removed
+}
+
 /// Removes a temporary upload file (already gone is fine).
 pub fn discard(path: &Path) {
     match std::fs::remove_file(path) {
@@ -329,5 +364,44 @@ mod tests {
             .expect("get")
             .expect("doc");
         assert_eq!(doc["downloads"], 1);
+    }
+
+    #[test]
+    fn upload_writer_install_and_sweep() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: SharedStore =
+            Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("open"));
+        let content = b"an uploaded net";
+        let prefix = &hex::encode(Sha256::digest(content))[..12];
+        let name = format!("nn-{prefix}.nnue");
+        let mut w = NetWriter::create(dir.path()).expect("create");
+        w.write(&content[..5]).expect("write");
+        w.write(&content[5..]).expect("write");
+        assert_eq!(w.written(), content.len() as u64);
+        let (tmp, sha) = w.finish().expect("finish");
+        assert_eq!(sha, prefix);
+        // A fresh temporary file is not swept.
+        assert_eq!(sweep_stale_uploads(dir.path()), 0);
+        assert!(tmp.exists());
+        install(&store, dir.path(), &tmp, &name, "alice").expect("install");
+        assert!(!tmp.exists(), "the temporary file is gone");
+        assert_eq!(
+            std::fs::read(net_dir(dir.path()).join(&name)).expect("net"),
+            content
+        );
+        assert!(known(&store, dir.path(), &name).expect("known"));
+        // A second installation of the same name is refused and leaves nothing.
+        let mut w = NetWriter::create(dir.path()).expect("create");
+        w.write(content).expect("write");
+        let (tmp2, _) = w.finish().expect("finish");
+        assert!(matches!(
+            install(&store, dir.path(), &tmp2, &name, "bob"),
+            Err(NetError::Duplicate(_))
+        ));
+        assert!(!tmp2.exists());
+        let listed = list(&store).expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].user.as_str(), listed[0].downloads), ("alice", 0));
+        assert!(listed[0].time.is_some());
     }
 }

@@ -280,3 +280,43 @@ async fn bad_uploads_are_refused_and_leave_nothing() {
     assert_eq!((page.status, page.location.as_str()), (302, "/nns"));
     assert_eq!(net_files(&server), vec![name]);
 }
+
+#[tokio::test]
+async fn a_stalled_upload_is_refused_and_leaves_nothing() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("nn_upload_limit_bytes", LIMIT)
+            .set("body_read_timeout_s", 1),
+    )
+    .await;
+    add_user(&server, "alice", &[]);
+    let (alice, token) = logged_in(&server, Some("alice")).await;
+    let (bytes, name) = net(6, 20_000);
+    let body = multipart(Some(&token), Some((&name, &bytes)));
+    // Half the body is sent, then nothing more: the server stops waiting.
+    let mut conn = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n\
+         Content-Type: multipart/form-data; boundary={BOUNDARY}\r\nContent-Length: {}\r\n\r\n",
+        server.addr,
+        alice.cookie.clone().expect("session cookie"),
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    conn.write_all(&body[..body.len() / 2]).await.expect("half");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        conn.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the server never answered the stalled upload");
+    let text = unescape(&String::from_utf8_lossy(&answer));
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("Error reading the network file"), "{text}");
+    assert_eq!(net_records(&server), 0);
+    assert!(net_files(&server).is_empty(), "{:?}", net_files(&server));
+}

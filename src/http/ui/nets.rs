@@ -10,13 +10,15 @@
 //! (`nn_upload_limit_bytes`); at the end: that the name's 12 digits begin its SHA-256. Only
 //! then is it installed (`RunDb::install_net`: linked to its name, exclusively). A refused
 //! upload leaves nothing behind: its temporary file is removed on every path, a dropped
-//! connection included ([`TempFile`]).
+//! connection included ([`TempFile`]). A body that stops arriving for `body_read_timeout_s`
+//! is refused.
 //! Owns: the pages, the upload's reading, the refusal messages. Must not: write a net other
 //! than through `rundb::nets`; block the event loop (every file step runs in the pool); keep
 //! reading a body past the limit.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use askama::Template;
 use axum::extract::multipart::{Field, MultipartRejection};
@@ -392,9 +394,13 @@ const NO_FILE: &str = "Specify a network file with the 'Choose File' button";
 const UNREADABLE: &str = "Error reading the network file";
 
 /// Reads a small text field (the CSRF token), refusing a long one.
-async fn small_text(mut field: Field<'_>) -> Result<String, String> {
+async fn small_text(mut field: Field<'_>, idle: Duration) -> Result<String, String> {
     let mut out = Vec::new();
-    while let Some(chunk) = field.chunk().await.map_err(|_| UNREADABLE.to_string())? {
+    while let Some(chunk) = tokio::time::timeout(idle, field.chunk())
+        .await
+        .map_err(|_| UNREADABLE.to_string())?
+        .map_err(|_| UNREADABLE.to_string())?
+    {
         if out.len().saturating_add(chunk.len()) > MAX_TOKEN {
             return Err(UNREADABLE.into());
         }
@@ -479,15 +485,22 @@ async fn write_and_install(
     user: String,
 ) -> Result<(), Refusal> {
     let data_dir = state.config.data_dir.clone();
+    let idle = state.config.body_read_timeout();
     let limit = state.config.nn_upload_limit_bytes;
     let too_big = || format!("Network must be < {}", limit_text(limit));
     let mut received: u64 = 0;
     let mut batch: Vec<u8> = Vec::with_capacity(WRITE_BATCH);
     loop {
-        let chunk = field.chunk().await.map_err(|e| {
-            tracing::info!(error = %e, "upload body not read");
-            UNREADABLE.to_string()
-        })?;
+        let chunk = tokio::time::timeout(idle, field.chunk())
+            .await
+            .map_err(|_| {
+                tracing::info!("upload body stalled");
+                UNREADABLE.to_string()
+            })?
+            .map_err(|e| {
+                tracing::info!(error = %e, "upload body not read");
+                UNREADABLE.to_string()
+            })?;
         let done = chunk.is_none();
         if let Some(c) = &chunk {
             received = received
@@ -548,12 +561,12 @@ async fn refuse(state: &Arc<AppState>, keys: CookieKeys, ctx: Ctx, message: Stri
 /// Reads what is left of an upload's body and drops it (at most the route's body limit, as
 /// the middleware caps the stream), so the client, still sending, receives the answer instead
 /// of a reset connection. A body that cannot be read to its end closes the connection.
-async fn drain(mut multipart: Multipart, mut answer: Response) -> Response {
+async fn drain(mut multipart: Multipart, idle: Duration, mut answer: Response) -> Response {
     let clean = loop {
-        match multipart.next_field().await {
-            Ok(Some(_)) => {}
-            Ok(None) => break true,
-            Err(_) => break false,
+        match tokio::time::timeout(idle, multipart.next_field()).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => break true,
+            Ok(Err(_)) | Err(_) => break false,
         }
     };
     if !clean {
@@ -576,6 +589,7 @@ pub async fn upload(
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Response {
     let limit = state.config.nn_upload_limit_bytes;
+    let idle = state.config.body_read_timeout();
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -604,11 +618,18 @@ pub async fn upload(
         }
     };
     loop {
-        let field = match multipart.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => {
+        let field = match tokio::time::timeout(idle, multipart.next_field()).await {
+            Ok(Ok(Some(f))) => f,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
                 tracing::info!(error = %e, "upload form not read");
+                let input = Input::post(&state, &headers, token.take());
+                let mut r = with_session(&state, input, UNREADABLE.into()).await;
+                close(&mut r);
+                return r;
+            }
+            Err(_) => {
+                tracing::info!("upload form stalled");
                 let input = Input::post(&state, &headers, token.take());
                 let mut r = with_session(&state, input, UNREADABLE.into()).await;
                 close(&mut r);
@@ -616,12 +637,12 @@ pub async fn upload(
             }
         };
         match field.name() {
-            Some("csrf_token") => match small_text(field).await {
+            Some("csrf_token") => match small_text(field, idle).await {
                 Ok(t) => token = Some(t),
                 Err(m) => {
                     let input = Input::post(&state, &headers, None);
                     let r = with_session(&state, input, m).await;
-                    return drain(multipart, r).await;
+                    return drain(multipart, idle, r).await;
                 }
             },
             Some("network") => {
@@ -648,7 +669,7 @@ pub async fn upload(
                         },
                     },
                 };
-                return drain(multipart, answer).await;
+                return drain(multipart, idle, answer).await;
             }
             // Other fields (the licence box has no name; anything else) are skipped.
             _ => {}
