@@ -193,6 +193,10 @@ impl RunDb {
             ));
         }
         let (message, truncated) = normalize_message(message);
+        // The blocked set's write lock is held across the record's read and write, so the
+        // scheduler's touch of a blocked worker's record (done under the read lock) cannot
+        // write back a blocked state from before this change.
+        let mut set = self.blocked.write();
         let before = self
             .store
             .get(Collection::Workers, name)?
@@ -208,14 +212,12 @@ impl RunDb {
         doc.insert("message".into(), json!(message));
         doc.insert("last_updated".into(), Date::now().to_value());
         self.store.put(Collection::Workers, &doc)?;
-        {
-            let mut set = self.blocked.write();
-            if blocked {
-                set.insert(name.to_string());
-            } else {
-                set.remove(name);
-            }
+        if blocked {
+            set.insert(name.to_string());
+        } else {
+            set.remove(name);
         }
+        drop(set);
         let toggled = was_blocked != blocked;
         if toggled {
             let mut f = Doc::new();
