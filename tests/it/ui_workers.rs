@@ -122,6 +122,26 @@ async fn the_machines_page_lists_active_workers() {
     let (mut alice, _) = logged_in(&server, Some("alice")).await;
     let page = alice.get("/tests/machines?my_workers=1").await;
     assert!(page.body.contains("<td>alice</td>"));
+    // Sorting: a second machine, by user both ways, and by cores.
+    let bob_worker = Worker::new("bob", 4, 0xdef);
+    let reply = bob_worker.request_task(&server).await;
+    assert!(reply.get("error").is_none(), "{reply}");
+    let order = |body: &str| {
+        let (a, b) = (
+            body.find("<td>alice</td>").expect("alice"),
+            body.find("<td>bob</td>").expect("bob"),
+        );
+        a < b
+    };
+    let page = anon.get("/tests/machines?sort=machine&order=asc").await;
+    assert!(page.body.contains("Workers - 2"));
+    assert!(order(&page.body), "alice first");
+    let page = anon.get("/tests/machines?sort=machine&order=desc").await;
+    assert!(!order(&page.body), "bob first");
+    let page = anon.get("/tests/machines?sort=cores").await;
+    assert!(order(&page.body), "8 cores before 4");
+    let page = anon.get("/tests/machines?sort=bogus&order=bogus").await;
+    assert_eq!(page.status, 200);
     // Odd paging is not an error.
     for q in ["page=0", "page=x", "page=99999999999999999999", "page=7"] {
         let page = anon.get(&format!("/tests/machines?{q}")).await;

@@ -1,5 +1,6 @@
 //! The machines and the workers: `GET /tests/machines` (the workers holding an active task:
-//! user, cores, arch, country, version, run, last seen; `q`, `my_workers`, `page`) and
+//! user, cores, arch, country, version, run, last seen; `q`, `my_workers`, `sort`, `order`,
+//! `page`) and
 //! `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker records with
 //! `filter`, `q`, `sort`, `order`, `page`; for a worker's owner or an approver, a form to
 //! block or unblock it with an issue message, fields `message`, `blocked`, `submit`).
@@ -163,13 +164,51 @@ pub struct MachinesPage {
     pub heading: String,
     pub q: String,
     pub my_workers: bool,
+    pub sort: &'static str,
+    pub order: &'static str,
+    pub columns: Vec<super::nets::Column>,
     pub rows: Vec<MachineRow>,
     pub pager: Pager,
 }
 
-/// `GET /tests/machines[?q=…&my_workers=1&page=N]`: one row per active task of every
-/// unfinished run, the most recently heard from first, 500 a page (a page past the end shows
-/// the last).
+/// The machines table's sort keys: (key, header, descending by default). `last_active` is
+/// the default.
+const MACHINE_SORTS: [(&str, &str, bool); 10] = [
+    ("machine", "Machine", false),
+    ("cores", "Cores", true),
+    ("uuid", "UUID", false),
+    ("mnps", "MNps", true),
+    ("ram", "RAM", true),
+    ("system", "System", false),
+    ("arch", "Arch", false),
+    ("worker", "Worker", true),
+    ("running_on", "Running on", false),
+    ("last_active", "Last active", true),
+];
+
+/// Sorts machines by `key` (ties by short name, so rows do not jitter).
+fn sort_machines(machines: &mut [Machine], key: &str, desc: bool) {
+    machines.sort_by(|a, b| {
+        let by = match key {
+            "machine" => a.username.cmp(&b.username),
+            "cores" => a.concurrency.cmp(&b.concurrency),
+            "uuid" => a.short_name.cmp(&b.short_name),
+            "mnps" => a.nps.total_cmp(&b.nps),
+            "ram" => a.max_memory.cmp(&b.max_memory),
+            "system" => a.uname.cmp(&b.uname),
+            "arch" => a.worker_arch.cmp(&b.worker_arch),
+            "worker" => (a.version, a.modified).cmp(&(b.version, b.modified)),
+            "running_on" => (&a.new_tag, a.task_id).cmp(&(&b.new_tag, b.task_id)),
+            _ => a.last_updated.cmp(&b.last_updated),
+        };
+        let by = if desc { by.reverse() } else { by };
+        by.then_with(|| a.short_name.cmp(&b.short_name))
+    });
+}
+
+/// `GET /tests/machines[?q=…&my_workers=1&sort=…&order=…&page=N]`: one row per active task
+/// of every unfinished run, the most recently heard from first unless sorted otherwise, 500 a
+/// page (a page past the end shows the last).
 pub async fn machines(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -178,14 +217,24 @@ pub async fn machines(
     let q = query_text(&params);
     let mine = params.get("my_workers").is_some_and(|v| v == "1");
     let asked = page_of(&params);
+    let (sort, default_desc) = params
+        .get("sort")
+        .and_then(|s| MACHINE_SORTS.iter().find(|(k, _, _)| k == s))
+        .map_or(("last_active", true), |(k, _, d)| (*k, *d));
+    let desc = match params.get("order").map(String::as_str) {
+        Some("asc") => false,
+        Some("desc") => true,
+        _ => default_desc,
+    };
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let machines = match db.active_machines() {
+        let mut machines = match db.active_machines() {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(error = %e, "active machines");
                 return errors::internal();
             }
         };
+        sort_machines(&mut machines, sort, desc);
         let total = machines.len();
         let me = ctx.username();
         let needle = q.to_lowercase();
@@ -215,13 +264,29 @@ pub async fn machines(
             encode(&q),
             if my_workers { "&my_workers=1" } else { "" }
         );
+        let order = |d: bool| if d { "desc" } else { "asc" };
+        let columns = MACHINE_SORTS
+            .iter()
+            .map(|(key, label, default)| {
+                let d = if *key == sort { !desc } else { *default };
+                super::nets::Column {
+                    label,
+                    href: format!("{base}&sort={key}&order={}", order(d)),
+                }
+            })
+            .collect();
         let p = MachinesPage {
             l: Layout::new(ctx, "Machines"),
             heading,
             q: q.clone(),
             my_workers,
+            sort,
+            order: order(desc),
+            columns,
             rows,
-            pager: pager(page_no, last, |n| format!("{base}&page={n}")),
+            pager: pager(page_no, last, |n| {
+                format!("{base}&sort={sort}&order={}&page={n}", order(desc))
+            }),
         };
         Out::render(StatusCode::OK, &p)
     })
