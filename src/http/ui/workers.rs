@@ -1,9 +1,8 @@
 //! The machines and the workers: `GET /tests/machines` (the workers holding an active task:
 //! user, cores, arch, country, version, run, last seen; `q`, `my_workers`, `sort`, `order`,
-//! `page`) and
-//! `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker records with
-//! `filter`, `q`, `sort`, `order`, `page`; for a worker's owner or an approver, a form to
-//! block or unblock it with an issue message, fields `message`, `blocked`, `submit`).
+//! `page`) and `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker
+//! records with `filter`, `q`, `sort`, `order`, `page`; for a worker's owner or an approver, a
+//! form to block or unblock it with an issue message, fields `message`, `blocked`, `submit`).
 //!
 //! Owns: reading those queries and forms, the rows and the time-ago labels. Who may change a
 //! worker, and what a change does (the action log, request_task's blocked set), is the
