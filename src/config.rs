@@ -35,6 +35,7 @@ pub const KEYS: &[&str] = &[
     "pgn_body_limit_bytes",
     "pgn_inflated_limit_bytes",
     "pgn_upload_concurrency",
+    "nn_upload_limit_bytes",
     "header_read_timeout_s",
     "body_read_timeout_s",
     "keepalive_timeout_s",
@@ -101,6 +102,8 @@ pub struct Config {
     pub pgn_body_limit_bytes: usize,
     pub pgn_inflated_limit_bytes: u64,
     pub pgn_upload_concurrency: usize,
+    /// Largest net a person may upload through `/upload`, in bytes (a net must be smaller).
+    pub nn_upload_limit_bytes: u64,
     header_read_timeout_s: f64,
     body_read_timeout_s: f64,
     keepalive_timeout_s: f64,
@@ -148,6 +151,7 @@ impl Default for Config {
             pgn_body_limit_bytes: 32 * 1024 * 1024,
             pgn_inflated_limit_bytes: 512 * 1024 * 1024,
             pgn_upload_concurrency: 4,
+            nn_upload_limit_bytes: 200_000_000,
             header_read_timeout_s: 10.0,
             body_read_timeout_s: 60.0,
             keepalive_timeout_s: 30.0,
@@ -370,6 +374,12 @@ impl Config {
         }
         if self.pgn_inflated_limit_bytes < 1024 {
             return Err(invalid("pgn_inflated_limit_bytes", "must be at least 1024"));
+        }
+        if !(1024..=1 << 40).contains(&self.nn_upload_limit_bytes) {
+            return Err(invalid(
+                "nn_upload_limit_bytes",
+                "must be between 1024 and 1099511627776 (1 TiB)",
+            ));
         }
         if !(1..=10_000).contains(&self.pgn_upload_concurrency) {
             return Err(invalid(

@@ -212,8 +212,13 @@ async fn concurrency_cap(State(state): State<Arc<AppState>>, req: Request, next:
 }
 
 async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    // A net upload's page answers an oversized declared body itself (an HTML form with the
+    // message, not the API's JSON); its stream is still capped here.
+    let net_upload = req.uri().path() == "/upload";
     let limit = if req.uri().path() == "/api/upload_pgn" {
         state.config.pgn_body_limit_bytes
+    } else if net_upload {
+        super::ui::nets::body_limit(state.config.nn_upload_limit_bytes)
     } else {
         state.config.api_body_limit_bytes
     };
@@ -222,7 +227,7 @@ async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if !net_upload && declared.is_some_and(|n| n > limit as u64) {
         let mut response = ApiError::TooLarge { limit }.into_response();
         // The client may still be sending; do not keep reading a body we refused.
         response

@@ -50,6 +50,7 @@ mod jobs;
 pub mod journal;
 mod lifecycle;
 pub mod model;
+mod net_uploads;
 pub mod nets;
 pub mod outcome;
 mod people;
@@ -62,6 +63,7 @@ mod tasks;
 pub mod trajectory;
 mod transitions;
 pub mod users;
+pub mod workers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -59,8 +59,10 @@ impl RunDb {
         wi: WorkerInfo,
     ) -> DbResult<(Assignment, Option<Ticket>)> {
         let short = wi.short_name();
-        // 1. Blocked worker.
-        if self.blocked.read().contains(&short) {
+        // 1. Blocked worker. (The read lock is held while the record is touched, so a
+        // concurrent unblock, which writes under the write lock, is not overwritten.)
+        let blocked = self.blocked.read();
+        if blocked.contains(&short) {
             let mut doc = self
                 .store
                 .get(Collection::Workers, &short)?
@@ -69,11 +71,13 @@ impl RunDb {
             doc.insert("worker_name".into(), json!(short));
             doc.insert("last_updated".into(), now().to_value());
             self.store.put(Collection::Workers, &doc)?;
+            drop(blocked);
             return Ok((
                 Assignment::Refused(Refusal::BlockedWorker { name: short }),
                 None,
             ));
         }
+        drop(blocked);
         let mut sched = self.sched.lock();
         // 2. Duplicate name. (Also notes whether this very worker still holds an active task
         // from this address: that task is failed as stale below, so it must not count

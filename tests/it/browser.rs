@@ -153,7 +153,7 @@ pub(crate) async fn wait_to_leave(c: &Client, path: &str) {
 }
 
 /// Polls the page (reloading it) until its text contains `want`.
-async fn wait_for_text(c: &Client, want: &str) -> String {
+pub(crate) async fn wait_for_text(c: &Client, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let text = body_text(c).await;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod browser;
+mod browser_nets;
 mod browser_record;
 mod browser_stats;
 mod browser_submit;
@@ -21,10 +22,12 @@ mod tuning;
 mod ui;
 mod ui_controls;
 mod ui_lists;
+mod ui_nets;
 mod ui_record;
 mod ui_run;
 mod ui_stats;
 mod ui_submit;
 mod ui_users;
+mod ui_workers;
 mod web;
 mod worker_api;

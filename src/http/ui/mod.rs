@@ -14,6 +14,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod nets;
 pub mod people;
 pub mod record;
 pub mod results;
@@ -21,6 +22,7 @@ pub mod run;
 pub mod session;
 pub mod stats;
 pub mod submit;
+pub mod workers;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -89,6 +91,18 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/actions", get(record::actions))
         .route("/contributors", get(record::contributors))
         .route("/contributors/monthly", get(record::contributors_monthly))
+        .route("/tests/machines", get(workers::machines))
+        .route(
+            "/workers/{name}",
+            get(workers::worker_page).post(workers::worker_post),
+        )
+        .route("/nns", get(nets::nns))
+        .route(
+            "/upload",
+            get(nets::upload_form)
+                .post(nets::upload)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .merge(statics)
         .layer(CompressionLayer::new())
 }
