@@ -1,0 +1,1 @@
+//! The MongoDB store (work in progress).
