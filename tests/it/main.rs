@@ -5,6 +5,7 @@
 
 mod browser;
 mod core;
+mod fishtest_db;
 mod fleet;
 mod fuzz;
 mod hardening;
