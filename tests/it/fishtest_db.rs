@@ -10,7 +10,7 @@ use std::process::Command;
 use bson::{Bson, Document};
 use serde_json::{Value, json};
 
-use crate::harness::{Opts, TestServer, bin};
+use crate::harness::{Opts, TestServer, bin, mongo_env};
 use crate::web::Browser;
 
 fn dump_dir() -> PathBuf {
@@ -23,6 +23,7 @@ fn shoal(data: &Path, args: &[&str]) -> (bool, String, String) {
         .args(args)
         .current_dir(data.parent().expect("parent"))
         .env_clear()
+        .envs(mongo_env(data))
         .env("SHOAL_DATA_DIR", data)
         .env("SHOAL_LOG", "warn")
         .output()
@@ -298,9 +299,8 @@ async fn the_imported_database_is_served() {
 
     // The passwords were re-hashed with argon2id on their first login; the action log is
     // the dump's, plus what the server logged.
-    let store = shoal::store::sqlite::SqliteStore::open(&data, shoal::config::SqliteSync::Normal)
-        .expect("open");
-    use shoal::store::{Collection, Store};
+    let store = crate::harness::open_store(&data).expect("open");
+    use shoal::store::Collection;
     let users = store
         .find(Collection::Users, &Default::default())
         .expect("users");
