@@ -783,6 +783,18 @@ mod tests {
         assert!(text.contains("mongodb_uri"), "{text}");
         assert!(text.contains("cannot reach"), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
+        // From a blocking-pool thread of the server's runtime, as `Offload::run` calls it: the
+        // driver's blocking API must not trip over the runtime around it.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let in_pool = rt
+            .block_on(
+                rt.spawn_blocking(move || MongoStore::open(&uri).err().map(|e| e.to_string())),
+            )
+            .expect("no panic in the pool");
+        assert!(in_pool.is_some_and(|t| t.contains("mongodb_uri")));
         let bad = SecretUri::new("postgres://nope");
         let text = MongoStore::open(&bad).err().expect("bad uri").to_string();
         assert!(text.contains("mongodb_uri"), "{text}");
