@@ -491,6 +491,7 @@ fn export_collection(
         PAGE
     };
     let mut after: Option<String> = None;
+    let mut sessions = 0u64;
     loop {
         let mut q = Query::new().sort("_id", Order::Asc).limit(page);
         if let Some(last) = &after {
@@ -498,6 +499,11 @@ fn export_collection(
         }
         let docs = store.find(coll, &q)?;
         let Some(last) = docs.last() else {
+            if sessions > 0 {
+                s.warnings.push(format!(
+                    "{sessions} login sessions of shoal's not exported (meaningless to Fishtest)"
+                ));
+            }
             return Ok(());
         };
         after = last.get("_id").and_then(Value::as_str).map(str::to_string);
@@ -505,6 +511,10 @@ fn export_collection(
             return Err(StoreError::MissingId.into());
         }
         for d in &docs {
+            if coll == Collection::Kvstore && is_session(d) {
+                sessions = sessions.saturating_add(1);
+                continue;
+            }
             match bson_map::to_bson(coll, d) {
                 Ok(b) => {
                     emit(&b).map_err(io_err(path))?;
@@ -514,6 +524,13 @@ fn export_collection(
             }
         }
     }
+}
+
+/// A browser session's record (`rundb::sessions`): shoal's own state, and a credential.
+fn is_session(d: &Doc) -> bool {
+    d.get("_id")
+        .and_then(Value::as_str)
+        .is_some_and(|id| id.starts_with("session:"))
 }
 
 fn id_label(d: &Doc) -> String {

@@ -310,6 +310,21 @@ async fn the_imported_database_is_served() {
             assert!(password.starts_with("$argon2id$"), "{}", u["username"]);
         }
     }
+    // An export after serving: shoal's login sessions stay behind.
+    drop(store);
+    let exported = tmp.path().join("export");
+    let (ok, out, err) = shoal(
+        &data,
+        &["export", "--fishtest", exported.to_str().expect("path")],
+    );
+    assert!(ok, "export: {err}");
+    assert!(
+        out.contains("login sessions of shoal's not exported"),
+        "{out}"
+    );
+    let kv = std::fs::read_to_string(exported.join("kvstore.json")).expect("kvstore");
+    assert!(!kv.contains("session:"));
+    let store = crate::harness::open_store(&data).expect("open");
     for action in json_file("actions.json") {
         let id = oid(&action);
         let stored = store
