@@ -292,6 +292,24 @@ async fn the_imported_database_is_served() {
             assert!(reply.get("error").is_none(), "{name}: {reply}");
         }
     }
+    // A worker of an imported user gets a task of one of the imported active runs.
+    let info = crate::fleet::worker_info("mbriar", 8, &crate::fleet::key(77));
+    let (status, reply) = server
+        .post_json(
+            "/api/request_task",
+            &json!({"password": "fjord-harbor-7495", "worker_info": info}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reply}");
+    let run_id = reply["run"]["_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {reply}"));
+    let active_ids: Vec<String> = json_file("runs.json")
+        .iter()
+        .filter(|r| r["finished"] == json!(false) && r["approved"] == json!(true))
+        .map(oid)
+        .collect();
+    assert!(active_ids.iter().any(|id| id == run_id), "{run_id}");
     let mut b = Browser::new(&server);
     let page = b.get("/tests/user/quarkling").await;
     assert_eq!(page.status, 200);
