@@ -446,7 +446,9 @@ pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summ
     for name in DUMP_COLLECTIONS {
         let path = dir.join(format!("{name}.json"));
         let tmp = dir.join(format!(".{name}.json.tmp"));
-        let file = File::create(&tmp).map_err(io_err(&tmp))?;
+        // A leftover from an interrupted export would keep its old mode: start afresh.
+        let _ = std::fs::remove_file(&tmp);
+        let file = create_private(&tmp).map_err(io_err(&tmp))?;
         let mut out = BufWriter::new(file);
         let bar = progress(show_progress, 0, name);
         bar.set_style(
@@ -476,6 +478,19 @@ pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summ
         summary.collections.push(s);
     }
     Ok(summary)
+}
+
+/// A new file only its owner can read: a dump holds password hashes (and any legacy
+/// plaintext passwords not yet re-hashed) and e-mail addresses.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
 }
 
 fn export_collection(

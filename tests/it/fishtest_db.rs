@@ -108,6 +108,13 @@ fn export_of_the_import_is_the_dump_document_by_document() {
             assert_same(d, other, &format!("{coll} {id}"));
         }
     }
+    // Files only their owner can read: they hold passwords and e-mail addresses.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(exported.join("users.json"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
     // The runs come out in `_id` order, as `mongoexport` and the dump have them.
     let ids: Vec<String> = read(&exported.join("runs.json"))
         .iter()

@@ -21,6 +21,7 @@
 pub mod indexes;
 pub mod query;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -143,7 +144,14 @@ pub struct MongoStore {
     db: Database,
     retry: Retry,
     closed: AtomicBool,
+    /// The last few PGN blobs read: a download reads a PGN in chunks, and a BSON binary can
+    /// only be fetched whole, so each chunk would otherwise fetch the whole blob again.
+    recent_pgns: parking_lot::Mutex<std::collections::VecDeque<(String, Arc<Vec<u8>>)>>,
 }
+
+/// How many PGN blobs [`MongoStore`] keeps for chunked reads (each at most Fishtest's 16 MB
+/// document size).
+const RECENT_PGNS: usize = 4;
 
 /// The write concern of every write: acknowledged by a majority, journaled.
 pub fn write_concern() -> WriteConcern {
@@ -195,6 +203,7 @@ impl MongoStore {
             db,
             retry: Retry::default(),
             closed: AtomicBool::new(false),
+            recent_pgns: parking_lot::Mutex::new(std::collections::VecDeque::new()),
         };
         store.create_indexes()?;
         tracing::info!(uri = %uri.redacted(), database = %name, "mongodb store open");
@@ -306,6 +315,32 @@ impl MongoStore {
         Ok((query::by_id(coll, id)?, b))
     }
 
+    /// A PGN's bytes: from the recent ones, else fetched whole (then kept).
+    fn pgn_blob(&self, handle: &PgnHandle) -> StoreResult<Arc<Vec<u8>>> {
+        let key = handle.key();
+        if let Some((_, b)) = self.recent_pgns.lock().iter().find(|(k, _)| k == key) {
+            return Ok(b.clone());
+        }
+        let oid = ObjectId::parse_str(key)
+            .map_err(|_| StoreError::InvalidQuery(format!("not a PGN handle: {handle:?}")))?;
+        let coll = self.named("pgns");
+        let found = self.retrying("pgn_read", || {
+            coll.find_one(doc! {"_id": oid})
+                .projection(doc! {"pgn_zip": 1})
+                .run()
+        })?;
+        let bytes = match found.and_then(|mut d| d.remove("pgn_zip")) {
+            Some(Bson::Binary(b)) => Arc::new(b.bytes),
+            _ => return Ok(Arc::new(Vec::new())),
+        };
+        let mut recent = self.recent_pgns.lock();
+        if recent.len() >= RECENT_PGNS {
+            recent.pop_front();
+        }
+        recent.push_back((key.to_string(), bytes.clone()));
+        Ok(bytes)
+    }
+
     fn pgn_doc_info(d: &Document) -> Option<(String, PgnInfo)> {
         let id = d.get_object_id("_id").ok()?.to_hex();
         let run_task = d.get_str("run_id").ok()?.to_string();
@@ -335,6 +370,15 @@ impl MongoStore {
         })?;
         Ok(docs.iter().filter_map(Self::pgn_doc_info).collect())
     }
+}
+
+/// `len` bytes of `bytes` from `offset`, clamped to its end.
+fn chunk(bytes: &[u8], offset: u64, len: usize) -> &[u8] {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let end = start.saturating_add(len).min(bytes.len());
+    &bytes[start..end]
 }
 
 fn approx_bytes(d: &Document) -> usize {
@@ -564,23 +608,8 @@ impl Store for MongoStore {
     }
 
     fn pgn_read(&self, handle: &PgnHandle, offset: u64, len: usize) -> StoreResult<Vec<u8>> {
-        let oid = ObjectId::parse_str(handle.key())
-            .map_err(|_| StoreError::InvalidQuery(format!("not a PGN handle: {handle:?}")))?;
-        let coll = self.named("pgns");
-        let found = self.retrying("pgn_read", || {
-            coll.find_one(doc! {"_id": oid})
-                .projection(doc! {"pgn_zip": 1})
-                .run()
-        })?;
-        let bytes = match found.as_ref().and_then(|d| d.get("pgn_zip")) {
-            Some(Bson::Binary(b)) => b.bytes.as_slice(),
-            _ => return Ok(Vec::new()),
-        };
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        let end = start.saturating_add(len).min(bytes.len());
-        Ok(bytes[start..end].to_vec())
+        let bytes = self.pgn_blob(handle)?;
+        Ok(chunk(&bytes, offset, len).to_vec())
     }
 
     fn pgn_import(&self, id: &str, run_task: &str, gz: &[u8]) -> StoreResult<bool> {
@@ -710,6 +739,15 @@ impl Store for MongoStore {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn chunks_are_clamped() {
+        let b = [1u8, 2, 3, 4, 5];
+        assert_eq!(chunk(&b, 0, 2), &[1, 2]);
+        assert_eq!(chunk(&b, 3, 10), &[4, 5]);
+        assert!(chunk(&b, 5, 1).is_empty());
+        assert!(chunk(&b, u64::MAX, usize::MAX).is_empty());
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {
