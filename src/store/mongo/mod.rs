@@ -301,20 +301,6 @@ impl MongoStore {
         doc! {"q": q, "u": u, "upsert": true}
     }
 
-    /// A shoal document as the replacement of its Fishtest document, with its filter.
-    fn replacement(&self, coll: Collection, d: &Doc) -> StoreResult<(Document, Document)> {
-        let id = d
-            .get("_id")
-            .and_then(Value::as_str)
-            .ok_or(StoreError::MissingId)?;
-        let mut b = bson_map::to_bson(coll, d).map_err(mapping)?;
-        if bson_map::key_field(coll) != "_id" && !d.contains_key(MONGO_ID) {
-            // A net or worker shoal made: MongoDB keeps (or gives) its ObjectId.
-            b.remove("_id");
-        }
-        Ok((query::by_id(coll, id)?, b))
-    }
-
     /// A PGN's bytes: from the recent ones, else fetched whole (then kept).
     fn pgn_blob(&self, handle: &PgnHandle) -> StoreResult<Arc<Vec<u8>>> {
         let key = handle.key();
@@ -370,6 +356,20 @@ impl MongoStore {
         })?;
         Ok(docs.iter().filter_map(Self::pgn_doc_info).collect())
     }
+}
+
+/// A shoal document as the replacement of its Fishtest document, with its filter.
+fn replacement(coll: Collection, d: &Doc) -> StoreResult<(Document, Document)> {
+    let id = d
+        .get("_id")
+        .and_then(Value::as_str)
+        .ok_or(StoreError::MissingId)?;
+    let mut b = bson_map::to_bson(coll, d).map_err(mapping)?;
+    if bson_map::key_field(coll) != "_id" && !d.contains_key(MONGO_ID) {
+        // A net or worker shoal made: MongoDB keeps (or gives) its ObjectId.
+        b.remove("_id");
+    }
+    Ok((query::by_id(coll, id)?, b))
 }
 
 /// `len` bytes of `bytes` from `offset`, clamped to its end.
@@ -491,7 +491,7 @@ impl Store for MongoStore {
     fn put_many(&self, coll: Collection, docs: &[Doc]) -> StoreResult<()> {
         let mut updates = Vec::with_capacity(docs.len());
         for d in docs {
-            let (q, u) = self.replacement(coll, d)?;
+            let (q, u) = replacement(coll, d)?;
             updates.push(Self::replace_upsert(q, u));
         }
         self.bulk_update(coll.name(), updates)
@@ -516,7 +516,7 @@ impl Store for MongoStore {
                 id
             }
         };
-        let (_, mut b) = self.replacement(coll, &doc)?;
+        let (_, mut b) = replacement(coll, &doc)?;
         if !b.contains_key("_id") {
             b.insert("_id", ObjectId::new());
         }
@@ -712,7 +712,7 @@ impl Store for MongoStore {
                 id: r.id.clone(),
                 source,
             })?;
-            let (q, u) = self.replacement(Collection::Runs, &d)?;
+            let (q, u) = replacement(Collection::Runs, &d)?;
             updates.push(Self::replace_upsert(q, u));
             let seq = i64::try_from(r.seq).unwrap_or(i64::MAX);
             seqs.push(doc! {
@@ -739,6 +739,38 @@ impl Store for MongoStore {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn replacements_keep_fishtest_ids() {
+        let run: Doc = serde_json::from_value(
+            json!({"_id": "6a5ef17522dfea1c957407ba", "finished": false, "args": {"tc": "10+0.1"}}),
+        )
+        .expect("doc");
+        let (q, u) = replacement(Collection::Runs, &run).expect("run");
+        let oid = ObjectId::parse_str("6a5ef17522dfea1c957407ba").expect("oid");
+        assert_eq!(q, doc! {"_id": {"$eq": oid}});
+        assert_eq!(u.get("_id"), Some(&Bson::ObjectId(oid)));
+        // A worker read from MongoDB keeps its ObjectId; one shoal made gets none here
+        // (the server gives it one on insert, and keeps the old one on a replace).
+        let read: Doc =
+            serde_json::from_value(json!({"_id": "w-8cores-1", "worker_name": "w-8cores-1",
+            "_mongo_id": {"$oid": "6a72633822dfea1c9574090a"}, "blocked": true}))
+            .expect("doc");
+        let (q, u) = replacement(Collection::Workers, &read).expect("worker");
+        assert_eq!(q, doc! {"worker_name": {"$eq": "w-8cores-1"}});
+        assert_eq!(
+            u.get_object_id("_id").expect("kept").to_hex(),
+            "6a72633822dfea1c9574090a"
+        );
+        assert!(!u.contains_key(MONGO_ID));
+        let mine: Doc = serde_json::from_value(
+            json!({"_id": "w-8cores-2", "worker_name": "w-8cores-2", "blocked": false}),
+        )
+        .expect("doc");
+        let (_, u) = replacement(Collection::Workers, &mine).expect("worker");
+        assert!(!u.contains_key("_id"));
+        assert!(replacement(Collection::Runs, &Doc::new()).is_err());
+    }
 
     #[test]
     fn chunks_are_clamped() {
