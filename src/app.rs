@@ -58,7 +58,9 @@ pub fn open_store(config: &Config) -> Result<SharedStore, StoreError> {
             &config.data_dir,
             config.sqlite_synchronous,
         )?)),
-        StoreKind::Mongodb => Err(StoreError::Unsupported("mongodb")),
+        StoreKind::Mongodb => Ok(Arc::new(crate::store::mongo::MongoStore::open(
+            &config.mongodb_uri,
+        )?)),
     }
 }
 

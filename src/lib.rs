@@ -24,6 +24,7 @@
 pub mod admission;
 pub mod app;
 pub mod config;
+pub mod dump;
 pub mod http;
 pub mod offload;
 pub mod process;

@@ -52,6 +52,26 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Import a Fishtest database dump (one Extended JSON file per collection, as
+    /// `mongoexport` writes them) into the configured store.
+    Import {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The dump directory (`runs.json`, `users.json`, ...).
+        #[arg(long, value_name = "DIR")]
+        fishtest: PathBuf,
+        /// Add to a store that already holds data (documents with the same `_id` are replaced).
+        #[arg(long)]
+        merge: bool,
+    },
+    /// Export the configured store as a Fishtest database dump (for `mongoimport`).
+    Export {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The directory to write (created if needed; its collection files are replaced).
+        #[arg(long, value_name = "DIR")]
+        fishtest: PathBuf,
+    },
     /// Simulate a fleet of official workers against a server and report what it saw.
     Sim(Box<shoal::sim::SimOptions>),
     /// Start a server with a seeded user, a few runs and a small simulated fleet.
@@ -250,6 +270,45 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
     Ok(out)
 }
 
+/// Runs an import or export on the configured store and prints its summary.
+fn dump_command(
+    config: Option<&PathBuf>,
+    run: impl FnOnce(
+        &dyn shoal::store::Store,
+        bool,
+    ) -> Result<shoal::dump::Summary, shoal::dump::DumpError>,
+) -> ExitCode {
+    use std::io::IsTerminal;
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    shoal::telemetry::init_logging(&config.log);
+    let store = match shoal::app::open_store(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("shoal: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = run(store.as_ref(), std::io::stderr().is_terminal());
+    let closed = store.close();
+    match (result, closed) {
+        (Ok(summary), Ok(())) => {
+            print!("{summary}");
+            ExitCode::SUCCESS
+        }
+        (Err(e), _) => {
+            eprintln!("shoal: {e}");
+            ExitCode::FAILURE
+        }
+        (Ok(_), Err(e)) => {
+            eprintln!("shoal: closing the store: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
     Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|e| {
         eprintln!("shoal: {e}");
@@ -330,6 +389,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Import {
+            config,
+            fishtest,
+            merge,
+        } => dump_command(config.as_ref(), |store, progress| {
+            shoal::dump::import(store, &fishtest, merge, progress)
+        }),
+        Command::Export { config, fishtest } => dump_command(config.as_ref(), |store, progress| {
+            shoal::dump::export(store, &fishtest, progress)
+        }),
         Command::Sim(options) => {
             run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
         }

@@ -1,7 +1,8 @@
 //! The store: Fishtest's collections behind one blocking, document-oriented trait.
 //!
 //! Owns: the [`Store`] trait, the document conventions, the small query vocabulary
-//! ([`Query`], [`Cond`]), typed [`StoreError`]s, and the backends (`sqlite`; MongoDB later).
+//! ([`Query`], [`Cond`]), typed [`StoreError`]s, and the backends (`sqlite`, `mongo`); the
+//! mapping between these documents and Fishtest's BSON documents (`bson_map`).
 //! Must not: be called from the event loop (every method blocks: call it inside
 //! `Offload::run`), know about HTTP, or interpret documents beyond the fields its indexes and
 //! queries name. Only this module touches SQLite (or MongoDB).
@@ -16,6 +17,8 @@
 //!   which `bson` maps to a BSON datetime. Within this convention ISO strings sort in time order.
 //! - Binary data that is large (PGNs) does not live in documents: see the `pgn_*` methods.
 
+pub mod bson_map;
+pub mod mongo;
 pub mod sqlite;
 
 use std::fmt;
@@ -37,16 +40,24 @@ pub enum Collection {
     Nns,
     Workers,
     Kvstore,
+    /// Fishtest's contributor statistics (`utils/delta_update_users.py`): kept so that a
+    /// database moves to shoal and back whole; shoal does not compute them.
+    UserCache,
+    TopMonth,
+    Deltas,
 }
 
 impl Collection {
-    pub const ALL: [Collection; 6] = [
+    pub const ALL: [Collection; 9] = [
         Collection::Runs,
         Collection::Users,
         Collection::Actions,
         Collection::Nns,
         Collection::Workers,
         Collection::Kvstore,
+        Collection::UserCache,
+        Collection::TopMonth,
+        Collection::Deltas,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +68,9 @@ impl Collection {
             Collection::Nns => "nns",
             Collection::Workers => "workers",
             Collection::Kvstore => "kvstore",
+            Collection::UserCache => "user_cache",
+            Collection::TopMonth => "top_month",
+            Collection::Deltas => "deltas",
         }
     }
 }
@@ -234,6 +248,17 @@ pub trait Store: Send + Sync + 'static {
     fn pgn_list_run(&self, run_id: &str) -> StoreResult<Vec<PgnInfo>>;
     /// Up to `len` bytes of a stored PGN from `offset` (empty at the end), for streaming.
     fn pgn_read(&self, handle: &PgnHandle, offset: u64, len: usize) -> StoreResult<Vec<u8>>;
+    /// Stores a PGN carried over from another database under its document id (an ObjectId's
+    /// hex form) unless a PGN with that id is stored already; true if it was stored. This is
+    /// what makes importing the same dump twice add nothing.
+    fn pgn_import(&self, id: &str, run_task: &str, gz: &[u8]) -> StoreResult<bool>;
+    /// Up to `limit` stored PGNs after `after` (from the first when `None`), in storage order,
+    /// each with its document id: the export's pages.
+    fn pgn_scan(
+        &self,
+        after: Option<&PgnHandle>,
+        limit: usize,
+    ) -> StoreResult<Vec<(String, PgnInfo)>>;
     /// Appends journal entries and writes action documents (each with its `_id`; written
     /// again on a retry, never twice) in one commit: the group commit of acknowledged changes
     /// and of the audit records made while a run was locked.

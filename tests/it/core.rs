@@ -1097,14 +1097,22 @@ fn invalid_settings_stop_start_up_naming_the_key() {
     let (status, stderr) = run_bin(&["serve", "--config", "missing.toml"], &[], dir.path());
     assert_eq!(status.code(), Some(2));
     assert!(stderr.contains("missing.toml"), "{stderr}");
-    // A backend this build does not have is a clear start-up failure, not a hang.
+    // A MongoDB server that cannot be reached is a clear start-up failure naming the setting,
+    // not a hang.
     let (status, stderr) = run_bin(
         &["serve"],
-        &[("SHOAL_STORE", "mongodb"), ("SHOAL_PORT", "0")],
+        &[
+            ("SHOAL_STORE", "mongodb"),
+            ("SHOAL_PORT", "0"),
+            (
+                "SHOAL_MONGODB_URI",
+                "mongodb://127.0.0.1:1/ft?serverSelectionTimeoutMS=500",
+            ),
+        ],
         dir.path(),
     );
     assert!(!status.success());
-    assert!(stderr.contains("mongodb"), "{stderr}");
+    assert!(stderr.contains("mongodb_uri"), "{stderr}");
 }
 
 /// Runs the binary in `cwd` with only `env`; returns (success, stdout + stderr).

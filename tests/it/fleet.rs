@@ -114,12 +114,7 @@ pub async fn approve(server: &TestServer, approver: &str, run_id: &str) {
 
 /// Reads a run document straight from the store (the server keeps running).
 pub fn stored_run(server: &TestServer, run_id: &str) -> shoal::rundb::model::Run {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open store");
+    let store = crate::harness::open_store(&server.data_dir).expect("open store");
     let doc = store
         .get(shoal::store::Collection::Runs, run_id)
         .expect("get")

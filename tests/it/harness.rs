@@ -48,6 +48,49 @@ impl Opts {
     }
 }
 
+/// With `SHOAL_TEST_MONGODB_URI` set (e.g. `mongodb://localhost:27017`), every server and
+/// CLI run of the tests uses `store = "mongodb"`, in a database of its own per data directory
+/// (`shoal_it_<hash of the path>`), so tests stay apart. The databases are not dropped: use a
+/// throwaway server.
+pub fn mongo_env(data_dir: &Path) -> Vec<(String, String)> {
+    let Ok(base) = std::env::var("SHOAL_TEST_MONGODB_URI") else {
+        return Vec::new();
+    };
+    let (base, params) = base.split_once('?').unwrap_or((base.as_str(), ""));
+    let hosts_at = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[hosts_at..].find('/') {
+        Some(i) => &base[..hosts_at + i],
+        None => base,
+    };
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data_dir.hash(&mut h);
+    let mut uri = format!("{base}/shoal_it_{:016x}", h.finish());
+    if !params.is_empty() {
+        uri = format!("{uri}?{params}");
+    }
+    vec![
+        ("SHOAL_STORE".to_string(), "mongodb".to_string()),
+        ("SHOAL_MONGODB_URI".to_string(), uri),
+    ]
+}
+
+/// The store of a test server's data directory, opened beside it: SQLite, or MongoDB when
+/// `SHOAL_TEST_MONGODB_URI` is set (see [`mongo_env`]).
+pub fn open_store(data_dir: &Path) -> shoal::store::StoreResult<Box<dyn shoal::store::Store>> {
+    if let Some((_, uri)) = mongo_env(data_dir)
+        .into_iter()
+        .find(|(k, _)| k == "SHOAL_MONGODB_URI")
+    {
+        let uri = shoal::secret::SecretUri::new(uri);
+        return Ok(Box::new(shoal::store::mongo::MongoStore::open(&uri)?));
+    }
+    Ok(Box::new(shoal::store::sqlite::SqliteStore::open(
+        data_dir,
+        shoal::config::SqliteSync::Normal,
+    )?))
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_shoal")
 }
@@ -80,6 +123,7 @@ impl TestServer {
             .env("SHOAL_SHUTDOWN_GRACE_S", "5")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        cmd.envs(mongo_env(&data_dir));
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -253,10 +297,16 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Runs the binary with extra environment and returns (exit status, stderr).
 pub fn run_bin(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (ExitStatus, String) {
+    let mongo = env
+        .iter()
+        .find(|(k, _)| *k == "SHOAL_DATA_DIR")
+        .map(|(_, dir)| mongo_env(Path::new(dir)))
+        .unwrap_or_default();
     let out = Command::new(bin())
         .args(args)
         .current_dir(cwd)
         .env_clear()
+        .envs(mongo)
         .envs(env.iter().copied())
         .output()
         .expect("run shoal");

@@ -9,6 +9,7 @@ mod browser_record;
 mod browser_stats;
 mod browser_submit;
 mod core;
+mod fishtest_db;
 mod fleet;
 mod fuzz;
 mod hardening;

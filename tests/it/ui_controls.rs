@@ -58,12 +58,7 @@ async fn run_json(server: &TestServer, run: &str) -> Value {
 
 /// Actions of one kind, read straight from the store (oldest first).
 fn stored_actions(server: &TestServer, action: &str) -> Vec<Value> {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .find(
             shoal::store::Collection::Actions,

@@ -38,12 +38,7 @@ fn behind_local_proxy(opts: Opts) -> Opts {
 
 /// Actions of one kind, read straight from the store (oldest first).
 fn stored_actions(server: &TestServer, action: &str) -> Vec<Value> {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .find(
             shoal::store::Collection::Actions,
@@ -339,12 +334,7 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
     let mut got = 0.0;
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
-        use shoal::store::Store as _;
-        let store = shoal::store::sqlite::SqliteStore::open(
-            &server.data_dir,
-            shoal::config::SqliteSync::Normal,
-        )
-        .expect("open");
+        let store = crate::harness::open_store(&server.data_dir).expect("open");
         got = store
             .get(shoal::store::Collection::Kvstore, "cpu_hours:alice")
             .expect("get")
@@ -358,8 +348,7 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
     assert!((got - want).abs() < 1e-9, "cpu hours {got}, want {want}");
     // The late failed_task calls were logged (through the journal's group commit).
     let actions = {
-        use shoal::store::Store as _;
-        shoal::store::sqlite::SqliteStore::open(&server.data_dir, shoal::config::SqliteSync::Normal)
+        crate::harness::open_store(&server.data_dir)
             .expect("open")
             .count(
                 shoal::store::Collection::Actions,
@@ -967,12 +956,7 @@ async fn dead_tasks_are_scavenged_and_blocked_workers_refused() {
     assert_eq!(stored.workers, 0);
     assert_eq!(stored.check_invariants(), Vec::<String>::new());
     {
-        use shoal::store::Store as _;
-        let store = shoal::store::sqlite::SqliteStore::open(
-            &server.data_dir,
-            shoal::config::SqliteSync::Normal,
-        )
-        .expect("open");
+        let store = crate::harness::open_store(&server.data_dir).expect("open");
         let dead = store
             .count(
                 shoal::store::Collection::Actions,
@@ -1029,12 +1013,7 @@ async fn stop_run_by_an_experienced_user_fails_the_run() {
     approve(&server, "boss", &run).await;
     // alice has contributed 1500 CPU hours (the figure the server keeps per user).
     {
-        use shoal::store::Store as _;
-        let store = shoal::store::sqlite::SqliteStore::open(
-            &server.data_dir,
-            shoal::config::SqliteSync::Normal,
-        )
-        .expect("open");
+        let store = crate::harness::open_store(&server.data_dir).expect("open");
         let mut doc = shoal::store::Doc::new();
         doc.insert("_id".into(), json!("cpu_hours:alice"));
         doc.insert("value".into(), json!(1500.0));

@@ -86,6 +86,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_finished ON runs(finished, last_updated);
     CREATE INDEX runs_user ON runs(username, last_updated);
     "#,
+    // 4: Fishtest's contributor statistics, kept so a database moves to shoal and back whole;
+    // every PGN gets its document id (an ObjectId's hex form: the one it had in Fishtest, or
+    // a new one), so importing a dump twice stores each PGN once.
+    r#"
+    CREATE TABLE user_cache (id TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE top_month (id TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE deltas (id TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+    ALTER TABLE pgns ADD COLUMN doc_id TEXT;
+    UPDATE pgns SET doc_id = lower(hex(randomblob(12))) WHERE doc_id IS NULL;
+    CREATE UNIQUE INDEX pgns_doc_id ON pgns(doc_id);
+    "#,
 ];
 
 const READERS: usize = 4;
@@ -407,6 +418,18 @@ impl Store for SqliteStore {
 
     fn pgn_read(&self, handle: &PgnHandle, offset: u64, len: usize) -> StoreResult<Vec<u8>> {
         pgn::read(self, handle, offset, len)
+    }
+
+    fn pgn_import(&self, id: &str, run_task: &str, gz: &[u8]) -> StoreResult<bool> {
+        pgn::import(self, id, run_task, gz)
+    }
+
+    fn pgn_scan(
+        &self,
+        after: Option<&PgnHandle>,
+        limit: usize,
+    ) -> StoreResult<Vec<(String, PgnInfo)>> {
+        pgn::scan(self, after, limit)
     }
 
     fn journal_append(&self, entries: &[JournalEntry], actions: &[Doc]) -> StoreResult<()> {

@@ -1,6 +1,8 @@
 //! PGN blobs: a finished task's gzipped PGN stored whole (`pgns` table, keyed by
 //! `<run_id>-<task_id>`), listed per task or per run in task order, and read back in chunks
-//! with incremental blob I/O so a large file is never loaded at once.
+//! with incremental blob I/O so a large file is never loaded at once. Each PGN has a
+//! document id (`doc_id`, an ObjectId's hex form) so a Fishtest database's `pgns` move in and
+//! out unchanged.
 //!
 //! Must not: decompress or parse the PGNs; keep a blob open between calls.
 
@@ -9,23 +11,78 @@ use std::time::Instant;
 use rusqlite::params;
 
 use super::{SqliteStore, observe};
-use crate::store::{PgnHandle, PgnInfo, StoreError, StoreResult};
+use crate::store::{PgnHandle, PgnInfo, StoreError, StoreResult, new_object_id};
+
+/// `"<run_id>-<task_id>"` split; a malformed name keeps task id -1 (listed first).
+fn split(run_task: &str) -> (&str, i64) {
+    match run_task.rsplit_once('-') {
+        Some((run, task)) => (run, task.parse::<i64>().unwrap_or(-1)),
+        None => (run_task, -1),
+    }
+}
 
 /// `Store::pgn_put`.
 pub(super) fn put(store: &SqliteStore, run_task: &str, gz: &[u8]) -> StoreResult<()> {
     let started = Instant::now();
-    let (run_id, task_id) = match run_task.rsplit_once('-') {
-        Some((run, task)) => (run, task.parse::<i64>().unwrap_or(-1)),
-        None => (run_task, -1),
-    };
+    let (run_id, task_id) = split(run_task);
+    let oid = new_object_id();
     let r = store.write(|c| {
         c.prepare_cached(
-            "INSERT INTO pgns (run_task, run_id, task_id, size, pgn_zip) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO pgns (run_task, run_id, task_id, size, pgn_zip, doc_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
-        .execute(params![run_task, run_id, task_id, gz.len() as i64, gz])?;
+        .execute(params![run_task, run_id, task_id, gz.len() as i64, gz, oid])?;
         Ok(())
     });
     observe("pgn_put", "pgns", started);
+    r
+}
+
+/// `Store::pgn_import`.
+pub(super) fn import(
+    store: &SqliteStore,
+    id: &str,
+    run_task: &str,
+    gz: &[u8],
+) -> StoreResult<bool> {
+    let started = Instant::now();
+    let (run_id, task_id) = split(run_task);
+    let r = store.write(|c| {
+        let n = c
+            .prepare_cached(
+                "INSERT INTO pgns (run_task, run_id, task_id, size, pgn_zip, doc_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(doc_id) DO NOTHING",
+            )?
+            .execute(params![run_task, run_id, task_id, gz.len() as i64, gz, id])?;
+        Ok(n == 1)
+    });
+    observe("pgn_import", "pgns", started);
+    r
+}
+
+/// `Store::pgn_scan`.
+pub(super) fn scan(
+    store: &SqliteStore,
+    after: Option<&PgnHandle>,
+    limit: usize,
+) -> StoreResult<Vec<(String, PgnInfo)>> {
+    let started = Instant::now();
+    let after: i64 = match after {
+        None => 0,
+        Some(h) => h
+            .key()
+            .parse()
+            .map_err(|_| StoreError::InvalidQuery(format!("not a PGN handle: {h:?}")))?,
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let r = store.read(|c| {
+        let mut stmt = c.prepare_cached(
+            "SELECT handle, run_task, size, doc_id FROM pgns WHERE handle > ?1 ORDER BY handle LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![after, limit], |r| Ok((r.get(3)?, pgn_info(r)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    });
+    observe("pgn_scan", "pgns", started);
     r
 }
 
@@ -125,5 +182,22 @@ mod tests {
             out.extend(chunk);
         }
         assert_eq!(out, big);
+    }
+
+    #[test]
+    fn imported_pgns_keep_their_id_and_are_stored_once() {
+        let (_d, s) = store();
+        s.pgn_put("abc-0", b"zero").expect("put");
+        let id = "6a8b960a22dfea1c95740963";
+        assert!(s.pgn_import(id, "abc-1", b"one").expect("import"));
+        assert!(!s.pgn_import(id, "abc-1", b"one").expect("again"));
+        assert_eq!(s.pgn_find("abc-1").expect("find").len(), 1);
+        let first = s.pgn_scan(None, 1).expect("scan");
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0.len(), 24);
+        let rest = s.pgn_scan(Some(&first[0].1.handle), 10).expect("scan");
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].0, id);
+        assert_eq!(rest[0].1.run_task, "abc-1");
     }
 }
