@@ -14,6 +14,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod errors;
 pub mod lists;
+pub mod rate_limits;
 pub mod results;
 pub mod run;
 pub mod session;
@@ -74,6 +75,8 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/live_elo_update/{id}", get(stats::live_elo_update))
         .route("/tests/chart/{id}/{name}", get(stats::chart))
         .route("/sprt_calc", get(stats::sprt_calc))
+        .route("/rate_limits", get(rate_limits::rate_limits))
+        .route("/rate_limits/server", get(rate_limits::server))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
