@@ -31,7 +31,7 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// The body of the run-submission endpoints.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRunRequest {
     username: String,
@@ -71,9 +71,10 @@ fn reply(body: &impl Serialize) -> ApiReply {
     tag = "runs",
     request_body = CreateRunRequest,
     responses(
-        (status = 200, description = "The new run, pending approval unless its submitter needs none", body = CreateRunReply),
+        (status = 200, description = "The new run's id", body = CreateRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -93,7 +94,7 @@ pub async fn create_run(
 }
 
 /// The body of approve_run and purge_run.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveRunRequest {
     username: String,
@@ -111,6 +112,7 @@ pub struct ApproveRunRequest {
         (status = 200, description = "The run is approved", body = ApproveRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -145,6 +147,7 @@ pub async fn approve_run(
         (status = 200, description = "The purge's outcome", body = PurgeRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]

@@ -63,6 +63,7 @@ async fn durable(reply: Map<String, Value>, ticket: Option<Ticket>) -> ApiResult
         (status = 200, description = "The worker version the server announces", body = VersionReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -98,6 +99,7 @@ pub async fn request_version(
         (status = 200, description = "A task, or why there is none", body = RequestTaskReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -237,6 +239,7 @@ async fn task_bound_or_fast(
         (status = 200, description = "Whether the task goes on (a rejection is a 200 with `error`)", body = TaskAliveReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -261,6 +264,7 @@ pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
         (status = 200, description = "Whether the task goes on", body = TaskAliveReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -287,6 +291,7 @@ pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiRe
         (status = 200, description = "The parameters to play (or `task_alive: false` and `info` for an inactive task)", body = SpsaReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -307,6 +312,7 @@ pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) 
         (status = 200, description = "The task is failed (`{}`), or was not active", body = TaskAliveReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -327,6 +333,7 @@ pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
         (status = 200, description = "The run is stopped (`{}`), or the task was not active", body = TaskAliveReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
@@ -347,6 +354,7 @@ pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> A
         (status = 200, description = "The message is logged", body = EmptyReply),
         (status = 400, description = "A malformed call", body = ErrorReply),
         (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
