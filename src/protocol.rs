@@ -26,7 +26,7 @@ pub const MAX_GAMES: u64 = 3_200_000;
 pub const STATS_MAX_GAMES: u64 = 1 << 40;
 
 /// Game results: {wins, losses, draws, crashes, time_losses, pentanomial[5]}.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Stats {
     pub wins: u64,

@@ -56,7 +56,7 @@ pub const SUPPORTED_ARCHES: &[&str] = &[
 ];
 
 /// The SPRT part of a submission.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SprtIn {
     pub elo0: f64,
@@ -66,7 +66,7 @@ pub struct SprtIn {
 }
 
 /// The SPSA part of a submission.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpsaIn {
     pub raw_params: String,
@@ -83,7 +83,7 @@ pub struct SpsaIn {
 }
 
 /// What a submitter sends: the run's `args` minus what the server computes.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateArgs {
     pub base_tag: String,

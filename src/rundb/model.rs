@@ -42,7 +42,7 @@ impl Stats {
 
 /// What a worker says about itself: exactly the 16 keys the official worker sends
 /// (docs/protocol.md#worker_info), plus `remote_addr` and `country_code` which the server adds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerInfo {
     #[serde(default)]
     pub uname: String,
@@ -76,9 +76,13 @@ pub struct WorkerInfo {
     pub nps: f64,
     #[serde(default)]
     pub near_github_api_limit: bool,
+    /// Added by the server (a client's own is refused).
     #[serde(default)]
+    #[schema(ignore)]
     pub remote_addr: String,
+    /// Added by the server (a client's own is refused).
     #[serde(default)]
+    #[schema(ignore)]
     pub country_code: String,
 }
 

@@ -136,7 +136,7 @@ fn check_algorithm(spsa: &SpsaArgs) -> Result<(), SpsaError> {
 
 /// One entry of `w_params` (the New engine's values). The worker only reads
 /// `name` and `value`; `c`, `R` and `flip` are informational.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WhiteParam {
     pub name: String,
     pub value: f64,
@@ -147,7 +147,7 @@ pub struct WhiteParam {
 }
 
 /// One entry of `b_params` (the Base engine's values).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BlackParam {
     pub name: String,
     pub value: f64,
@@ -155,7 +155,7 @@ pub struct BlackParam {
 
 /// The JSON body of a successful `request_spsa` reply (the server adds
 /// `duration`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SpsaReply {
     pub w_params: Vec<WhiteParam>,
     pub b_params: Vec<BlackParam>,

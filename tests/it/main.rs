@@ -14,6 +14,7 @@ mod fleet;
 mod fuzz;
 mod hardening;
 mod harness;
+mod openapi;
 mod sim;
 mod soak;
 mod spsa_props;

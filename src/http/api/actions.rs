@@ -30,6 +30,22 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// `POST /api/actions`.
+#[utoipa::path(
+    post,
+    path = "/api/actions",
+    tag = "read",
+    request_body(
+        content = Object,
+        description = "A MongoDB-style query over the action fields (`action`, `username`, \
+            `run_id`, `time`, …) with `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$in` \
+            (at most 1,000 values) and `$exists`; anything else matches nothing"
+    ),
+    responses(
+        (status = 200, description = "At most 200 actions, newest first (a JSON array; \
+            `Access-Control-Allow-Origin: *`)", body = Vec<Object>),
+        (status = 400, description = "The body is not JSON")
+    )
+)]
 pub async fn actions(
     State(state): State<Arc<AppState>>,
     ApiJson(query): ApiJson<Value>,

@@ -22,10 +22,12 @@ use crate::http::reply::ApiError;
 use crate::rundb::model::{Stats, WorkerInfo};
 
 /// The body every worker endpoint but request_version sends. Unknown keys are refused.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerRequest {
     password: String,
+    /// Exactly the official worker's 16 keys, checked by `parse_worker_info`.
+    #[schema(value_type = WorkerInfo)]
     worker_info: Map<String, Value>,
     #[serde(default)]
     run_id: Option<String>,
@@ -34,6 +36,7 @@ pub struct WorkerRequest {
     /// Accepted in every body for the schema's sake; only upload_pgn (which reads its body
     /// itself, see `upload`) uses it, so it is skipped, not kept.
     #[serde(default, rename = "pgn")]
+    #[schema(value_type = Option<String>)]
     _pgn: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     message: Option<String>,
@@ -44,7 +47,7 @@ pub struct WorkerRequest {
 }
 
 /// update_task's `spsa` block: this batch's results and the echoed signature.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpsaBlock {
     pub(crate) num_games: u64,

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use super::call::is_hex;
+use super::schema::{Binary, ErrorReply};
 use crate::http::AppState;
 use crate::http::auth::rundb;
 use crate::http::reply::ApiError;
@@ -83,6 +84,17 @@ fn stream_pgns(state: &Arc<AppState>, pgns: Vec<crate::rundb::queries::PgnInfo>)
 }
 
 /// GET /api/nn/{name}: the net file (or a 302 to `nn_url`), counting the download.
+#[utoipa::path(
+    get,
+    path = "/api/nn/{name}",
+    tag = "files",
+    params(("name" = String, Path, description = "The net's file name (`nn-<12 hex>.nnue`)")),
+    responses(
+        (status = 200, description = "The net file", content_type = "application/octet-stream", body = Binary),
+        (status = 302, description = "The net at `nn_url` (when set)"),
+        (status = 404, description = "No such net", body = ErrorReply),
+    )
+)]
 pub async fn download_net(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -142,6 +154,17 @@ fn gzip_response(body: Body, content_type: &'static str, encoded: bool) -> Respo
 }
 
 /// GET /api/pgn/{run_id}-{task_id}.pgn: the stored gzip, as `Content-Encoding: gzip`.
+#[utoipa::path(
+    get,
+    path = "/api/pgn/{name}",
+    tag = "files",
+    params(("name" = String, Path, description = "`<run id>-<task index>.pgn`")),
+    responses(
+        (status = 200, description = "The task's latest PGN, sent with `Content-Encoding: gzip`",
+            content_type = "application/x-chess-pgn", body = Binary),
+        (status = 404, description = "No such PGN", body = ErrorReply),
+    )
+)]
 pub async fn download_pgn(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -168,6 +191,17 @@ pub async fn download_pgn(
 }
 
 /// GET /api/run_pgns/{run_id}.pgn.gz: every task's gzip member, in task order.
+#[utoipa::path(
+    get,
+    path = "/api/run_pgns/{name}",
+    tag = "files",
+    params(("name" = String, Path, description = "`<run id>.pgn.gz`")),
+    responses(
+        (status = 200, description = "Every task's PGN, one gzip member each, in task order",
+            content_type = "application/gzip", body = Binary),
+        (status = 404, description = "The run has no PGN", body = ErrorReply),
+    )
+)]
 pub async fn download_run_pgns(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,

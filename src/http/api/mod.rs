@@ -4,7 +4,10 @@
 //! - [`runs`]: run submission and control for scripts (primary only);
 //! - [`public`]: the read-only API;
 //! - [`files`] and [`upload`]: PGN uploads and the streamed downloads of PGNs and nets;
-//! - [`call`]: the worker call's schema, bounds and extractors, shared by the above.
+//! - [`call`]: the worker call's schema, bounds and extractors, shared by the above;
+//! - [`rate_limit`]: the GitHub quota in Fishtest's shape (shoal calls no GitHub);
+//! - [`openapi`] and [`schema`]: `/api/openapi.json`, generated from the handlers'
+//!   annotations (every route added here must be annotated: a test compares both ways).
 //!
 //! The primary-only rule is a layer on the worker and run routers ([`primary_only`]), not a
 //! list of paths. The web UI will sit beside this module as `http::ui`.
@@ -22,9 +25,12 @@ use super::reply::ApiError;
 pub mod actions;
 pub mod call;
 pub mod files;
+pub mod openapi;
 pub mod public;
+pub mod rate_limit;
 pub mod replies;
 pub mod runs;
+pub mod schema;
 pub mod upload;
 pub mod worker;
 
@@ -36,6 +42,8 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .merge(public::router())
         .merge(files::router())
         .merge(actions::router())
+        .merge(rate_limit::router())
+        .merge(openapi::router())
 }
 
 /// Routes that change runs or serve workers answer 503 `primary instance required` on a

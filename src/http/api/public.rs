@@ -18,6 +18,7 @@ use axum::Router;
 use axum::routing::get;
 
 use super::call::bad;
+use super::schema::{CalcEloReply, ErrorReply, RunDocument, RunsById, TaskDocument};
 use crate::http::AppState;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::rundb::model::Date;
@@ -109,6 +110,28 @@ fn count(params: &HashMap<String, String>, key: &str) -> Result<Option<f64>, Api
 
 /// GET /api/calc_elo: Elo from W/D/L or a pentanomial (LL, LD, DDWL, WD, WW; it takes
 /// priority), with optional SPRT bounds.
+#[utoipa::path(
+    get,
+    path = "/api/calc_elo",
+    tag = "read",
+    params(
+        ("W" = Option<u64>, Query, description = "Wins (with D and L)"),
+        ("D" = Option<u64>, Query, description = "Draws"),
+        ("L" = Option<u64>, Query, description = "Losses"),
+        ("LL" = Option<u64>, Query, description = "Pentanomial: lost pairs (takes priority over W/D/L)"),
+        ("LD" = Option<u64>, Query, description = "Pentanomial: loss+draw pairs"),
+        ("DDWL" = Option<u64>, Query, description = "Pentanomial: even pairs"),
+        ("WD" = Option<u64>, Query, description = "Pentanomial: win+draw pairs"),
+        ("WW" = Option<u64>, Query, description = "Pentanomial: won pairs"),
+        ("elo0" = Option<f64>, Query, description = "SPRT lower bound (with elo1; |elo| <= 10)"),
+        ("elo1" = Option<f64>, Query, description = "SPRT upper bound (at least elo0 + 0.5)"),
+        ("elo_model" = Option<String>, Query, description = "normalized (default), logistic or BayesElo"),
+    ),
+    responses(
+        (status = 200, description = "Elo, its 95% interval and LOS; with bounds also a, b and LLR", body = CalcEloReply),
+        (status = 400, description = "Missing or bad counts or bounds", body = ErrorReply),
+    )
+)]
 pub async fn calc_elo(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
@@ -242,6 +265,16 @@ fn valid_id(id: &str) -> bool {
 }
 
 /// GET /api/get_elo/{id}: `{}` for non-SPRT runs, else the run plus `elo`.
+#[utoipa::path(
+    get,
+    path = "/api/get_elo/{id}",
+    tag = "read",
+    params(("id" = String, Path, description = "The run id (24 hex digits)")),
+    responses(
+        (status = 200, description = "The run plus `elo`; `{}` for a run that is not an SPRT", body = RunDocument),
+        (status = 404, description = "No such run", body = ErrorReply),
+    )
+)]
 pub async fn get_elo_route(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -274,6 +307,16 @@ pub async fn get_elo_route(
 }
 
 /// GET /api/get_run/{id}: the run without its task lists.
+#[utoipa::path(
+    get,
+    path = "/api/get_run/{id}",
+    tag = "read",
+    params(("id" = String, Path, description = "The run id (24 hex digits)")),
+    responses(
+        (status = 200, description = "The run without its task lists", body = RunDocument),
+        (status = 404, description = "No such run", body = ErrorReply),
+    )
+)]
 pub async fn get_run(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -290,6 +333,12 @@ pub async fn get_run(
 }
 
 /// GET /api/active_runs: every unfinished run, keyed by id, without task lists.
+#[utoipa::path(
+    get,
+    path = "/api/active_runs",
+    tag = "read",
+    responses((status = 200, description = "Every unfinished run, keyed by id", body = RunsById))
+)]
 pub async fn active_runs(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let db = state.rundb.clone();
     let runs = state.offload.run(move || db.active_heads()).await??;
@@ -302,6 +351,23 @@ pub async fn active_runs(State(state): State<Arc<AppState>>) -> Result<Response,
 
 /// GET /api/finished_runs?page=N[&username=..&success_only=1&yellow_only=1&ltc_only=1
 /// &timestamp=<unix>]: 50 per page, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/finished_runs",
+    tag = "read",
+    params(
+        ("page" = Option<u64>, Query, description = "The page, from 1 (50 runs a page, newest first)"),
+        ("username" = Option<String>, Query, description = "Only this user's runs"),
+        ("success_only" = Option<String>, Query, description = "Only green runs (any value but empty, 0 or false)"),
+        ("yellow_only" = Option<String>, Query, description = "Only yellow runs"),
+        ("ltc_only" = Option<String>, Query, description = "Only long time controls"),
+        ("timestamp" = Option<i64>, Query, description = "Only runs updated since this 10-digit Unix time"),
+    ),
+    responses(
+        (status = 200, description = "Finished runs, keyed by id", body = RunsById),
+        (status = 400, description = "A bad page or timestamp", body = ErrorReply),
+    )
+)]
 pub async fn finished_runs(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
@@ -352,6 +418,19 @@ pub async fn finished_runs(
 
 /// GET /api/get_task/{id}/{tid}: one task (or, with the suffix `bad`, one bad task), with the
 /// worker's key shortened and its address hidden.
+#[utoipa::path(
+    get,
+    path = "/api/get_task/{id}/{tid}",
+    tag = "read",
+    params(
+        ("id" = String, Path, description = "The run id (24 hex digits)"),
+        ("tid" = String, Path, description = "The task's index, or the index and `bad` for a purged task"),
+    ),
+    responses(
+        (status = 200, description = "The task", body = TaskDocument),
+        (status = 404, description = "No such run or task", body = ErrorReply),
+    )
+)]
 pub async fn get_task(
     State(state): State<Arc<AppState>>,
     Path((id, tid)): Path<(String, String)>,

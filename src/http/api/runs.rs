@@ -11,10 +11,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::middleware::from_fn_with_state;
 use axum::routing::post;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::call::{ClientAddr, bad, is_hex};
+use super::schema::ErrorReply;
 use crate::http::AppState;
 use crate::http::auth::{Login, with_user};
 use crate::http::extract::ApiJson;
@@ -30,7 +31,7 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// The body of the run-submission endpoints.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRunRequest {
     username: String,
@@ -38,7 +39,45 @@ pub struct CreateRunRequest {
     args: crate::rundb::create::CreateArgs,
 }
 
+/// create_run's reply (the envelope adds `duration`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreateRunReply {
+    pub run_id: String,
+}
+
+/// approve_run's reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApproveRunReply {
+    pub run_id: String,
+    pub approved: bool,
+}
+
+/// purge_run's reply: the ids of the tasks purged, and whether the run was revived.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PurgeRunReply {
+    pub run_id: String,
+    pub purged_tasks: Vec<usize>,
+    pub revived: bool,
+}
+
+fn reply(body: &impl Serialize) -> ApiReply {
+    ApiReply::json(serde_json::to_value(body).unwrap_or_default())
+}
+
 /// POST /api/create_run: `{run_id}`.
+#[utoipa::path(
+    post,
+    path = "/api/create_run",
+    tag = "runs",
+    request_body = CreateRunRequest,
+    responses(
+        (status = 200, description = "The new run's id", body = CreateRunReply),
+        (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn create_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
@@ -51,10 +90,11 @@ pub async fn create_run(
         move |db, user| db.create_run(args, &user),
     )
     .await?;
-    Ok(ApiReply::json(json!({"run_id": run_id})))
+    Ok(reply(&CreateRunReply { run_id }))
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of approve_run and purge_run.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveRunRequest {
     username: String,
@@ -63,6 +103,19 @@ pub struct ApproveRunRequest {
 }
 
 /// POST /api/approve_run.
+#[utoipa::path(
+    post,
+    path = "/api/approve_run",
+    tag = "runs",
+    request_body = ApproveRunRequest,
+    responses(
+        (status = 200, description = "The run is approved", body = ApproveRunReply),
+        (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn approve_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
@@ -78,12 +131,26 @@ pub async fn approve_run(
         move |db, user| db.approve_run(&run_id, &user),
     )
     .await?;
-    Ok(ApiReply::json(
-        json!({"run_id": req.run_id, "approved": true}),
-    ))
+    Ok(reply(&ApproveRunReply {
+        run_id: req.run_id,
+        approved: true,
+    }))
 }
 
 /// POST /api/purge_run: the manual purge (run owner or approver), as the run page's button.
+#[utoipa::path(
+    post,
+    path = "/api/purge_run",
+    tag = "runs",
+    request_body = ApproveRunRequest,
+    responses(
+        (status = 200, description = "The purge's outcome", body = PurgeRunReply),
+        (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn purge_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
@@ -99,9 +166,9 @@ pub async fn purge_run(
         move |db, user| db.purge_run(&run_id, &user),
     )
     .await?;
-    Ok(ApiReply::json(json!({
-        "run_id": req.run_id,
-        "purged_tasks": outcome.purged,
-        "revived": outcome.revived,
-    })))
+    Ok(reply(&PurgeRunReply {
+        run_id: req.run_id,
+        purged_tasks: outcome.purged,
+        revived: outcome.revived,
+    }))
 }

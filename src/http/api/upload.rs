@@ -283,6 +283,19 @@ fn closing(e: ApiError) -> Response {
 }
 
 /// POST /api/upload_pgn: base64 of a gzip stream, authenticated before its body is read.
+#[utoipa::path(
+    post,
+    path = "/api/upload_pgn",
+    tag = "files",
+    request_body(content = WorkerRequest, description = "A worker call whose `pgn` is the base64 \
+        of the task's gzipped PGN, sent after `password`, `run_id`, `task_id` and `worker_info`"),
+    responses(
+        (status = 200, description = "The PGN is stored", body = super::schema::EmptyReply),
+        (status = 400, description = "A malformed call or PGN", body = super::schema::ErrorReply),
+        (status = 401, description = "Wrong credentials", body = super::schema::ErrorReply),
+        (status = 413, description = "The body or the inflated PGN is too large", body = super::schema::ErrorReply),
+    )
+)]
 pub async fn upload_pgn(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

@@ -15,8 +15,12 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 
+use super::call::WorkerRequest;
 use super::call::{ClientAddr, Needs, WorkerCall, bad};
 use super::replies;
+use super::schema::{
+    EmptyReply, ErrorReply, RequestTaskReply, TaskAliveReply, VersionReply, VersionRequest,
+};
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
@@ -24,6 +28,7 @@ use crate::http::{AppState, TOO_BUSY_INFO};
 use crate::rundb::model::{Stats, WorkerInfo};
 use crate::rundb::outcome::TaskReply;
 use crate::rundb::{RunDb, RunDbError, Ticket, WORKER_VERSION};
+use crate::spsa::SpsaReply;
 
 /// The worker endpoints, primary only.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
@@ -49,6 +54,19 @@ async fn durable(reply: Map<String, Value>, ticket: Option<Ticket>) -> ApiResult
 }
 
 /// POST /api/request_version: `{version}`; lenient body (password + worker_info.username).
+#[utoipa::path(
+    post,
+    path = "/api/request_version",
+    tag = "worker",
+    request_body = VersionRequest,
+    responses(
+        (status = 200, description = "The worker version the server announces", body = VersionReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn request_version(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
@@ -72,6 +90,19 @@ pub async fn request_version(
 }
 
 /// POST /api/request_task: the gate, then the scheduler.
+#[utoipa::path(
+    post,
+    path = "/api/request_task",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "A task, or why there is none", body = RequestTaskReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     let call = call.validate(&state, Needs::default())?;
     // Credentials before the gate: a caller with a wrong password (a spray) never takes a
@@ -199,6 +230,19 @@ async fn task_bound_or_fast(
 }
 
 /// POST /api/update_task.
+#[utoipa::path(
+    post,
+    path = "/api/update_task",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "Whether the task goes on (a rejection is a 200 with `error`)", body = TaskAliveReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     let needs = Needs {
         stats: true,
@@ -211,6 +255,19 @@ pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
 }
 
 /// POST /api/beat.
+#[utoipa::path(
+    post,
+    path = "/api/beat",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "Whether the task goes on", body = TaskAliveReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     task_bound_or_fast(
         &state,
@@ -225,6 +282,19 @@ pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiRe
 }
 
 /// POST /api/request_spsa.
+#[utoipa::path(
+    post,
+    path = "/api/request_spsa",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "The parameters to play (or `task_alive: false` and `info` for an inactive task)", body = SpsaReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     task_bound(&state, "Request_spsa", call, Needs::default(), |db, c| {
         db.request_spsa(&c.run_id, c.task_id, &c.wi)
@@ -233,6 +303,19 @@ pub async fn request_spsa(State(state): State<Arc<AppState>>, call: WorkerCall) 
 }
 
 /// POST /api/failed_task.
+#[utoipa::path(
+    post,
+    path = "/api/failed_task",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "The task is failed (`{}`), or was not active", body = TaskAliveReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     task_bound(&state, "Failed_task", call, Needs::default(), |db, c| {
         db.failed_task(&c.run_id, c.task_id, &c.message, &c.wi)
@@ -241,6 +324,19 @@ pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
 }
 
 /// POST /api/stop_run.
+#[utoipa::path(
+    post,
+    path = "/api/stop_run",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "The run is stopped (`{}`), or the task was not active", body = TaskAliveReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     task_bound(&state, "Stop_run", call, Needs::default(), |db, c| {
         db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi)
@@ -249,6 +345,19 @@ pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> A
 }
 
 /// POST /api/worker_log.
+#[utoipa::path(
+    post,
+    path = "/api/worker_log",
+    tag = "worker",
+    request_body = WorkerRequest,
+    responses(
+        (status = 200, description = "The message is logged", body = EmptyReply),
+        (status = 400, description = "A malformed call", body = ErrorReply),
+        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
 pub async fn worker_log(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     let needs = Needs {
         message: true,

@@ -16,6 +16,7 @@ pub mod errors;
 pub mod lists;
 pub mod nets;
 pub mod people;
+pub mod rate_limits;
 pub mod record;
 pub mod results;
 pub mod run;
@@ -103,6 +104,8 @@ pub fn router() -> Router<Arc<AppState>> {
                 .post(nets::upload)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
+        .route("/rate_limits", get(rate_limits::rate_limits))
+        .route("/rate_limits/server", get(rate_limits::server))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
