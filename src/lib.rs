@@ -25,6 +25,7 @@ pub mod admission;
 pub mod app;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod offload;
 pub mod process;
 pub mod protocol;
