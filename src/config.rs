@@ -537,8 +537,9 @@ impl Config {
 
     /// The limits: the built-ins, then `[[limits]]` in order (validated at load).
     pub fn limit_defs(&self) -> Vec<crate::limits::LimitDef> {
-        let mut defs =
-            crate::limits::LimitDef::builtins(u64::from(crate::rundb::users::DEFAULT_MACHINE_LIMIT));
+        let mut defs = crate::limits::LimitDef::builtins(u64::from(
+            crate::rundb::users::DEFAULT_MACHINE_LIMIT,
+        ));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
         defs
     }
@@ -800,7 +801,9 @@ mod tests {
         let c = Config::from_sources(Some(ok), "t", env(&[])).expect("valid");
         assert_eq!(c.limit_defs().len(), 4);
         assert!(err_text("limits_wait_s = 30", &[]).contains("limits_wait_s"));
-        assert!(err_text("[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\n", &[])
-            .contains("entry 1: `max` is required"));
+        assert!(
+            err_text("[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\n", &[])
+                .contains("entry 1: `max` is required")
+        );
     }
 }

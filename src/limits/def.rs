@@ -23,19 +23,8 @@ pub const MAX_MAX: u64 = u32::MAX as u64;
 /// Longest rate window and floating refresh period.
 pub const MAX_PERIOD_S: f64 = 86_400.0;
 
-/// The worker endpoints a rate limit may be scoped to.
-pub const ENDPOINTS: &[&str] = &[
-    "request_version",
-    "request_task",
-    "update_task",
-    "beat",
-    "request_spsa",
-    "failed_task",
-    "stop_run",
-    "worker_log",
-    "upload_pgn",
-    "create_run",
-];
+/// The API endpoints a rate limit may be scoped to by name (the rest: scope `api`).
+pub const ENDPOINTS: &[&str] = &["request_task", "create_run"];
 
 /// One `[[limits]]` entry as written in settings.toml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

@@ -251,8 +251,26 @@ impl Engine {
     /// Whether `grant` would fit now (nothing is counted). `credit` is a holder whose units on
     /// the same key do not count (a worker's own task that its new request replaces).
     pub fn fits(&self, grant: &Grant, credit: Option<&Holder>) -> bool {
+        self.check(grant, credit, None).is_ok()
+    }
+
+    /// Like `fits`, with the reason; a `reservation` of the same key counts as the caller's
+    /// own (its units are credited and the key's queue is already passed).
+    pub fn check(
+        &self,
+        grant: &Grant,
+        credit: Option<&Holder>,
+        reservation: Option<u64>,
+    ) -> Result<(), Full> {
         let inner = self.inner.lock();
-        inner.fits(grant, credit, false).is_ok()
+        let res = reservation.map(Holder::Reservation);
+        let reserved = res.as_ref().is_some_and(|h| {
+            inner.holders.get(h).is_some_and(|gs| {
+                gs.iter()
+                    .any(|(id, k, _)| *id == grant.limit && *k == grant.key)
+            })
+        });
+        inner.fits(grant, &[credit, res.as_ref()], reserved)
     }
 
     /// Checks many grants under one lock: one answer per grant.
@@ -260,7 +278,7 @@ impl Engine {
         let inner = self.inner.lock();
         grants
             .iter()
-            .map(|g| inner.fits(g, None, false).is_ok())
+            .map(|g| inner.fits(g, &[], false).is_ok())
             .collect()
     }
 
@@ -282,7 +300,7 @@ impl Engine {
         for g in &grants {
             // The reserved key's queue was already passed.
             let reserved = freed.iter().any(|(id, k, _)| *id == g.limit && *k == g.key);
-            if let Err(full) = inner.fits(g, credit, reserved) {
+            if let Err(full) = inner.fits(g, &[credit], reserved) {
                 refused = Some(full);
                 break;
             }
@@ -620,6 +638,26 @@ impl Engine {
             .collect()
     }
 
+    /// Per limit: (name, max, units held, waiters, rejected) — the metrics, without the
+    /// per-key detail.
+    pub fn totals(&self) -> Vec<(String, u64, u64, usize, u64)> {
+        let inner = self.inner.lock();
+        inner
+            .limits
+            .iter()
+            .map(|l| {
+                let (held, waiters) = if l.def.kind == Kind::Rate {
+                    (l.rate.values().map(|w| w.count).sum(), 0)
+                } else {
+                    l.keys.values().fold((0u64, 0usize), |(h, w), k| {
+                        (h.saturating_add(k.held), w + k.waiters.len())
+                    })
+                };
+                (l.def.name.clone(), l.max, held, waiters, l.rejected)
+            })
+            .collect()
+    }
+
     /// Units `limit` holds under `key` (tests, invariant checks).
     pub fn held_by_key(&self, limit: LimitId, key: &str) -> u64 {
         let inner = self.inner.lock();
@@ -655,19 +693,19 @@ impl Engine {
 }
 
 impl Inner {
-    fn fits(&self, g: &Grant, credit: Option<&Holder>, reserved: bool) -> Result<(), Full> {
+    fn fits(&self, g: &Grant, credits: &[Option<&Holder>], reserved: bool) -> Result<(), Full> {
         let Some(l) = self.limits.get(g.limit) else {
             return Ok(());
         };
         let ks = l.keys.get(&g.key);
         let max = l.effective_max(ks, g.max);
         let mut held = ks.map_or(0, |k| k.held);
-        if let Some(c) = credit
-            && let Some(grants) = self.holders.get(c)
-        {
-            for (id, key, units) in grants {
-                if *id == g.limit && *key == g.key {
-                    held = held.saturating_sub(*units);
+        for c in credits.iter().flatten() {
+            if let Some(grants) = self.holders.get(*c) {
+                for (id, key, units) in grants {
+                    if *id == g.limit && *key == g.key {
+                        held = held.saturating_sub(*units);
+                    }
                 }
             }
         }

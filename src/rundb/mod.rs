@@ -46,6 +46,7 @@ pub mod create;
 mod jobs;
 pub mod journal;
 mod lifecycle;
+mod limiter;
 pub mod model;
 pub mod nets;
 pub mod outcome;
@@ -124,6 +125,8 @@ pub struct RunDbConfig {
     pub primary: bool,
     pub dead_task: Duration,
     pub flush_runs_per_tick: usize,
+    /// The limits (built-ins first; `Config::limit_defs`).
+    pub limits: Vec<crate::limits::LimitDef>,
 }
 
 impl Default for RunDbConfig {
@@ -132,6 +135,7 @@ impl Default for RunDbConfig {
             primary: true,
             dead_task: DEAD_TASK,
             flush_runs_per_tick: 8,
+            limits: crate::limits::LimitDef::builtins(u64::from(users::DEFAULT_MACHINE_LIMIT)),
         }
     }
 }
@@ -147,8 +151,10 @@ pub struct RunDb {
     /// Ids of unfinished runs, in creation order.
     unfinished: RwLock<Vec<String>>,
     sched: Mutex<Sched>,
-    /// remote_addr -> active tasks.
-    conns: Mutex<HashMap<String, u32>>,
+    /// The limits engine: every active task holds its grants (the machine limit per address,
+    /// the run's window, configured limits) until `set_inactive` releases them.
+    limits: Arc<crate::limits::Engine>,
+    limit_ids: limiter::LimitIds,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
     /// Serialises the read-modify-write of the stored CPU-hour totals.
