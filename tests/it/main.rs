@@ -9,6 +9,7 @@ mod fleet;
 mod fuzz;
 mod hardening;
 mod harness;
+mod limits;
 mod sim;
 mod soak;
 mod spsa_props;
