@@ -12,11 +12,18 @@
 
 use std::time::Instant;
 
+use serde_json::{Map, Value, json};
+
 use super::model::{Run, WorkerInfo};
-use super::{DbResult, RunDb};
+use super::users::User;
+use super::{DbResult, RunDb, RunDbError};
 use crate::limits::compute::{self, RunLoad};
 use crate::limits::def::{MACHINE, SPSA_CORES, WINDOW};
 use crate::limits::{Engine, Grant, Holder, KeyCtx, KeyKind, LimitId, Source};
+use crate::store::{Collection, Doc};
+
+/// The `kvstore` document with the maxima approvers set.
+const LIMITS_DOC: &str = "limits";
 
 /// The engine's ids that request_task needs, computed once.
 #[derive(Debug, Clone, Default)]
@@ -146,6 +153,58 @@ impl RunDb {
             grants.extend(self.run_grants(run, t.worker_info.concurrency, false));
             self.limits.rebuild(Holder::Task(run.id.clone(), i), grants);
         }
+    }
+
+    /// An approver sets a configured limit's max: applied at once (waiters of its keys are
+    /// served), kept in the `kvstore` document `limits` (applied again at every start, over
+    /// settings.toml) and logged as a `set_limit` action. Returns the old max.
+    pub fn set_limit_max(&self, name: &str, max: u64, by: &User) -> DbResult<u64> {
+        if !by.is_approver() {
+            return Err(RunDbError::Unauthorized(
+                "Only approvers may change limits".into(),
+            ));
+        }
+        let id = self
+            .limits
+            .id(name)
+            .ok_or_else(|| RunDbError::Invalid(format!("No limit named {name}")))?;
+        let old = self.limits.set_max(id, max).map_err(RunDbError::Invalid)?;
+        let mut value = self
+            .store
+            .get(Collection::Kvstore, LIMITS_DOC)?
+            .and_then(|d| d.get("value").and_then(Value::as_object).cloned())
+            .unwrap_or_default();
+        value.insert(name.to_string(), json!(max));
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), json!(LIMITS_DOC));
+        doc.insert("value".into(), Value::Object(value));
+        self.store.put(Collection::Kvstore, &doc)?;
+        let mut fields = Map::new();
+        fields.insert("limit".into(), json!(name));
+        fields.insert(
+            "message".into(),
+            json!(format!("{name}: max {old} -> {max}")),
+        );
+        self.log_action("set_limit", &by.username, fields)?;
+        Ok(old)
+    }
+
+    /// Start-up: the maxima approvers set (a limit no longer configured is ignored).
+    pub(super) fn load_limit_maxima(&self) -> DbResult<()> {
+        let Some(doc) = self.store.get(Collection::Kvstore, LIMITS_DOC)? else {
+            return Ok(());
+        };
+        let Some(map) = doc.get("value").and_then(Value::as_object) else {
+            return Ok(());
+        };
+        for (name, v) in map {
+            if let (Some(id), Some(max)) = (self.limits.id(name), v.as_u64())
+                && let Err(e) = self.limits.set_max(id, max)
+            {
+                tracing::warn!(limit = %name, error = %e, "stored limit max ignored");
+            }
+        }
+        Ok(())
     }
 
     /// The limits engine (views, rate checks, waiting, edits).

@@ -324,3 +324,79 @@ fn an_invalid_limit_stops_start_up_naming_the_entry() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("entry 2 (`oops`)"), "{stderr}");
 }
+
+async fn logged_in<'a>(s: &'a TestServer, user: &str) -> (crate::web::Browser<'a>, String) {
+    let mut web = crate::web::Browser::new(s);
+    let token = web.get("/login").await.csrf();
+    let login = [
+        ("username", user),
+        ("password", PASSWORD),
+        ("csrf_token", &token),
+    ];
+    assert_eq!(web.post("/login", &login).await.status, 302);
+    let token = web.get("/tests").await.csrf();
+    (web, token)
+}
+
+#[tokio::test]
+async fn approvers_change_a_limit_from_the_page_and_it_persists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let s = server_on(Opts::new().data_dir(&data), USER_LIMIT, 0.0).await;
+    let (mut alice, token) = logged_in(&s, "alice").await;
+    assert_eq!(alice.get("/limits").await.status, 403);
+    let denied = alice
+        .post(
+            "/limits",
+            &[
+                ("name", "concurrency:user"),
+                ("max", "9"),
+                ("csrf_token", &token),
+            ],
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+    let (mut boss, token) = logged_in(&s, "boss").await;
+    let page = boss.get("/limits").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("concurrency:user") && page.body.contains("run_window"));
+    // No token: refused before anything changes.
+    let forged = boss
+        .post("/limits", &[("name", "concurrency:user"), ("max", "9")])
+        .await;
+    assert_eq!(forged.status, 403);
+    for (name, max) in [("machine", "5"), ("concurrency:user", "0"), ("nope", "3")] {
+        let page = boss
+            .post(
+                "/limits",
+                &[("name", name), ("max", max), ("csrf_token", &token)],
+            )
+            .await;
+        assert_eq!(page.status, 400, "{name}={max}: {}", page.body);
+    }
+    let page = boss
+        .post(
+            "/limits",
+            &[
+                ("name", "concurrency:user"),
+                ("max", "7"),
+                ("csrf_token", &token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("concurrency:user: max 2 -&#62; 7"),
+        "{}",
+        page.body
+    );
+    let (_, view) = s.get_json("/api/limits").await;
+    assert_eq!(limit(&view, "concurrency:user")["max"], 7);
+    // Kept across a restart, over settings.toml's value.
+    drop(alice);
+    drop(boss);
+    drop(s);
+    let s = TestServer::start_with(Opts::new().data_dir(&data).set("limits", USER_LIMIT)).await;
+    let (_, view) = s.get_json("/api/limits").await;
+    assert_eq!(limit(&view, "concurrency:user")["max"], 7, "{view}");
+}

@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod controls;
 pub mod dashboard;
 pub mod errors;
+pub mod limits;
 pub mod lists;
 pub mod run;
 pub mod session;
@@ -64,6 +65,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/purge", axum::routing::post(controls::purge))
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
+        .route("/limits", get(limits::view).post(limits::set_max))
         .merge(statics)
         .layer(CompressionLayer::new())
 }
