@@ -282,6 +282,29 @@ impl Engine {
             .collect()
     }
 
+    /// The tags of the items that would not fit now, checked under one lock without building
+    /// grants: `(tag, key, limit, units, max)` (request_task's per-run scan).
+    pub fn full_tags<'a>(
+        &self,
+        items: impl IntoIterator<Item = (usize, &'a str, LimitId, u64, Option<u64>)>,
+    ) -> Vec<usize> {
+        let inner = self.inner.lock();
+        let mut full = Vec::new();
+        for (tag, key, limit, units, asked) in items {
+            let Some(l) = inner.limits.get(limit) else {
+                continue;
+            };
+            let ks = l.keys.get(key);
+            let max = l.effective_max(ks, asked);
+            let held = ks.map_or(0, |k| k.held);
+            let queued = ks.is_some_and(|k| !k.waiters.is_empty());
+            if queued || held.checked_add(units).is_none_or(|t| t > max) {
+                full.push(tag);
+            }
+        }
+        full
+    }
+
     /// Grants every one of `grants` to `holder`, or none. A `reservation` (from a served
     /// waiter) is given back first, inside the same lock, so its units are the holder's own.
     pub fn acquire(

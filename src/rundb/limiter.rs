@@ -142,6 +142,30 @@ impl RunDb {
         grants
     }
 
+    /// What `run_grants(run, concurrency, true)` would check, without building grants:
+    /// `(tag, run id, limit, units, max)` pushed onto `out`.
+    pub(super) fn push_run_checks<'a>(
+        &self,
+        run: &Run,
+        id: &'a str,
+        concurrency: u32,
+        tag: usize,
+        out: &mut Vec<(usize, &'a str, LimitId, u64, Option<u64>)>,
+    ) {
+        let ids = &self.limit_ids;
+        if let (Some(w), Some(max)) = (ids.window, run.args.max_active_tasks) {
+            out.push((tag, id, w, 1, Some(u64::from(max))));
+        }
+        if let Some(s) = ids.spsa
+            && run.args.spsa.is_some()
+        {
+            out.push((tag, id, s, u64::from(concurrency), None));
+        }
+        for l in &ids.run_keyed {
+            out.push((tag, id, *l, self.limits.units(*l, concurrency), None));
+        }
+    }
+
     /// Start-up: every active task of `run` holds its grants again, whatever the maxima.
     pub(super) fn rebuild_holders(&self, run: &Run) {
         for (i, t) in run.tasks.iter().enumerate() {

@@ -6,7 +6,7 @@
 //! - `recovery.rs`: `RunDb::open`: the journal replayed over the stored runs, the cache and
 //!   the scheduler's memory rebuilt (start-up only);
 //! - the operations, which never call one another: `scheduler.rs` (request_task and its
-//!   memory: worker -> task map, worker runs, blocked workers, per-IP counts), `tasks.rs` (the
+//!   memory: worker -> task map, worker runs, blocked workers; the limits' checks), `tasks.rs` (the
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read);

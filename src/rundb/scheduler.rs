@@ -2,8 +2,10 @@
 //! memory.
 //!
 //! Owns: `Sched` (the worker -> task map and each worker's runs, persisted by
-//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the per-address task counts
-//! it checks against the machine limit, and the choice of a run and the task created in it.
+//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the limits' checks (the
+//! per-address machine limit, configured limits, the run's window) and the grants the new
+//! task takes (released by `set_inactive`), and the choice of a run and the task created in
+//! it.
 //! The rules themselves are pure functions in `schedule.rs`.
 //! Must not: call the other operations (tasks, lifecycle, jobs, queries) or recovery; do work
 //! proportional to all tasks ever created; hold a run's lock while taking another's.
@@ -140,7 +142,7 @@ impl RunDb {
         let cache = self.cache.read();
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
-        let mut run_checks: Vec<(usize, Vec<Grant>)> = Vec::new();
+        let mut run_checks = Vec::new();
         for id in &ids {
             let Some(entry) = cache.get(id) else { continue };
             let run = entry.run.lock();
@@ -167,30 +169,18 @@ impl RunDb {
                 in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
                 limited: false,
             });
-            run_checks.push((
-                candidates.len() - 1,
-                self.run_grants(&run, wi.concurrency, true),
-            ));
+            let tag = candidates.len() - 1;
+            self.push_run_checks(&run, id, wi.concurrency, tag, &mut run_checks);
             entries.push(entry.clone());
         }
         drop(cache);
         // The run-keyed limits (window, SPSA core cap, configured), all under one engine lock:
         // a full run is skipped and the worker gets another.
-        let flat: Vec<Grant> = run_checks
-            .iter()
-            .flat_map(|(_, g)| g.iter().cloned())
-            .collect();
-        if !flat.is_empty() {
-            let fits = self.limits.fits_all(&flat);
-            let mut at = 0;
-            for (index, grants) in &run_checks {
-                let n = grants.len();
-                if fits.get(at..at + n).is_some_and(|f| f.iter().any(|ok| !ok))
-                    && let Some(c) = candidates.get_mut(*index)
-                {
+        if !run_checks.is_empty() {
+            for tag in self.limits.full_tags(run_checks) {
+                if let Some(c) = candidates.get_mut(tag) {
                     c.limited = true;
                 }
-                at += n;
             }
         }
         let needs = WorkerNeeds {
