@@ -262,15 +262,28 @@ impl Engine {
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Result<(), Full> {
+        self.check_all(std::slice::from_ref(grant), credit, reservation)
+    }
+
+    /// `check` for several grants under one lock: the first that does not fit.
+    pub fn check_all(
+        &self,
+        grants: &[Grant],
+        credit: Option<&Holder>,
+        reservation: Option<u64>,
+    ) -> Result<(), Full> {
         let inner = self.inner.lock();
         let res = reservation.map(Holder::Reservation);
-        let reserved = res.as_ref().is_some_and(|h| {
-            inner.holders.get(h).is_some_and(|gs| {
-                gs.iter()
-                    .any(|(id, k, _)| *id == grant.limit && *k == grant.key)
-            })
-        });
-        inner.fits(grant, &[credit, res.as_ref()], reserved)
+        for grant in grants {
+            let reserved = res.as_ref().is_some_and(|h| {
+                inner.holders.get(h).is_some_and(|gs| {
+                    gs.iter()
+                        .any(|(id, k, _)| *id == grant.limit && *k == grant.key)
+                })
+            });
+            inner.fits(grant, &[credit, res.as_ref()], reserved)?;
+        }
+        Ok(())
     }
 
     /// Checks many grants under one lock: one answer per grant.

@@ -359,9 +359,7 @@ impl RunDb {
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Option<Full> {
-        grants
-            .iter()
-            .find_map(|g| self.limits.check(g, credit, reservation).err())
+        self.limits.check_all(grants, credit, reservation).err()
     }
 
     fn refusal(&self, full: Full, user: &User) -> Refusal {
