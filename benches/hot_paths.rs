@@ -45,16 +45,111 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
 
 /// A run database on a fresh temporary SQLite store (the directory lives as long as the guard).
 fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
+    open_db_with(offload, RunDbConfig::default())
+}
+
+fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
     let db = RunDb::open(
         store,
         offload.clone(),
         Books::shipped().expect("books"),
-        RunDbConfig::default(),
+        cfg,
     )
     .expect("rundb");
     (dir, Arc::new(db))
+}
+
+/// Ten configured limits, none of which refuses in the benchmark (the cost measured is the
+/// bookkeeping): concurrency by user, ip, user_ip, worker, a resource and run (one counting
+/// cores), two floating (fair share per run, the write-behind lag), two rate limits.
+fn ten_limits() -> RunDbConfig {
+    let toml = r#"
+        [[limits]]
+        kind = "concurrency"
+        key = "user"
+        max = 1000000
+        [[limits]]
+        kind = "concurrency"
+        key = "ip"
+        max = 1000000
+        [[limits]]
+        kind = "concurrency"
+        key = "user_ip"
+        max = 1000000
+        [[limits]]
+        kind = "concurrency"
+        key = "worker"
+        max = 1000000
+        [[limits]]
+        kind = "concurrency"
+        key = "resource:fleet"
+        max = 1000000
+        [[limits]]
+        kind = "concurrency"
+        key = "run"
+        unit = "cores"
+        max = 1000000
+        [[limits]]
+        kind = "floating"
+        key = "run"
+        source = "fair_share"
+        default_max = 1000000
+        refresh_s = 60
+        [[limits]]
+        kind = "floating"
+        key = "resource:store"
+        source = "write_behind_lag"
+        default_max = 1000000
+        refresh_s = 60
+        [[limits]]
+        kind = "rate"
+        key = "ip"
+        scope = "request_task"
+        max = 1000000
+        window_s = 60
+        [[limits]]
+        kind = "rate"
+        key = "user"
+        scope = "create_run"
+        max = 1000000
+        window_s = 60
+    "#;
+    let config = shoal::config::Config::from_sources(Some(toml), "bench", Vec::new())
+        .expect("ten valid limits");
+    RunDbConfig {
+        limits: config.limit_defs(),
+        ..RunDbConfig::default()
+    }
+}
+
+/// request_task's critical section on 200 runs and 10,000 active tasks.
+fn bench_request_task(db: &RunDb, label: &str) {
+    let (user, approver) = bench_users(db);
+    for i in 0..RUNS {
+        approved_run(
+            db,
+            &user,
+            &approver,
+            &format!("p{i}"),
+            100_000,
+            100 + i % 50,
+        );
+    }
+    for n in 0..ACTIVE_TASKS {
+        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+        assert!(matches!(reply, Assignment::Task(_)), "{reply:?}");
+    }
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for n in 0..SAMPLES {
+        let w = worker(ACTIVE_TASKS + n);
+        let t = Instant::now();
+        let (reply, _) = db.request_task(&user, w).expect("request_task");
+        samples.push(t.elapsed());
+        assert!(matches!(reply, Assignment::Task(_)));
+    }
+    percentiles(&format!("request_task, {label}"), samples);
 }
 
 fn main() {
@@ -65,6 +160,22 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let offload = Offload::new(16);
+        // The limits' cost: the same critical section with no configured limit and with ten
+        // (SHOAL_BENCH_LIMITS=1 runs only this pair).
+        for (label, cfg) in [
+            ("no limits", RunDbConfig::default()),
+            ("10 limits", ten_limits()),
+        ] {
+            let (_dir, db) = open_db_with(&offload, cfg);
+            offload
+                .run(move || bench_request_task(&db, label))
+                .await
+                .expect("bench panicked");
+        }
+        if std::env::var_os("SHOAL_BENCH_LIMITS").is_some() {
+            return;
+        }
+
         let (_dir, db) = open_db(&offload);
         let d = db.clone();
         offload

@@ -147,6 +147,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 primary: c.is_primary(),
                 dead_task: c.dead_task_timeout(),
                 flush_runs_per_tick: c.flush_runs_per_tick,
+                limits: c.limit_defs(),
             };
             let rundb = RunDb::open(store, pool, books, cfg)?;
             Ok((secret, Arc::new(rundb)))
@@ -409,6 +410,11 @@ fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
         }),
         spawn_job(state, "validate_data_structures", s(60), s(900), |db| {
             db.validate();
+            Ok(())
+        }),
+        spawn_job(state, "refresh_limits", s(1), s(1), |db| {
+            db.refresh_floating()?;
+            db.publish_limit_metrics();
             Ok(())
         }),
     ]

@@ -56,6 +56,8 @@ pub const KEYS: &[&str] = &[
     "secret",
     "log",
     "debug_endpoints",
+    "limits_wait_s",
+    "limits",
 ];
 
 /// Which `Store` implementation backs the server.
@@ -128,6 +130,11 @@ pub struct Config {
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
+    /// How long a request_task refused only by a full configured limit waits in that key's
+    /// queue (0: refuse at once).
+    limits_wait_s: f64,
+    /// Operator limits (`[[limits]]`, checked by `limits::LimitDef::from_specs`).
+    pub limits: Vec<crate::limits::LimitSpec>,
 }
 
 impl Default for Config {
@@ -172,6 +179,8 @@ impl Default for Config {
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
+            limits_wait_s: 10.0,
+            limits: Vec::new(),
         }
     }
 }
@@ -436,6 +445,13 @@ impl Config {
                 "must be a number of seconds in [0.1, 3600]",
             ));
         }
+        if !self.limits_wait_s.is_finite() || !(0.0..=25.0).contains(&self.limits_wait_s) {
+            return Err(invalid(
+                "limits_wait_s",
+                "must be between 0 and 25 (inside the worker's 30 s timeout)",
+            ));
+        }
+        crate::limits::LimitDef::from_specs(&self.limits).map_err(|e| invalid("limits", e))?;
         if self.flush_runs_per_tick == 0 {
             return Err(invalid("flush_runs_per_tick", "must be at least 1"));
         }
@@ -532,6 +548,20 @@ impl Config {
     /// `dead_task_timeout_s`.
     pub fn dead_task_timeout(&self) -> Duration {
         seconds(self.dead_task_timeout_s)
+    }
+
+    /// `limits_wait_s`.
+    pub fn limits_wait(&self) -> Duration {
+        seconds(self.limits_wait_s)
+    }
+
+    /// The limits: the built-ins, then `[[limits]]` in order (validated at load).
+    pub fn limit_defs(&self) -> Vec<crate::limits::LimitDef> {
+        let mut defs = crate::limits::LimitDef::builtins(u64::from(
+            crate::rundb::users::DEFAULT_MACHINE_LIMIT,
+        ));
+        defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
+        defs
     }
 
     /// `scavenge_interval_s`.
@@ -778,5 +808,22 @@ mod tests {
             &[],
         );
         assert!(e.contains("115"), "{e}");
+    }
+
+    #[test]
+    fn limits_entries_are_checked_and_named() {
+        let text = "[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\nmax = 64\n\n\
+                    [[limits]]\nname = \"bad\"\nkind = \"rate\"\nkey = \"user\"\nmax = 5\n";
+        let e = err_text(text, &[]);
+        assert!(e.contains("`limits`"), "{e}");
+        assert!(e.contains("entry 2 (`bad`)"), "{e}");
+        let ok = "[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\nmax = 64\n";
+        let c = Config::from_sources(Some(ok), "t", env(&[])).expect("valid");
+        assert_eq!(c.limit_defs().len(), 4);
+        assert!(err_text("limits_wait_s = 30", &[]).contains("limits_wait_s"));
+        assert!(
+            err_text("[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\n", &[])
+                .contains("entry 1: `max` is required")
+        );
     }
 }

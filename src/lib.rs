@@ -26,6 +26,7 @@ pub mod app;
 pub mod config;
 pub mod dump;
 pub mod http;
+pub mod limits;
 pub mod offload;
 pub mod process;
 pub mod protocol;

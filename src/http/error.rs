@@ -35,6 +35,9 @@ pub enum ApiError {
     /// given number of seconds (also sent as `Retry-After`).
     #[error("too many failed authentications; try again in {retry_after_s} s")]
     Throttled { retry_after_s: u64 },
+    /// 429: a rate limit (`[[limits]]`, kind rate) is full; retry after the given seconds.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_s: u64 },
     /// 503: a bounded resource (PGN upload slots) stayed busy; retry later.
     #[error("{0}")]
     Busy(String),
@@ -56,6 +59,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PrimaryRequired => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -76,6 +80,7 @@ impl IntoResponse for ApiError {
         }
         let retry_after = match &self {
             ApiError::Throttled { retry_after_s } => Some(*retry_after_s),
+            ApiError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
             ApiError::Busy(_) => Some(5),
             _ => None,
         };

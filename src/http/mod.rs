@@ -14,6 +14,7 @@ pub mod conn;
 pub mod debug;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod middleware;
 pub mod ops;
 pub mod reply;
@@ -77,6 +78,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     if state.config.debug_endpoints {
         routes = routes.merge(debug::routes());
     }
+    let routes = routes.route("/api/limits", get(limits::api_limits)).layer(
+        axum::middleware::from_fn_with_state(state.clone(), limits::rate_layer),
+    );
     let routes = routes.fallback(not_found).with_state(state.clone());
     middleware::apply(routes, state)
 }

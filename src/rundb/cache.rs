@@ -303,6 +303,17 @@ impl RunDb {
             .count()
     }
 
+    /// Seconds since the oldest unwritten change was last written (0 when all are written):
+    /// the write-behind's lag.
+    pub fn write_behind_lag(&self) -> f64 {
+        self.cache
+            .read()
+            .values()
+            .filter(|e| e.dirty.load(Ordering::Acquire) > 0)
+            .map(|e| e.last_sync.lock().elapsed().as_secs_f64())
+            .fold(0.0, f64::max)
+    }
+
     /// Evicts finished, clean runs from the cache.
     pub fn clean_cache(&self) {
         let unfinished: HashSet<String> = self.unfinished.read().iter().cloned().collect();

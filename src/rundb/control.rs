@@ -28,6 +28,9 @@ pub struct RunChanges {
     pub auto_purge: bool,
     /// The new info text; applied only when the modifier owns the run and it is not blank.
     pub info: Option<String>,
+    /// The sliding window: None leaves it; `Some(None)` removes it; `Some(Some(n))` sets it
+    /// (1..=100000). Lowering it below the active tasks ends none: no new task until under.
+    pub max_active_tasks: Option<Option<u32>>,
 }
 
 /// Where a modified run stands with its approval.
@@ -74,6 +77,14 @@ fn check_changes(run: &Run, c: &RunChanges) -> Result<(), String> {
     }
     if new < 0 {
         return Err("Number of games must be >= 0".into());
+    }
+    if let Some(Some(w)) = c.max_active_tasks
+        && !(1..=super::create::MAX_ACTIVE_TASKS).contains(&w)
+    {
+        return Err(format!(
+            "max_active_tasks must be between 1 and {}",
+            super::create::MAX_ACTIVE_TASKS
+        ));
     }
     if new % 1000 != 0 {
         return Err("Number of games must be a multiple of 1000".into());
@@ -184,7 +195,17 @@ impl RunDb {
                 "Unable to modify another user's run!".into(),
             ));
         }
-        let message = modify_message(&run, &changes);
+        let mut message = modify_message(&run, &changes);
+        if let Some(window) = changes.max_active_tasks
+            && window != run.args.max_active_tasks
+        {
+            let show = |w: Option<u32>| w.map_or("none".to_string(), |n| n.to_string());
+            message.push_str(&format!(
+                " max_active_tasks: {} -> {}",
+                show(run.args.max_active_tasks),
+                show(window)
+            ));
+        }
         let new_throughput = changes.throughput as f64;
         let new_priority = changes.priority as f64;
         let was_approved = run.approved;
@@ -201,6 +222,9 @@ impl RunDb {
         run.args.priority = new_priority;
         run.args.throughput = new_throughput;
         run.args.auto_purge = changes.auto_purge;
+        if let Some(window) = changes.max_active_tasks {
+            run.args.max_active_tasks = window;
+        }
         if run.args.username == by.username
             && let Some(info) = changes.info.as_deref().map(str::trim)
             && !info.is_empty()
@@ -471,6 +495,7 @@ mod tests {
             throughput,
             auto_purge: false,
             info: None,
+            max_active_tasks: None,
         }
     }
 

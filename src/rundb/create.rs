@@ -19,6 +19,9 @@ use crate::store::{Date, new_object_id};
 
 pub use crate::protocol::{MAX_GAMES, SPRT_MAX_GAMES};
 
+/// Largest sliding window a run may ask for (`max_active_tasks`).
+pub const MAX_ACTIVE_TASKS: u32 = 100_000;
+
 /// Stockfish's `ARCH` names (what `worker_arch` reports), used to check that an arch filter
 /// can match something.
 pub const SUPPORTED_ARCHES: &[&str] = &[
@@ -132,6 +135,9 @@ pub struct CreateArgs {
     pub arch_filter: Option<String>,
     #[serde(default)]
     pub compiler: Option<String>,
+    /// The sliding window: at most this many active tasks at once (1..=100000).
+    #[serde(default)]
+    pub max_active_tasks: Option<u32>,
     #[serde(default)]
     pub sprt: Option<SprtIn>,
     #[serde(default)]
@@ -302,6 +308,14 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
     if !args.throughput.is_finite() || args.throughput <= 0.0 || args.throughput > 1000.0 {
         return Err(refuse("throughput", "throughput must be in (0, 1000]"));
     }
+    if let Some(n) = args.max_active_tasks
+        && !(1..=MAX_ACTIVE_TASKS).contains(&n)
+    {
+        return Err(refuse(
+            "max_active_tasks",
+            format!("max_active_tasks must be between 1 and {MAX_ACTIVE_TASKS}"),
+        ));
+    }
     if let Some(c) = &args.compiler
         && c != "g++"
         && c != "clang++"
@@ -462,6 +476,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
             adjudication: args.adjudication,
             arch_filter: args.arch_filter.filter(|f| !f.is_empty()),
             compiler: args.compiler,
+            max_active_tasks: args.max_active_tasks,
             sprt,
             spsa,
             extra: Default::default(),

@@ -6,7 +6,7 @@
 //! - `recovery.rs`: `RunDb::open`: the journal replayed over the stored runs, the cache and
 //!   the scheduler's memory rebuilt (start-up only);
 //! - the operations, which never call one another: `scheduler.rs` (request_task and its
-//!   memory: worker -> task map, worker runs, blocked workers, per-IP counts), `tasks.rs` (the
+//!   memory: worker -> task map, worker runs, blocked workers; the limits' checks), `tasks.rs` (the
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read),
@@ -49,6 +49,7 @@ pub mod create;
 mod jobs;
 pub mod journal;
 mod lifecycle;
+mod limiter;
 pub mod model;
 mod net_uploads;
 pub mod nets;
@@ -134,6 +135,8 @@ pub struct RunDbConfig {
     pub primary: bool,
     pub dead_task: Duration,
     pub flush_runs_per_tick: usize,
+    /// The limits (built-ins first; `Config::limit_defs`).
+    pub limits: Vec<crate::limits::LimitDef>,
 }
 
 impl Default for RunDbConfig {
@@ -142,6 +145,7 @@ impl Default for RunDbConfig {
             primary: true,
             dead_task: DEAD_TASK,
             flush_runs_per_tick: 8,
+            limits: crate::limits::LimitDef::builtins(u64::from(users::DEFAULT_MACHINE_LIMIT)),
         }
     }
 }
@@ -157,8 +161,10 @@ pub struct RunDb {
     /// Ids of unfinished runs, in creation order.
     unfinished: RwLock<Vec<String>>,
     sched: Mutex<Sched>,
-    /// remote_addr -> active tasks.
-    conns: Mutex<HashMap<String, u32>>,
+    /// The limits engine: every active task holds its grants (the machine limit per address,
+    /// the run's window, configured limits) until `set_inactive` releases them.
+    limits: Arc<crate::limits::Engine>,
+    limit_ids: limiter::LimitIds,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
     /// Serialises the read-modify-write of the stored CPU-hour totals.

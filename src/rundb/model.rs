@@ -181,6 +181,9 @@ pub struct RunArgs {
     pub arch_filter: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiler: Option<String>,
+    /// The sliding window: at most this many active tasks at once (None: no window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_active_tasks: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sprt: Option<crate::stats::SprtRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -44,6 +44,14 @@ pub enum Refusal {
     DuplicateName { name: String, seconds_ago: u64 },
     /// The user's machine limit from this address is reached.
     MachineLimit { limit: u32, addr: String },
+    /// A configured limit keyed by the worker (user, address, worker, resource) is full.
+    /// `limit` is the engine's id: the caller may wait in that key's queue.
+    Limit {
+        limit: usize,
+        name: String,
+        key: String,
+        max: u64,
+    },
 }
 
 /// What a task-bound call (update_task, beat, request_spsa, failed_task, stop_run,

@@ -69,6 +69,10 @@ impl RunDb {
             );
         }
         let journal = journal::Journal::start(store.clone(), offload, first_seq);
+        let limits = std::sync::Arc::new(crate::limits::Engine::new(
+            cfg.limits.clone(),
+            std::time::Instant::now(),
+        ));
         let db = RunDb {
             users: Users::new(store.clone()),
             store,
@@ -78,13 +82,15 @@ impl RunDb {
             cache: RwLock::new(HashMap::new()),
             unfinished: RwLock::new(Vec::new()),
             sched: Mutex::new(Sched::default()),
-            conns: Mutex::new(HashMap::new()),
+            limits: limits.clone(),
+            limit_ids: super::limiter::LimitIds::of(&limits),
             blocked: RwLock::new(HashSet::new()),
             cpu_hours_lock: Mutex::new(()),
             cpu_hours_pending: Mutex::new(HashMap::new()),
             sessions: Default::default(),
             contributors: Default::default(),
         };
+        db.load_limit_maxima()?;
         if db.cfg.primary {
             db.load_unfinished()?;
             db.refresh_blocked()?;
@@ -103,15 +109,14 @@ impl RunDb {
         let mut ids = Vec::new();
         let mut cache = self.cache.write();
         let mut sched = self.sched.lock();
-        let mut conns = self.conns.lock();
         for doc in docs {
             let run = parse_run(doc)?;
             if run.deleted {
                 continue;
             }
+            self.rebuild_holders(&run);
             for (i, t) in run.tasks.iter().enumerate() {
                 if t.active {
-                    *conns.entry(t.worker_info.remote_addr.clone()).or_default() += 1;
                     sched
                         .wtt
                         .insert(t.worker_info.short_name(), (run.id.clone(), i));

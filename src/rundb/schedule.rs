@@ -127,6 +127,8 @@ pub struct Candidate {
     pub compiler: Option<String>,
     pub is_last_run: bool,
     pub in_worker_runs: bool,
+    /// A limit keyed by this run (its window, the SPSA core cap, a configured one) is full.
+    pub limited: bool,
 }
 
 /// The longest `arch_filter` accepted (real ones are a few alternatives: "avx2|bmi2|vnni").
@@ -189,7 +191,8 @@ pub enum Skip {
     NoGamesLeft,
     Memory,
     GithubLimit,
-    SpsaCoreCap,
+    /// A run-keyed limit (window, SPSA core cap, configured) is full.
+    Limit,
     Arch,
     Compiler,
 }
@@ -217,10 +220,8 @@ pub fn skip_reason(c: &Candidate, w: &WorkerNeeds<'_>) -> Option<Skip> {
     if w.near_github_api_limit && !c.in_worker_runs {
         return Some(Skip::GithubLimit);
     }
-    if let Some(n) = c.spsa_params
-        && crate::spsa::core_limit_reached(c.cores, n)
-    {
-        return Some(Skip::SpsaCoreCap);
+    if c.limited {
+        return Some(Skip::Limit);
     }
     if let Some(f) = &c.arch_filter
         && !f.allows(w.worker_arch)
@@ -353,6 +354,7 @@ mod tests {
             compiler: None,
             is_last_run: false,
             in_worker_runs: false,
+            limited: false,
         }
     }
 
@@ -378,15 +380,8 @@ mod tests {
             (Box::new(|c| c.threads = 8), Some(Skip::TooManyThreads)),
             (Box::new(|c| c.remaining = 0), Some(Skip::NoGamesLeft)),
             (Box::new(|c| c.hash_new = 4096), Some(Skip::Memory)),
-            // 10,000 params: at most 200000/100 = 2000 cores.
-            (Box::new(|c| c.spsa_params = Some(10_000)), None),
-            (
-                Box::new(|c| {
-                    c.spsa_params = Some(10_000);
-                    c.cores = 2001;
-                }),
-                Some(Skip::SpsaCoreCap),
-            ),
+            // The run's limits (window, SPSA core cap) are the engine's; a full one skips.
+            (Box::new(|c| c.limited = true), Some(Skip::Limit)),
             (
                 Box::new(|c| c.arch_filter = Some(ArchFilter::compile("avx512"))),
                 Some(Skip::Arch),

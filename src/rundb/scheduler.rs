@@ -2,8 +2,10 @@
 //! memory.
 //!
 //! Owns: `Sched` (the worker -> task map and each worker's runs, persisted by
-//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the per-address task counts
-//! it checks against the machine limit, and the choice of a run and the task created in it.
+//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the limits' checks (the
+//! per-address machine limit, configured limits, the run's window) and the grants the new
+//! task takes (released by `set_inactive`), and the choice of a run and the task created in
+//! it.
 //! The rules themselves are pure functions in `schedule.rs`.
 //! Must not: call the other operations (tasks, lifecycle, jobs, queries) or recovery; do work
 //! proportional to all tasks ever created; hold a run's lock while taking another's.
@@ -19,6 +21,7 @@ use super::outcome::{Assignment, Refusal, TaskAssignment};
 use super::schedule::{self, Candidate, WorkerNeeds};
 use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, now, secs_since};
+use crate::limits::{Full, Grant, Holder};
 use crate::store::{Collection, Cond, Doc, Query};
 
 /// Two workers with the same short name within this window are duplicates.
@@ -46,8 +49,24 @@ impl RunDb {
         user: &User,
         wi: WorkerInfo,
     ) -> DbResult<(Assignment, Option<Ticket>)> {
+        self.request_task_reserved(user, wi, None)
+    }
+
+    /// request_task for a caller that waited in a full key's queue and holds `reservation`
+    /// (its units become the new task's, or go back to the next waiter).
+    pub fn request_task_reserved(
+        &self,
+        user: &User,
+        wi: WorkerInfo,
+        reservation: Option<u64>,
+    ) -> DbResult<(Assignment, Option<Ticket>)> {
         let started = Instant::now();
-        let result = self.request_task_inner(user, wi);
+        // Whatever happens, an unused reservation goes back (to the key's next waiter).
+        let _unused = reservation.map(|r| ReleaseGuard {
+            engine: &self.limits,
+            holder: Some(Holder::Reservation(r)),
+        });
+        let result = self.request_task_inner(user, wi, reservation);
         metrics::histogram!("shoal_request_task_critical_seconds")
             .record(started.elapsed().as_secs_f64());
         result
@@ -57,6 +76,7 @@ impl RunDb {
         &self,
         user: &User,
         wi: WorkerInfo,
+        reservation: Option<u64>,
     ) -> DbResult<(Assignment, Option<Ticket>)> {
         let short = wi.short_name();
         // 1. Blocked worker. (The read lock is held while the record is touched, so a
@@ -84,6 +104,9 @@ impl RunDb {
         // against the machine limit.)
         let mut own_stale_task = false;
         let previous = sched.wtt.get(&short).cloned();
+        let credit = previous
+            .as_ref()
+            .map(|(run_id, task_id)| Holder::Task(run_id.clone(), *task_id));
         let previous_entry = previous
             .as_ref()
             .and_then(|(run_id, _)| self.cache.read().get(run_id).cloned());
@@ -107,20 +130,14 @@ impl RunDb {
                 }
             }
         }
-        // 3. Machine limit.
-        let active_here = self
-            .conns
-            .lock()
-            .get(&wi.remote_addr)
-            .copied()
-            .unwrap_or(0)
-            .saturating_sub(u32::from(own_stale_task));
-        if active_here >= user.machine_limit {
-            let refusal = Refusal::MachineLimit {
-                limit: user.machine_limit,
-                addr: wi.remote_addr.clone(),
-            };
-            return Ok((Assignment::Refused(refusal), None));
+        // 3. The limits keyed by the worker: the machine limit (active tasks per address,
+        // the user's machine_limit), then the configured ones. The worker's own stale task
+        // is credited: it is failed below.
+        let credit = credit.filter(|_| own_stale_task);
+        let worker_grants = self.worker_grants(&wi, &short, Some(user.machine_limit));
+        if let Some(full) = self.first_full(&worker_grants, credit.as_ref(), reservation) {
+            self.limits.count_rejection(full.limit, &full.key);
+            return Ok((Assignment::Refused(self.refusal(full, user)), None));
         }
         // 4-5. Order the unfinished runs and take the first that fits.
         let worker_runs = sched.worker_runs.get(&short);
@@ -129,6 +146,7 @@ impl RunDb {
         let cache = self.cache.read();
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
+        let mut run_checks = Vec::new();
         for id in &ids {
             let Some(entry) = cache.get(id) else { continue };
             let run = entry.run.lock();
@@ -153,10 +171,22 @@ impl RunDb {
                 compiler: run.args.compiler.clone(),
                 is_last_run: last_run.as_deref() == Some(id.as_str()),
                 in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
+                limited: false,
             });
+            let tag = candidates.len() - 1;
+            self.push_run_checks(&run, id, wi.concurrency, tag, &mut run_checks);
             entries.push(entry.clone());
         }
         drop(cache);
+        // The run-keyed limits (window, SPSA core cap, configured), all under one engine lock:
+        // a full run is skipped and the worker gets another.
+        if !run_checks.is_empty() {
+            for tag in self.limits.full_tags(run_checks) {
+                if let Some(c) = candidates.get_mut(tag) {
+                    c.limited = true;
+                }
+            }
+        }
         let needs = WorkerNeeds {
             concurrency: wi.concurrency,
             min_threads: wi.min_threads,
@@ -190,6 +220,22 @@ impl RunDb {
             sprt,
         );
         let task_id = run.tasks.len();
+        // Every grant at once, under the run's lock (so the window counts exactly this run's
+        // active tasks); released by `set_inactive` however the task ends, or by the guard if
+        // the task is not created after all.
+        let mut grants = worker_grants;
+        grants.extend(self.run_grants(&run, wi.concurrency, false));
+        let holder = Holder::Task(run.id.clone(), task_id);
+        if let Err(full) = self
+            .limits
+            .acquire(holder.clone(), grants, credit.as_ref(), reservation)
+        {
+            return Ok((Assignment::Refused(self.refusal(full, user)), None));
+        }
+        let mut granted = ReleaseGuard {
+            engine: &self.limits,
+            holder: Some(holder),
+        };
         let task = Task {
             num_games,
             active: true,
@@ -206,8 +252,19 @@ impl RunDb {
         run.cores += u64::from(wi.concurrency);
         run.committed_games += num_games;
         run.total_games += num_games;
-        *self.conns.lock().entry(wi.remote_addr.clone()).or_default() += 1;
-        let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
+        let ticket = match self.commit(&entry, &mut run, &[task_id], Prio::High) {
+            Ok(t) => t,
+            Err(e) => {
+                // Not acknowledged: the task does not count.
+                run.tasks.pop();
+                run.workers = run.workers.saturating_sub(1);
+                run.cores = run.cores.saturating_sub(u64::from(wi.concurrency));
+                run.committed_games = run.committed_games.saturating_sub(num_games);
+                run.total_games = run.total_games.saturating_sub(num_games);
+                return Err(e);
+            }
+        };
+        granted.keep();
         let run_id = run.id.clone();
         let assignment = TaskAssignment {
             run_id: run_id.clone(),
@@ -292,6 +349,57 @@ impl RunDb {
 
     /// Number of active tasks per remote address (for tests and metrics).
     pub fn connections(&self, addr: &str) -> u32 {
-        self.conns.lock().get(addr).copied().unwrap_or(0)
+        let held = self
+            .limit_ids
+            .machine
+            .map_or(0, |m| self.limits.held_by_key(m, addr));
+        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+
+    /// The first of `grants` that does not fit (a reservation's own key is not full to it).
+    fn first_full(
+        &self,
+        grants: &[Grant],
+        credit: Option<&Holder>,
+        reservation: Option<u64>,
+    ) -> Option<Full> {
+        self.limits.check_all(grants, credit, reservation).err()
+    }
+
+    fn refusal(&self, full: Full, user: &User) -> Refusal {
+        if Some(full.limit) == self.limit_ids.machine {
+            Refusal::MachineLimit {
+                limit: user.machine_limit,
+                addr: full.key,
+            }
+        } else {
+            Refusal::Limit {
+                limit: full.limit,
+                name: full.name,
+                key: full.key,
+                max: full.max,
+            }
+        }
+    }
+}
+
+/// Releases a holder's grants when dropped, unless `keep` was called: the grants of a task
+/// that was not created after all, a reservation that was not used.
+struct ReleaseGuard<'a> {
+    engine: &'a crate::limits::Engine,
+    holder: Option<Holder>,
+}
+
+impl ReleaseGuard<'_> {
+    fn keep(&mut self) {
+        self.holder = None;
+    }
+}
+
+impl Drop for ReleaseGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.holder.take() {
+            self.engine.release(&h);
+        }
     }
 }

@@ -70,19 +70,13 @@ impl RunDb {
         let played = task.stats.games();
         let num_games = task.num_games;
         let concurrency = u64::from(task.worker_info.concurrency);
-        let ip = task.worker_info.remote_addr.clone();
         run.workers = run.workers.saturating_sub(1);
         run.cores = run.cores.saturating_sub(concurrency);
         run.committed_games = (run.committed_games + played).saturating_sub(num_games);
-        {
-            let mut conns = self.conns.lock();
-            if let Some(n) = conns.get_mut(&ip) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    conns.remove(&ip);
-                }
-            }
-        }
+        // Every grant the task held (machine limit, window, configured limits) goes back,
+        // whoever ended it; waiters of those keys are served.
+        self.limits
+            .release(&crate::limits::Holder::Task(run.id.clone(), task_id));
         self.add_cpu_hours(run, task_id);
         self.add_contribution(run, task_id);
     }
@@ -160,6 +154,10 @@ impl RunDb {
             copy.insert("residual".into(), residual);
             copy.insert("residual_color".into(), json!(b.color));
             run.bad_tasks.push(Value::Object(copy));
+            if task.active {
+                self.limits
+                    .release(&crate::limits::Holder::Task(run.id.clone(), b.index));
+            }
             task.stats = Stats::default();
             task.bad = true;
             task.active = false;

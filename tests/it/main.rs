@@ -14,6 +14,7 @@ mod fleet;
 mod fuzz;
 mod hardening;
 mod harness;
+mod limits;
 mod openapi;
 mod sim;
 mod soak;

@@ -59,6 +59,7 @@ use crate::http::reply::{ApiError, RawBody};
         files::download_run_pgns,
         rate_limit::rate_limit,
         actions::actions,
+        crate::http::limits::api_limits,
         openapi_json,
     ),
     components(schemas(schema::ErrorReply, schema::NotFoundReply)),

@@ -62,6 +62,10 @@ pub fn refusal(r: &Refusal) -> String {
             "Request_task: This user has reached the maximum number of connections \
              ({limit}) from the IP address {addr}."
         ),
+        Refusal::Limit { name, key, max, .. } => format!(
+            "Request_task: the limit {name} is full for {key} ({max} active); \
+             try again later."
+        ),
     }
 }
 

@@ -83,6 +83,14 @@ pub async fn create_run(
     ClientAddr(ip): ClientAddr,
     ApiJson(req): ApiJson<CreateRunRequest>,
 ) -> ApiResult {
+    // Rate limits on the loop, before the password check.
+    let ctx = crate::limits::KeyCtx {
+        user: Some(&req.username),
+        ip: Some(&ip),
+        ..Default::default()
+    };
+    let scope = crate::limits::Scope::Endpoint("create_run".into());
+    crate::http::limits::check(&state, &scope, &ctx)?;
     let args = req.args;
     let run_id = with_user(
         &state,

@@ -23,10 +23,12 @@ use super::schema::{
 };
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
+use crate::http::limits;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::{AppState, TOO_BUSY_INFO};
+use crate::limits::{Grant, KeyCtx, Scope};
 use crate::rundb::model::{Stats, WorkerInfo};
-use crate::rundb::outcome::TaskReply;
+use crate::rundb::outcome::{Assignment, Refusal, TaskReply};
 use crate::rundb::{RunDb, RunDbError, Ticket, WORKER_VERSION};
 use crate::spsa::SpsaReply;
 
@@ -105,6 +107,17 @@ pub async fn request_version(
 )]
 pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
     let call = call.validate(&state, Needs::default())?;
+    // Rate limits first, on the loop: a limited call costs no token and no password check.
+    {
+        let short = call.wi.short_name();
+        let ctx = KeyCtx {
+            user: Some(&call.wi.username),
+            ip: Some(&call.wi.remote_addr),
+            worker: Some(&short),
+            run: None,
+        };
+        limits::check(&state, &Scope::Endpoint("request_task".into()), &ctx)?;
+    }
     // Credentials before the gate: a caller with a wrong password (a spray) never takes a
     // place a real worker needs, and a password check (argon2 on a cold cache) never runs
     // inside the scheduler's critical section. (Fishtest validates before its semaphore too.)
@@ -114,31 +127,72 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
         password: call.password.clone(),
     };
     let user = credentials(&state, login).await?;
+    let wait = state.config.limits_wait();
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut reservation = None;
+    loop {
+        let _held = reservation.map(|r| limits::Reserved::new(state.rundb.limits().clone(), r));
+        let Some((reply, ticket)) =
+            gated_request_task(&state, &user, call.wi.clone(), reservation).await?
+        else {
+            return Ok(ApiReply::json(
+                json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+            ));
+        };
+        // Refused only by a full configured limit: wait in that key's queue (bounded, well
+        // inside the worker's 30 s timeout) rather than send the worker into its back-off.
+        if let Assignment::Refused(Refusal::Limit { limit, key, .. }) = &reply
+            && !wait.is_zero()
+            && tokio::time::Instant::now() < deadline
+        {
+            let engine = state.rundb.limits().clone();
+            let grant = Grant {
+                limit: *limit,
+                key: key.clone(),
+                units: engine.units(*limit, call.wi.concurrency),
+                max: None,
+            };
+            if let Some(r) = limits::Waiting::new(engine, &grant)
+                .reserved(deadline)
+                .await
+            {
+                reservation = Some(r);
+                continue;
+            }
+        }
+        return durable(replies::assignment(reply), ticket).await;
+    }
+}
+
+/// One pass through the gate and the scheduler's critical section; None: the gate refused
+/// (too busy).
+async fn gated_request_task(
+    state: &AppState,
+    user: &crate::rundb::users::User,
+    wi: WorkerInfo,
+    reservation: Option<u64>,
+) -> Result<Option<(Assignment, Option<Ticket>)>, ApiError> {
     // Phase 1 of the gate before any pool token: a refused caller costs nothing (no token,
     // no thread; docs/capacity.md).
     let Ok(place) = state.gate.admit().await else {
-        return Ok(ApiReply::json(
-            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
-        ));
+        return Ok(None);
     };
     // Phase 2: the scheduler slot, in arrival order.
     let Ok(permit) = place.slot().await else {
-        return Ok(ApiReply::json(
-            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
-        ));
+        return Ok(None);
     };
-    let db = rundb(&state);
-    let wi = call.wi;
+    let db = rundb(state);
+    let user = user.clone();
     // The slot holder takes the pool's reserved token: it never queues behind other traffic.
-    let (reply, ticket) = state
+    let done = state
         .offload
         .run_reserved(move || {
             // The permit lives in the closure: the slot is held until the work ends.
             let _permit = permit;
-            db.request_task(&user, wi)
+            db.request_task_reserved(&user, wi, reservation)
         })
         .await??;
-    durable(replies::assignment(reply), ticket).await
+    Ok(Some(done))
 }
 
 /// What a task-bound endpoint does once the caller is authenticated (runs in the pool).

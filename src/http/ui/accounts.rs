@@ -141,6 +141,16 @@ pub async fn login(
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
     let form = unform(form);
+    // Rate limits (scope `login`) on the loop: a limited attempt costs no token, no argon2.
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let ctx = crate::limits::KeyCtx {
+        user: Some(form.username.trim()),
+        ip: Some(&ip),
+        ..Default::default()
+    };
+    if let Err(r) = crate::http::limits::check(&state, &crate::limits::Scope::Login, &ctx) {
+        return crate::http::limits::page_429(&r);
+    }
     let input = Input::post(&state, &headers, form.csrf_token.clone());
     let keys = input.keys.clone();
     // The session and the token first: a refused form is not a failed login.
@@ -153,7 +163,6 @@ pub async fn login(
         .stay_logged_in
         .as_deref()
         .is_some_and(|v| matches!(v, "1" | "true" | "on" | "yes"));
-    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let verdict = auth::credentials(
         &state,
         Login::at(ip, form.username.trim().to_string(), form.password),

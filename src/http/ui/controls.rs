@@ -50,6 +50,9 @@ pub struct ModifyForm {
     auto_purge: Option<String>,
     #[serde(default)]
     info: Option<String>,
+    /// The sliding window: empty for none; absent leaves it as it is.
+    #[serde(default)]
+    max_active_tasks: Option<String>,
     #[serde(default)]
     csrf_token: Option<String>,
 }
@@ -222,6 +225,13 @@ fn changes(f: &ModifyForm) -> Result<RunChanges, String> {
         throughput: integer(f.throughput.as_deref()).ok_or_else(bad)?,
         auto_purge: f.auto_purge.is_some(),
         info: f.info.clone(),
+        max_active_tasks: match f.max_active_tasks.as_deref().map(str::trim) {
+            None => None,
+            Some("") => Some(None),
+            Some(v) => Some(Some(v.parse().map_err(|_| {
+                "max_active_tasks must be a whole number or empty".to_string()
+            })?)),
+        },
     })
 }
 
@@ -260,6 +270,7 @@ mod tests {
             throughput: Some("100".into()),
             auto_purge: None,
             info: None,
+            max_active_tasks: None,
             csrf_token: None,
         };
         assert_eq!(

@@ -13,6 +13,7 @@ pub mod charts;
 pub mod controls;
 pub mod dashboard;
 pub mod errors;
+pub mod limits;
 pub mod lists;
 pub mod nets;
 pub mod people;
@@ -106,6 +107,7 @@ pub fn router() -> Router<Arc<AppState>> {
         )
         .route("/rate_limits", get(rate_limits::rate_limits))
         .route("/rate_limits/server", get(rate_limits::server))
+        .route("/limits", get(limits::view).post(limits::set_max))
         .merge(statics)
         .layer(CompressionLayer::new())
 }

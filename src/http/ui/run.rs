@@ -95,6 +95,8 @@ pub struct ModifyValues {
     pub throughput: String,
     pub auto_purge: bool,
     pub info: String,
+    /// The sliding window (`max_active_tasks`), empty for none.
+    pub max_active_tasks: String,
 }
 
 /// The modify form's values for the owner or an approver of a run that is not deleted.
@@ -109,6 +111,11 @@ fn modify_values(run: &Run, ctx: &Ctx) -> Option<ModifyValues> {
         throughput: format!("{}", run.args.throughput),
         auto_purge: run.args.auto_purge,
         info: run.args.info.clone(),
+        max_active_tasks: run
+            .args
+            .max_active_tasks
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
     })
 }
 
@@ -455,6 +462,9 @@ fn arg_rows(run: &Run) -> Vec<ArgRow> {
     ));
     rows.push(row("priority", format!("{}", a.priority)));
     rows.push(row("throughput", format!("{}%", a.throughput)));
+    if let Some(w) = a.max_active_tasks {
+        rows.push(row("max_active_tasks", w.to_string()));
+    }
     rows.push(row("auto_purge", a.auto_purge.to_string()));
     rows.push(row(
         "approved",

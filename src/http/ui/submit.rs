@@ -87,6 +87,8 @@ pub struct RunForm {
     pub odds: Option<String>,
     pub priority: String,
     pub throughput: String,
+    /// The run's sliding window: at most this many active tasks (empty: no window).
+    pub max_active_tasks: String,
     pub book: String,
     #[serde(rename = "book-depth")]
     pub book_depth: String,
@@ -273,6 +275,10 @@ impl RunForm {
         f.threads = a.threads.to_string();
         f.priority = a.priority.to_string();
         f.throughput = a.throughput.to_string();
+        f.max_active_tasks = a
+            .max_active_tasks
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         f.book = a.book.clone();
         f.book_depth = a.book_depth.clone();
         if let Some(filter) = &a.arch_filter {
@@ -367,6 +373,7 @@ pub fn form_field(arg: &str) -> &'static str {
         "threads" => "threads",
         "priority" => "priority",
         "throughput" => "throughput",
+        "max_active_tasks" => "max_active_tasks",
         "compiler" => "compiler",
         "arch_filter" => "arch-filter",
         "num_games" => "num-games",
@@ -392,6 +399,19 @@ pub fn to_args(f: &RunForm) -> Result<CreateArgs, FieldErrors> {
     let threads = integer("threads", &f.threads, "Threads");
     let priority = integer("priority", &f.priority, "Priority");
     let throughput = integer("throughput", &f.throughput, "Throughput");
+    let max_active_tasks = match f.max_active_tasks.trim() {
+        "" => None,
+        text => match text.parse::<u32>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                errors.insert(
+                    "max_active_tasks".into(),
+                    "Max active tasks must be a positive integer (or empty)".into(),
+                );
+                None
+            }
+        },
+    };
     let rule = f.stop_rule.trim();
     let num_games = if rule == "sprt" {
         None
@@ -510,6 +530,7 @@ pub fn to_args(f: &RunForm) -> Result<CreateArgs, FieldErrors> {
         master_repo: optional(&f.master_repo),
         auto_purge: f.auto_purge.is_some(),
         throughput: throughput as f64,
+        max_active_tasks,
         priority: priority as f64,
         adjudication: f.adjudication.is_none(),
         arch_filter: f
