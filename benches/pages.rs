@@ -1,6 +1,7 @@
 //! Pages under load: the dashboard (and a run page, when the server has one) rendered for 20
 //! concurrent clients on a run database of 200 approved runs and 10,000 active tasks, and
-//! `beat` measured over HTTP in the same process, first alone, then during the page load.
+//! `beat` measured over HTTP in the same process (server, page clients and beat client on three
+//! runtimes of their own), first alone, then during the page load.
 //!
 //! Run with `cargo bench --bench pages`. The server is the real one (state, router, middleware,
 //! connection loop) on a loopback port of this process; the clients are `reqwest`. Numbers, not
@@ -95,10 +96,26 @@ async fn beats(
 }
 
 fn main() {
+    // Three runtimes, as three machines would have: the server's (two event-loop threads, as
+    // on a 2-core server), the page clients', and this one (set-up and the beat client), so a
+    // beat's reply never waits in the same task queue as the page clients' work. They still
+    // share the machine's cores.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("server")
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let load_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("page-clients")
+        .enable_all()
+        .build()
+        .expect("client runtime");
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         // SHOAL_* settings from the environment apply (e.g. SHOAL_PAGE_RENDER_CONCURRENCY).
@@ -154,22 +171,21 @@ fn main() {
             started.elapsed()
         );
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let addr = std_listener.local_addr().expect("addr");
         let app = shoal::http::router(state.clone());
         let shutdown = shoal::http::conn::Shutdown::new();
         let timeouts = shoal::http::conn::ConnTimeouts {
             header_read: Duration::from_secs(10),
             keepalive: Duration::from_secs(30),
         };
-        tokio::spawn(shoal::http::conn::serve(
-            listener,
-            app,
-            timeouts,
-            shutdown.clone(),
-        ));
+        // The listener (and every connection it accepts) lives on the server's runtime.
+        let server_shutdown = shutdown.clone();
+        server_rt.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+            shoal::http::conn::serve(listener, app, timeouts, server_shutdown).await
+        });
         let base = format!("http://{addr}");
         let client = reqwest::Client::new();
 
@@ -208,7 +224,7 @@ fn main() {
             let stop = Arc::new(AtomicBool::new(false));
             let loaders: Vec<_> = (0..PAGE_CLIENTS)
                 .map(|_| {
-                    tokio::spawn(load(
+                    load_rt.spawn(load(
                         reqwest::Client::new(),
                         format!("{base}{path}"),
                         stop.clone(),

@@ -184,12 +184,7 @@ impl Offload {
         match handle.await {
             Ok(value) => Ok(value),
             Err(e) if e.is_panic() => {
-                let payload = e.into_panic();
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".to_string());
+                let message = panic_message(e.into_panic());
                 metrics::counter!("shoal_pool_panics_total").increment(1);
                 tracing::error!(%message, "offloaded work panicked");
                 Err(OffloadError::Panicked(message))
@@ -219,6 +214,15 @@ impl Offload {
         self.inner.sem.close();
         self.inner.reserved.close();
     }
+}
+
+/// A panic's message (`&str` or `String` payloads), for the log and the error.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
 /// One job of a [`Lane`].
@@ -312,11 +316,7 @@ impl Lane {
         match rx.await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(payload)) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".to_string());
+                let message = panic_message(payload);
                 metrics::counter!("shoal_pool_panics_total").increment(1);
                 tracing::error!(%message, "lane work panicked");
                 Err(OffloadError::Panicked(message))

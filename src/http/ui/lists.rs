@@ -200,7 +200,7 @@ fn pager(base: &str, filter: Which, page: u64, last: u64) -> Vec<PageLink> {
 }
 
 /// The pager with each page's link from `href_of`.
-fn pager_by(page: u64, last: u64, href_of: impl Fn(u64) -> String) -> Vec<PageLink> {
+pub fn pager_by(page: u64, last: u64, href_of: impl Fn(u64) -> String) -> Vec<PageLink> {
     if last <= 1 {
         return Vec::new();
     }

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
-use super::lists::{PageLink, pager_pages};
+use super::lists::PageLink;
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
@@ -515,25 +515,7 @@ pub struct UsersQuery {
 const GROUPS: [&str; 5] = ["all", "pending", "blocked", "idle", "approvers"];
 
 /// A list page's pager: Prev · pages · Next; empty when there is one page.
-pub fn pager(page: u64, last: u64, href: impl Fn(u64) -> String) -> Vec<PageLink> {
-    if last <= 1 {
-        return Vec::new();
-    }
-    let link = |label: String, target: Option<u64>, current: bool| PageLink {
-        label,
-        href: target.map_or_else(String::new, &href),
-        current,
-    };
-    let mut out = vec![link("Prev".into(), (page > 1).then(|| page - 1), false)];
-    for p in pager_pages(page, last) {
-        out.push(match p {
-            Some(p) => link(p.to_string(), Some(p), p == page),
-            None => link("…".into(), None, false),
-        });
-    }
-    out.push(link("Next".into(), (page < last).then(|| page + 1), false));
-    out
-}
+pub use super::lists::pager_by as pager;
 
 /// `page`: 1-based; anything non-numeric is 1.
 pub fn page_number(page: Option<&str>) -> u64 {
