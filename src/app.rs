@@ -172,6 +172,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             })?,
     );
     Ok(Arc::new(AppState {
+        dashboard: Default::default(),
         primary: config.is_primary(),
         request_cap: config
             .max_concurrent_requests

@@ -43,6 +43,8 @@ pub const TOO_BUSY_INFO: &str = "Request_task: the server is currently too busy.
 
 /// Everything handlers share. Cheap to clone through `Arc`.
 pub struct AppState {
+    /// The dashboard's first page, rendered at most once a second for everybody.
+    pub dashboard: Arc<ui::dashboard::DashboardCache>,
     pub config: Arc<Config>,
     pub primary: bool,
     pub offload: Offload,

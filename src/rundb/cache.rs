@@ -206,9 +206,22 @@ impl RunDb {
     pub(super) fn save_now(&self, entry: &RunEntry, run: &Run) -> DbResult<()> {
         let seq = entry.seq.load(Ordering::Acquire);
         self.store.flush_runs(&[run_record(run, seq)?])?;
+        self.note_listed_change();
         entry.dirty.store(0, Ordering::Release);
         *entry.last_sync.lock() = Instant::now();
         Ok(())
+    }
+
+    /// A count of the changes a run list must show at once: a run written at once
+    /// (created, approved, stopped, modified, deleted, finished) or a task handed out or
+    /// ended (a run's workers). Results alone do not count. Pages that cache a rendering
+    /// key it on this.
+    pub fn listed_changes(&self) -> u64 {
+        self.listed_changes.load(Ordering::Acquire)
+    }
+
+    pub(super) fn note_listed_change(&self) {
+        self.listed_changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Writes dirty runs behind: up to `flush_runs_per_tick`, most urgent first

@@ -177,6 +177,8 @@ pub struct RunDb {
     sessions: sessions::Sessions,
     /// The contributors table (`contributors`), kept up to date as tasks end and runs start.
     contributors: contributors::ContributorTable,
+    /// Changes a run list shows at once ([`RunDb::listed_changes`]).
+    listed_changes: std::sync::atomic::AtomicU64,
 }
 
 fn now() -> Date {

@@ -89,6 +89,7 @@ impl RunDb {
             cpu_hours_pending: Mutex::new(HashMap::new()),
             sessions: Default::default(),
             contributors: Default::default(),
+            listed_changes: Default::default(),
         };
         db.load_limit_maxima()?;
         if db.cfg.primary {

@@ -250,6 +250,7 @@ impl RunDb {
         run.tasks.push(task);
         run.workers += 1;
         run.cores += u64::from(wi.concurrency);
+        self.note_listed_change();
         run.committed_games += num_games;
         run.total_games += num_games;
         let ticket = match self.commit(&entry, &mut run, &[task_id], Prio::High) {

@@ -72,6 +72,7 @@ impl RunDb {
         let concurrency = u64::from(task.worker_info.concurrency);
         run.workers = run.workers.saturating_sub(1);
         run.cores = run.cores.saturating_sub(concurrency);
+        self.note_listed_change();
         run.committed_games = (run.committed_games + played).saturating_sub(num_games);
         // Every grant the task held (machine limit, window, configured limits) goes back,
         // whoever ended it; waiters of those keys are served.

@@ -333,3 +333,50 @@ async fn the_dashboard_has_every_panel_and_the_results_box() {
     assert!(!none.body.contains(&row(&done)));
     assert!(none.body.contains(&row(&pending)), "the panels stay");
 }
+
+/// The dashboard's first page is rendered once for everybody, yet what a list must show at
+/// once (a new run, an approval, a worker taking a task, a run finishing) shows on the very
+/// next request, however soon.
+#[tokio::test]
+async fn the_dashboard_shows_every_change_at_once() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "boss", &["--approver"]);
+    let home = get(&server, "/tests").await;
+    assert!(
+        home.body.contains("Pending approval - 0 tests"),
+        "{}",
+        home.body
+    );
+    let run = create_run(&server, "alice", fixed_args(1000)).await;
+    let home = get(&server, "/tests").await;
+    assert!(
+        home.body.contains("Pending approval - 1 tests"),
+        "{}",
+        home.body
+    );
+    assert!(home.body.contains(&row(&run)));
+    approve(&server, "boss", &run).await;
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Paused - 1 tests"), "{}", home.body);
+    let mut w = Worker::new("alice", 8, 1);
+    let reply = w.request_task(&server).await;
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Active - 1 tests"), "{}", home.body);
+    w.play(&server, &reply, 1000, EVEN).await;
+    // Its first task done, the run is paused (no worker) or finished.
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Active - 0 tests"), "{}", home.body);
+    for _ in 0..100 {
+        let reply = w.request_task(&server).await;
+        if reply.get("task_waiting").is_some() {
+            break;
+        }
+        w.play(&server, &reply, 1000, EVEN).await;
+    }
+    let home = get(&server, "/tests").await;
+    assert!(home.body.contains("Paused - 0 tests"), "{}", home.body);
+    assert!(home.body.contains("Finished - 1 tests"), "{}", home.body);
+    // Each viewer's own token is in the cached page's forms.
+    assert!(!home.body.contains("__shoal_csrf_token__"));
+}

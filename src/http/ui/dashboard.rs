@@ -12,17 +12,34 @@ use axum::response::{IntoResponse, Response};
 
 use std::collections::HashMap;
 
+use std::time::{Duration, Instant};
+
 use super::lists::{
-    self, PageLink, Panel, failed_panel, finished_part, parse_query, unfinished_panels,
+    self, ListQuery, PageLink, Panel, failed_panel, finished_part, parse_query, unfinished_panels,
 };
 use super::results::{RunRow, remaining_hours};
 use super::{Flash, Input, Layout, Out, controls, errors, page};
 use crate::http::AppState;
+use crate::rundb::RunDb;
 
 #[derive(Template)]
 #[template(path = "tests.html")]
 pub struct TestsPage {
     pub l: Layout,
+    /// The rendered content ([`TestsBody`]), with this viewer's CSRF token in its forms.
+    pub body: String,
+}
+
+/// The forms' token as the content's templates read it (`l.csrf`).
+pub struct FormToken {
+    pub csrf: String,
+}
+
+/// The dashboard's content: the cards and panels (page 1) and the finished runs.
+#[derive(Template)]
+#[template(path = "tests_body.html")]
+pub struct TestsBody {
+    pub l: FormToken,
     /// Page 1 shows the cards and the unfinished panels; later pages only the finished.
     pub first: bool,
     pub panels: Vec<Panel>,
@@ -38,6 +55,46 @@ pub struct TestsPage {
     pub count_line: String,
     pub finished: Vec<RunRow>,
     pub pager: Vec<PageLink>,
+}
+
+/// How long a rendered first page is served to everybody.
+const CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// Stands for the viewer's CSRF token in a cached rendering (replaced per request).
+const TOKEN_SLOT: &str = "__shoal_csrf_token__";
+
+/// The dashboard's default first page (no filter, page 1), rendered at most once every
+/// [`CACHE_TTL`] and shared by every viewer: it depends on the runs, not on who looks, except
+/// for the forms' CSRF token, which is filled in per request. A run created, approved,
+/// stopped, modified, deleted or finished, or a task handed out or ended
+/// (`RunDb::listed_changes`) makes it stale at once; results may be up to a second old.
+#[derive(Default)]
+pub struct DashboardCache {
+    entry: parking_lot::Mutex<Option<Rendered>>,
+}
+
+struct Rendered {
+    at: Instant,
+    saves: u64,
+    html: Arc<String>,
+}
+
+impl DashboardCache {
+    fn fresh(&self, saves: u64) -> Option<Arc<String>> {
+        let entry = self.entry.lock();
+        entry
+            .as_ref()
+            .filter(|r| r.saves == saves && r.at.elapsed() < CACHE_TTL)
+            .map(|r| Arc::clone(&r.html))
+    }
+
+    fn store(&self, saves: u64, html: Arc<String>) {
+        *self.entry.lock() = Some(Rendered {
+            at: Instant::now(),
+            saves,
+            html,
+        });
+    }
 }
 
 /// `GET /`: a 302 to the dashboard (no session work).
@@ -69,59 +126,86 @@ pub async fn tests(
     let done = params
         .get("done")
         .and_then(|code| controls::done_message(code, params.get("run").map(String::as_str)));
+    let cacheable = q == ListQuery::default_first() && done.is_none();
+    let cache = Arc::clone(&state.dashboard);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let base = "/tests";
-        let f = match finished_part(db, base, None, q) {
-            Ok(f) => f,
-            Err(out) => return out,
-        };
         let mut l = Layout::new(ctx, "Tests");
         if let Some(text) = done {
             l = l.flash(Flash::info(text));
         }
-        let mut p = TestsPage {
-            l,
-            first: q.page == 1,
-            panels: Vec::new(),
-            cores: 0,
-            workers: 0,
-            mnps: 0,
-            games_per_minute: 0,
-            time_remaining: String::new(),
-            finished_heading: f.heading.clone(),
-            count_line: f.count_line.clone(),
-            finished: f.runs.iter().map(RunRow::of).collect(),
-            pager: f.pager,
+        let body = if cacheable {
+            // Read before rendering: a save during the render leaves the entry stale.
+            let saves = db.listed_changes();
+            let html = match cache.fresh(saves) {
+                Some(html) => html,
+                None => match body(db, q, TOKEN_SLOT) {
+                    Ok(html) => {
+                        let html = Arc::new(html);
+                        cache.store(saves, Arc::clone(&html));
+                        html
+                    }
+                    Err(out) => return out,
+                },
+            };
+            html.replace(TOKEN_SLOT, &ctx.csrf)
+        } else {
+            match body(db, q, &ctx.csrf) {
+                Ok(html) => html,
+                Err(out) => return out,
+            }
         };
-        if q.page == 1 {
-            let runs = match db.active_heads() {
-                Ok(runs) => runs,
-                Err(e) => {
-                    tracing::error!(error = %e, "active runs");
-                    return errors::internal();
-                }
-            };
-            let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
-            let busy = || open().filter(|r| r.workers > 0);
-            p.cores = busy().map(|r| r.cores).sum();
-            p.workers = busy().map(|r| r.workers).sum();
-            p.mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
-            p.games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
-            let hours: f64 = open()
-                .filter(|r| r.workers > 0 || !r.approved)
-                .map(remaining_hours)
-                .sum();
-            let remaining = if p.cores == 0 {
-                0.0
-            } else {
-                hours / p.cores as f64
-            };
-            p.time_remaining = format!("{remaining:.1}h");
-            let mut panels = unfinished_panels(open());
-            panels.insert(2, failed_panel(&f.runs));
-            p.panels = panels;
-        }
-        Out::render(StatusCode::OK, &p)
+        Out::render(StatusCode::OK, &TestsPage { l, body })
     })
     .await
+}
+
+/// Renders the dashboard's content for query `q` with `token` in its forms (the rendered
+/// HTML, or the answer instead: a redirect past the last page, an error page).
+fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Out> {
+    let f = finished_part(db, "/tests", None, q)?;
+    let mut p = TestsBody {
+        l: FormToken {
+            csrf: token.to_string(),
+        },
+        first: q.page == 1,
+        panels: Vec::new(),
+        cores: 0,
+        workers: 0,
+        mnps: 0,
+        games_per_minute: 0,
+        time_remaining: String::new(),
+        finished_heading: f.heading.clone(),
+        count_line: f.count_line.clone(),
+        finished: f.runs.iter().map(RunRow::of).collect(),
+        pager: f.pager,
+    };
+    if q.page == 1 {
+        let runs = db.active_heads().map_err(|e| {
+            tracing::error!(error = %e, "active runs");
+            errors::internal()
+        })?;
+        let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
+        let busy = || open().filter(|r| r.workers > 0);
+        p.cores = busy().map(|r| r.cores).sum();
+        p.workers = busy().map(|r| r.workers).sum();
+        p.mnps = (busy().map(|r| r.nps).sum::<f64>() / 1e6).round() as u64;
+        p.games_per_minute = busy().map(|r| r.games_per_minute).sum::<f64>().round() as u64;
+        let hours: f64 = open()
+            .filter(|r| r.workers > 0 || !r.approved)
+            .map(remaining_hours)
+            .sum();
+        let remaining = if p.cores == 0 {
+            0.0
+        } else {
+            hours / p.cores as f64
+        };
+        p.time_remaining = format!("{remaining:.1}h");
+        let mut panels = unfinished_panels(open());
+        panels.insert(2, failed_panel(&f.runs));
+        p.panels = panels;
+    }
+    p.render().map_err(|e| {
+        tracing::error!(error = %e, "dashboard template failed");
+        errors::internal()
+    })
 }

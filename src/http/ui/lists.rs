@@ -76,6 +76,16 @@ pub enum Which {
     Ltc,
 }
 
+impl ListQuery {
+    /// Page 1 without a filter: the dashboard's default view.
+    pub fn default_first() -> ListQuery {
+        ListQuery {
+            page: 1,
+            filter: Which::All,
+        }
+    }
+}
+
 impl Which {
     const ALL: [Which; 4] = [Which::All, Which::Green, Which::Yellow, Which::Ltc];
 
