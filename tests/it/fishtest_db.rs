@@ -320,6 +320,31 @@ async fn the_imported_database_is_served() {
     let mut b = Browser::new(&server);
     let page = b.get("/tests/user/quarkling").await;
     assert_eq!(page.status, 200);
+    // The action log, through the JSON API (its cap is 200; the dump has 100) and the page.
+    let (status, rows) = server.post_json("/api/actions", &json!({})).await;
+    assert_eq!(status, 200, "{rows}");
+    let served: std::collections::HashSet<String> = rows
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|r| r["_id"].as_str().map(str::to_string))
+        .collect();
+    let dump = json_file("actions.json");
+    for action in &dump {
+        assert!(served.contains(&oid(action)), "action {} served", oid(action));
+    }
+    let shown = dump
+        .iter()
+        .find(|a| a["action"] == "new_run")
+        .expect("a new_run action");
+    let page = b
+        .get(&format!(
+            "/actions?action=new_run&user={}",
+            shown["username"].as_str().expect("username")
+        ))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("new_run"), "{}", page.body);
     drop(server);
 
     // The passwords were re-hashed with argon2id on their first login; the action log is
