@@ -258,13 +258,25 @@ pub fn compare(a: &Candidate, b: &Candidate, concurrency: u32) -> Ordering {
 
 /// Sorts the candidates and returns the first that fits, with the reasons the others did not.
 pub fn choose(
+    candidates: Vec<Candidate>,
+    w: &WorkerNeeds<'_>,
+) -> (Option<Candidate>, Vec<(usize, Skip)>) {
+    choose_with(candidates, w, |_| false)
+}
+
+/// [`choose`], asking `limited(index)` (a run-keyed limit is full) only of the candidates
+/// that pass every other filter, in order: usually the first one, so the limits engine is
+/// consulted for one run rather than for every unfinished run.
+pub fn choose_with(
     mut candidates: Vec<Candidate>,
     w: &WorkerNeeds<'_>,
+    mut limited: impl FnMut(usize) -> bool,
 ) -> (Option<Candidate>, Vec<(usize, Skip)>) {
     candidates.sort_by(|a, b| compare(a, b, w.concurrency));
     let mut skipped = Vec::new();
     for c in candidates {
         match skip_reason(&c, w) {
+            None if limited(c.index) => skipped.push((c.index, Skip::Limit)),
             None => return (Some(c), skipped),
             Some(why) => skipped.push((c.index, why)),
         }

@@ -147,6 +147,8 @@ impl RunDb {
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
         let mut run_checks = Vec::new();
+        // Each candidate's run-keyed checks: `run_checks[ranges[index]]`.
+        let mut ranges = Vec::with_capacity(ids.len());
         for id in &ids {
             let Some(entry) = cache.get(id) else { continue };
             let run = entry.run.lock();
@@ -174,19 +176,12 @@ impl RunDb {
                 limited: false,
             });
             let tag = candidates.len() - 1;
+            let start = run_checks.len();
             self.push_run_checks(&run, id, wi.concurrency, tag, &mut run_checks);
+            ranges.push(start..run_checks.len());
             entries.push(entry.clone());
         }
         drop(cache);
-        // The run-keyed limits (window, SPSA core cap, configured), all under one engine lock:
-        // a full run is skipped and the worker gets another.
-        if !run_checks.is_empty() {
-            for tag in self.limits.full_tags(run_checks) {
-                if let Some(c) = candidates.get_mut(tag) {
-                    c.limited = true;
-                }
-            }
-        }
         let needs = WorkerNeeds {
             concurrency: wi.concurrency,
             min_threads: wi.min_threads,
@@ -195,7 +190,18 @@ impl RunDb {
             worker_arch: &wi.worker_arch,
             compiler: &wi.compiler,
         };
-        let (choice, _) = schedule::choose(candidates, &needs);
+        // The run-keyed limits (window, SPSA core cap, configured) of the runs `choose` would
+        // pick, in its order: a full run is skipped and the worker gets another.
+        let limited = |index: usize| {
+            let Some(range) = ranges.get(index) else {
+                return false;
+            };
+            let Some(checks) = run_checks.get(range.clone()) else {
+                return false;
+            };
+            !checks.is_empty() && !self.limits.full_tags(checks.iter().copied()).is_empty()
+        };
+        let (choice, _) = schedule::choose_with(candidates, &needs, limited);
         let Some(choice) = choice else {
             return Ok((Assignment::NoTask, None));
         };

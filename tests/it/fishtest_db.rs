@@ -331,7 +331,11 @@ async fn the_imported_database_is_served() {
         .collect();
     let dump = json_file("actions.json");
     for action in &dump {
-        assert!(served.contains(&oid(action)), "action {} served", oid(action));
+        assert!(
+            served.contains(&oid(action)),
+            "action {} served",
+            oid(action)
+        );
     }
     let shown = dump
         .iter()
