@@ -156,7 +156,7 @@ async fn the_run_page_shows_results_stats_tasks_and_controls() {
     assert_eq!(status, 200, "{elo}");
     let e = &elo["elo"];
     let f = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {elo}"));
-    let llr = format!("LLR: {:.2} ({:.2}, {:.2})", f("LLR"), f("a"), f("b"));
+    let llr = format!("LLR: {:.2} ({:.2},{:.2})", f("LLR"), f("a"), f("b"));
     let ci = e["ci"].as_array().expect("ci");
     let elo_text = format!(
         "Elo: {:.2} [{:.2}, {:.2}] (95%)",
@@ -168,7 +168,7 @@ async fn the_run_page_shows_results_stats_tasks_and_controls() {
     for want in [&llr, &elo_text, &los] {
         assert!(body.contains(want.as_str()), "{want} in {body}");
     }
-    assert!(body.contains("[0.00, 2.00]"), "elo0/elo1 in {body}");
+    assert!(body.contains("&#60;0.00,2.00&#62;"), "elo0/elo1 in {body}");
 
     // The tasks table lists the worker, active.
     assert!(body.contains("owner-4cores-"), "{body}");
