@@ -412,9 +412,13 @@ pub struct TaskCheck {
     /// Holders of the run window (`run_window`), summed.
     pub window_holders: u64,
     /// Calls whose effect is unknown (transport failures of request_task, update_task,
-    /// beat or failed_task) plus tasks the server declared dead: the largest mismatch they
-    /// can explain.
+    /// beat or failed_task).
     pub uncertain: u64,
+    /// Tasks the server declared dead during the run (`shoal_dead_tasks_total`), e.g. those
+    /// of workers stopped at the deadline while calls in flight finished. With `uncertain`,
+    /// the largest mismatch they can explain.
+    #[serde(default)]
+    pub declared_dead: u64,
     /// Runs where the three counts (or, with at most 100 holders, the task sets) differ.
     pub mismatches: Vec<String>,
     /// Tasks in mismatches (the sum over runs of the largest difference).
@@ -593,7 +597,7 @@ impl LimitsReport {
         let mut v = Verdict {
             max_respected: self.limits.iter().all(|l| l.over_max == 0),
             no_task_twice: t.handed_out_twice == 0,
-            no_task_lost: t.mismatched_tasks <= t.uncertain,
+            no_task_lost: t.mismatched_tasks <= t.uncertain.saturating_add(t.declared_dead),
             rate_limited_in_shape: self.rate_limited_in_shape == self.rate_limited_calls,
             backed_off: self.backoffs_ok == self.backoffs_checked,
             ok: false,
@@ -609,7 +613,7 @@ impl LimitsReport {
 
     /// Tasks the server declared dead during the run may explain as many mismatches.
     pub fn allow_dead_tasks(&mut self, dead: u64) {
-        self.tasks.uncertain = self.tasks.uncertain.saturating_add(dead);
+        self.tasks.declared_dead = dead;
         self.judge();
     }
 }
@@ -666,14 +670,15 @@ pub fn summary_lines(r: &LimitsReport) -> Vec<String> {
     }
     let t = &r.tasks;
     out.push(format!(
-        "  tasks: {} handed out, {} twice; at the end workers held {}, the server had {} active, the window {} holders ({} mismatched, {} uncertain)",
+        "  tasks: {} handed out, {} twice; at the end workers held {}, the server had {} active, the window {} holders ({} mismatched; explained by {} calls of unknown outcome and {} tasks declared dead)",
         t.assigned,
         t.handed_out_twice,
         t.held_by_workers,
         t.active_on_server,
         t.window_holders,
         t.mismatched_tasks,
-        t.uncertain
+        t.uncertain,
+        t.declared_dead
     ));
     for m in t.mismatches.iter().chain(&t.handed_out_twice_examples) {
         out.push(format!("    {m}"));
@@ -772,6 +777,23 @@ mod tests {
             (l.assigned, l.twice, l.rate_limited, l.rate_limited_shaped),
             (4, 1, 1, 1)
         );
+    }
+
+    #[test]
+    fn only_unknown_outcomes_and_dead_tasks_excuse_a_mismatch() {
+        let mut r = LimitsReport {
+            samples: 1,
+            ..LimitsReport::default()
+        };
+        r.tasks.mismatched_tasks = 5;
+        r.tasks.uncertain = 2;
+        r.judge();
+        assert!(!r.verdict.no_task_lost && !r.verdict.ok);
+        r.allow_dead_tasks(3);
+        assert!(r.verdict.no_task_lost && r.verdict.ok, "{:?}", r.verdict);
+        r.rate_limited_calls = 1;
+        r.judge();
+        assert!(!r.verdict.rate_limited_in_shape && !r.verdict.ok);
     }
 
     #[test]
