@@ -98,6 +98,7 @@ async fn demo_fleet(
         3,
         RunKind::Sprt,
         (0.0, 2.0),
+        None,
         &mut rng,
     )
     .await?;
@@ -120,6 +121,7 @@ async fn demo_fleet(
         model: GameModel::new(1.0, 0.6),
         failed_rate: 0.02,
         seed: rand::random(),
+        ledger: Default::default(),
     });
     let mut handles: HashMap<usize, tokio::task::JoinHandle<()>> = HashMap::new();
     let offsets = schedule::start_offsets(

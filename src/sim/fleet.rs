@@ -3,7 +3,8 @@
 //! Owns: [`Fleet`] (the client, the recorder, the time scale, the deadline, the game model)
 //! and `Fleet::call`: a recorded `POST` whose reply is judged as the official worker judges
 //! it (only the body counts: a JSON object with a numeric `duration`, then `error`), as a
-//! `Reply`; transport failures and unusable replies are recorded by kind.
+//! `Reply`; transport failures and unusable replies are recorded by kind, and every reply is
+//! shown to the limits ledger (`limits::Ledger`).
 //! Must not: decide what a worker does next (that is `worker` and `heartbeat`), retry, or
 //! start a call after the run's deadline.
 
@@ -13,6 +14,7 @@ use hyper::Method;
 use serde_json::{Map, Value};
 
 use super::client::Client;
+use super::limits::{Ledger, Seen};
 use super::measure::{Endpoint, ExitReason, Recorder};
 use super::schedule::TimeScale;
 use super::stats::GameModel;
@@ -28,6 +30,8 @@ pub struct Fleet {
     /// Probability that a task ends with failed_task.
     pub failed_rate: f64,
     pub seed: u64,
+    /// The tasks the workers hold and what they saw of the limits (every call's reply).
+    pub ledger: Ledger,
 }
 
 impl Fleet {
@@ -49,12 +53,22 @@ impl Fleet {
             Err(e) => {
                 rec.error(ep, e.kind(), Instant::now());
                 rec.message(ep, &e.to_string());
+                self.ledger.observe(ep, body, Seen::Transport);
                 return Ok(Reply::Failed { no_duration: false });
             }
         };
         rec.reply(ep, started, started.elapsed(), reply.connect);
         let now = Instant::now();
-        match serde_json::from_slice::<Value>(&reply.body) {
+        let parsed = serde_json::from_slice::<Value>(&reply.body);
+        self.ledger.observe(
+            ep,
+            body,
+            Seen::Reply {
+                status: reply.status,
+                object: parsed.as_ref().ok().and_then(Value::as_object),
+            },
+        );
+        match parsed {
             Ok(Value::Object(m)) => {
                 if !m.get("duration").is_some_and(Value::is_number) {
                     rec.error(ep, "no_duration", now);

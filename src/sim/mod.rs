@@ -1,7 +1,8 @@
 //! The fleet simulator (`shoal sim`) and the demo (`shoal demo`).
 //!
 //! Owns: the module tree, the simulator's error type, `shoal sim`'s entry point ([`main`]:
-//! the open-files limit, the run, the summary, the report's files) and the re-exports the
+//! the open-files limit, the run, the summary, the report's files, failing when the limits
+//! check fails) and the re-exports the
 //! binary and the integration tests use (`shoal::sim::{SimOptions, Report, ...}`).
 //! The parts, in reading order:
 //! - [`options`]: `shoal sim`'s options, their validation, the started server's SHOAL_* env;
@@ -13,6 +14,8 @@
 //! - [`worker`]: one simulated official worker (its lifecycle and the task loop);
 //! - [`heartbeat`]: the heartbeat beside a task;
 //! - [`latency`]: HDR latency histograms and their percentiles;
+//! - [`limits`](mod@limits): the limits options, the ledger of held tasks, the `/api/limits`
+//!   sampler, the end-of-run comparison and the report's "limits" section;
 //! - [`measure`]: the recorder and the fleet's part of the report;
 //! - [`metrics`]: the server's Prometheus text and the server-side numbers drawn from it;
 //! - [`setup`]: the local server process, users via the CLI, runs via the API, /proc, /metrics;
@@ -34,6 +37,7 @@ pub mod demo;
 pub mod fleet;
 pub mod heartbeat;
 pub mod latency;
+pub mod limits;
 pub mod measure;
 pub mod metrics;
 pub mod options;
@@ -87,5 +91,10 @@ pub async fn main(o: SimOptions) -> Result<Report, SimError> {
         o.report.join("report.json").display(),
         o.report.join("chart.svg").display()
     );
+    if report.limits.as_ref().is_some_and(|l| !l.verdict.ok) {
+        return Err(SimError::Report(
+            "the limits check FAILED (see the report's \"limits\" section)".into(),
+        ));
+    }
     Ok(report)
 }

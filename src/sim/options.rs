@@ -107,6 +107,22 @@ pub struct SimOptions {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// A per-user concurrency limit (active tasks per user) on the server the simulator
+    /// starts; implies the limits check (docs/limits.md).
+    #[arg(long)]
+    pub limit_user: Option<u64>,
+    /// `max_active_tasks` of the runs the simulator creates (the per-run window); implies
+    /// the limits check.
+    #[arg(long)]
+    pub run_window: Option<u32>,
+    /// A rate limit on the server the simulator starts, SCOPE[:KEY]:MAX/WINDOW (seconds; key
+    /// `user` by default), e.g. request_task:20/1s; repeatable; implies the limits check.
+    #[arg(long)]
+    pub rate_limit: Vec<String>,
+    /// Sample /api/limits during the storm and check the limits and the tasks at the end
+    /// (the report's "limits" section), also without any limit option.
+    #[arg(long)]
+    pub check_limits: bool,
     /// The `shoal` binary used for `serve` and `user` (default: this executable).
     #[arg(long, hide = true)]
     pub shoal_bin: Option<PathBuf>,
@@ -140,6 +156,15 @@ pub(super) fn validate(o: &SimOptions) -> Result<TimeScale, SimError> {
     if o.users == 0 {
         return bad("--users must be at least 1");
     }
+    if let Some(w) = o.run_window {
+        if !(1..=100_000).contains(&w) {
+            return bad("--run-window must be 1 to 100,000");
+        }
+        if !o.run_ids.is_empty() {
+            return bad("--run-window applies to the runs the simulator creates, not --run-ids");
+        }
+    }
+    super::limits::server_limits(o)?;
     TimeScale::new(o.time_scale)
         .ok_or_else(|| SimError::Options("--time-scale must be 0.001 to 1,000,000".into()))
 }

@@ -15,6 +15,7 @@ use super::SimError;
 use super::bench::Baselines;
 use super::chart;
 use super::latency::LatencySummary;
+use super::limits::{self, LimitsReport};
 use super::measure::{self, FleetReport};
 use super::metrics::PromHistogram;
 use super::setup::MachineInfo;
@@ -88,6 +89,9 @@ pub struct Report {
     pub baselines: Baselines,
     /// CPU seconds the simulator itself used (it shares the machine with a local server).
     pub sim_cpu_seconds: Option<f64>,
+    /// The limits check (with `--check-limits` or any limit option).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsReport>,
 }
 
 fn fmt_lat(l: &LatencySummary) -> String {
@@ -247,6 +251,11 @@ pub fn summary(r: &Report) -> String {
     for n in &b.notes {
         line(format!("  note: {n}"));
     }
+    if let Some(l) = &r.limits {
+        for l in limits::summary_lines(l) {
+            line(l);
+        }
+    }
     out
 }
 
@@ -281,7 +290,14 @@ mod tests {
         );
         r.fleet.workers.all_assigned_after_s = Some(2.5);
         r.baselines.beat_to_healthz = Some(0.5);
+        let mut l = LimitsReport {
+            samples: 3,
+            ..LimitsReport::default()
+        };
+        l.judge();
+        r.limits = Some(l);
         let s = summary(&r);
+        assert!(s.contains("limits: 3 samples") && s.contains("PASS"), "{s}");
         assert!(s.contains("/api/beat") && s.contains("after 2.5 s") && s.contains("0.500"));
         // The report survives a JSON round trip.
         let text = serde_json::to_string(&r).expect("json");

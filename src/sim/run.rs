@@ -21,6 +21,7 @@ use super::SimError;
 use super::bench::{self, Baselines};
 use super::client::{self, Client, ClientConfig, ConnMode};
 use super::fleet::Fleet;
+use super::limits::{self, Peaks};
 use super::measure;
 use super::metrics::server_numbers;
 use super::options::{SimOptions, bin, server_env, validate};
@@ -81,7 +82,10 @@ async fn start_or_connect(o: &SimOptions, scale: TimeScale) -> Result<ServerSide
             })
         }
         None => {
-            let env = server_env(scale);
+            let mut env = server_env(scale);
+            if let Some(l) = limits::server_limits(o)? {
+                env.push(("SHOAL_LIMITS".to_string(), l));
+            }
             let local = LocalServer::start(&bin(o)?, o.data_dir.as_deref(), 0, &env).await?;
             Ok(ServerSide {
                 addr: local.addr,
@@ -199,6 +203,7 @@ async fn run_with_server(
             n,
             o.run_kind,
             (o.elo0, o.elo1),
+            o.run_window,
             &mut rng,
         )
         .await?
@@ -242,6 +247,7 @@ async fn run_with_server(
         model: GameModel::new(o.elo, o.draw_rate),
         failed_rate: o.failed_rate,
         seed: o.seed,
+        ledger: Default::default(),
     });
     let offsets = schedule::start_offsets(
         o.workers,
@@ -269,6 +275,20 @@ async fn run_with_server(
         timeout,
     });
     let prober = tokio::spawn(probe_health(fleet.clone(), probe_client));
+    let check_limits = limits::enabled(o);
+    let peaks = Arc::new(parking_lot::Mutex::new(Peaks::default()));
+    let limits_client = || {
+        Client::new(ClientConfig {
+            server: server.addr,
+            mode: ConnMode::Pooled,
+            sources: Vec::new(),
+            pool_idle: 1,
+            max_open: 2,
+            timeout,
+        })
+    };
+    let limit_sampler = check_limits
+        .then(|| tokio::spawn(limits::sample(limits_client(), peaks.clone(), deadline)));
     tokio::time::sleep_until(deadline.into()).await;
     // In-flight calls finish (each is bounded by the HTTP timeout); then the rest is dropped.
     let grace = Instant::now() + timeout + Duration::from_secs(2);
@@ -282,6 +302,26 @@ async fn run_with_server(
     }
     sampler.abort();
     prober.abort();
+    if let Some(s) = limit_sampler {
+        s.abort();
+    }
+    // Right after the fleet stopped, before the server declares its tasks dead.
+    let mut limits_report = if check_limits {
+        let configured = server.env.iter().find(|(k, _)| k == "SHOAL_LIMITS");
+        Some(
+            limits::finish(
+                &limits_client(),
+                &run_ids,
+                &fleet.ledger,
+                &peaks,
+                configured.map(|(_, v)| v.clone()),
+                o.run_window,
+            )
+            .await,
+        )
+    } else {
+        None
+    };
     let wall = deadline.saturating_duration_since(t0);
     let cpu_after = cpu(server.pid.clone()).await;
     let metrics_after = scrape(&setup_client).await;
@@ -311,6 +351,9 @@ async fn run_with_server(
         metrics_after.as_deref(),
         &mut server_summary,
     );
+    if let Some(l) = &mut limits_report {
+        l.allow_dead_tasks(server_summary.dead_tasks.unwrap_or(0.0).max(0.0) as u64);
+    }
 
     // Baselines.
     let mut baselines = Baselines::default();
@@ -402,6 +445,7 @@ async fn run_with_server(
         server: server_summary,
         baselines,
         sim_cpu_seconds: None,
+        limits: limits_report,
     })
 }
 

@@ -326,6 +326,7 @@ pub fn run_args<R: Rng>(i: usize, kind: RunKind, elo0: f64, elo1: f64, rng: &mut
 }
 
 /// Creates `n` runs as `submitter` and approves them as `approver`; returns their ids.
+/// `window`: the runs' `max_active_tasks` (None: unlimited).
 #[allow(clippy::too_many_arguments)]
 pub async fn create_runs<R: Rng>(
     client: &Client,
@@ -335,11 +336,15 @@ pub async fn create_runs<R: Rng>(
     n: usize,
     kind: RunKind,
     bounds: (f64, f64),
+    window: Option<u32>,
     rng: &mut R,
 ) -> Result<Vec<String>, SimError> {
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let args = run_args(i, kind, bounds.0, bounds.1, rng);
+        let mut args = run_args(i, kind, bounds.0, bounds.1, rng);
+        if let (Some(w), Value::Object(m)) = (window, &mut args) {
+            m.insert("max_active_tasks".into(), json!(w));
+        }
         let v = api(
             client,
             "/api/create_run",

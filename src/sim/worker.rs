@@ -24,7 +24,7 @@ use tokio::sync::{Notify, oneshot};
 use super::fleet::{Fleet, Reply};
 use super::heartbeat::{Heart, LastUpdated, heartbeat};
 use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
-use super::schedule::{Backoff, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
+use super::schedule::{BACKOFF_START_S, Backoff, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
 use super::stats::{Identity, game_seconds, games_at_once, pgn_payload, update_batch};
 use crate::protocol::{Stats, WORKER_VERSION};
 
@@ -79,6 +79,7 @@ pub async fn run(fleet: Arc<Fleet>, index: u32, start: Duration, username: Strin
         heart: None,
         had_task: false,
         benched: false,
+        rate_limited_at: None,
     };
     let reason = match w.lifecycle().await {
         Ok(()) => ExitReason::Deadline,
@@ -100,6 +101,8 @@ struct Worker {
     heart: Option<Arc<Heart>>,
     had_task: bool,
     benched: bool,
+    /// When request_task was last refused by a rate limit (429), until the next call.
+    rate_limited_at: Option<Instant>,
 }
 
 fn as_u64_lenient(v: Option<&Value>) -> Option<u64> {
@@ -183,6 +186,10 @@ impl Worker {
 
     /// One main-loop iteration: true if it ended well (no back-off).
     async fn iteration(&mut self) -> Result<bool, ExitReason> {
+        if let Some(at) = self.rate_limited_at.take() {
+            let min = self.fleet.scale.real(BACKOFF_START_S);
+            self.fleet.ledger.backoff(at.elapsed(), min);
+        }
         match self
             .call(Endpoint::RequestVersion, &self.version_body())
             .await?
@@ -201,7 +208,13 @@ impl Worker {
             .await?
         {
             Reply::Failed { no_duration: true } => return Err(ExitReason::Protocol),
-            Reply::Failed { .. } | Reply::Error(_) => return Ok(false),
+            Reply::Failed { .. } => return Ok(false),
+            Reply::Error(e) => {
+                if e.contains("rate limit") {
+                    self.rate_limited_at = Some(Instant::now());
+                }
+                return Ok(false);
+            }
             Reply::Ok(m) => m,
         };
         if m.contains_key("task_waiting") {
@@ -635,6 +648,7 @@ mod tests {
             model: GameModel::new(0.0, 0.5),
             failed_rate: 0.0,
             seed: 3,
+            ledger: Default::default(),
         });
         run(fleet.clone(), 0, Duration::ZERO, "simw00".into()).await;
         // A heartbeat still in flight finishes by itself.

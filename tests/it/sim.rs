@@ -182,3 +182,181 @@ async fn a_short_storm_assigns_every_worker_without_errors() {
     assert!(svg.starts_with("<svg"));
     assert!(stdout.contains("request_task"));
 }
+
+/// Runs `shoal sim` with `args` in an empty directory (so no settings.toml is read) and the
+/// SHOAL_* variables `env`; returns (success, stdout, stderr).
+async fn run_sim(
+    args: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+) -> (bool, String, String) {
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(bin());
+        cmd.args(&args)
+            .current_dir(cwd.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run shoal sim")
+    })
+    .await
+    .expect("join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_storm_under_limits_keeps_every_max_and_every_task() {
+    // The simulator starts its own server with a per-user concurrency limit of 20 and a
+    // request_task rate limit of 25 calls per second per user, on 3 runs with a window of 30
+    // each: 4 users x 75 workers want 300 tasks, at most 80 are active at once.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report_dir = dir.path().join("report");
+    let report_arg = report_dir.to_string_lossy().into_owned();
+    let args: Vec<String> = [
+        "sim",
+        "--shoal-bin",
+        bin(),
+        "--report",
+        &report_arg,
+        "--workers",
+        "300",
+        "--storm",
+        "1",
+        "--duration",
+        "12",
+        "--time-scale",
+        "600",
+        "--users",
+        "4",
+        "--runs",
+        "3",
+        "--limit-user",
+        "20",
+        "--run-window",
+        "30",
+        "--rate-limit",
+        "request_task:25/1s",
+        "--baseline-secs",
+        "0",
+        "--closed-loop-secs",
+        "0",
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = vec![
+        // Queue mode (see the storm above); a short wait in a full key's queue; no task is
+        // declared dead between the deadline and the final comparison.
+        ("SHOAL_ADMISSION_QUEUE", "1000"),
+        ("SHOAL_ADMISSION_TIMEOUT_S", "60"),
+        ("SHOAL_LIMITS_WAIT_S", "1"),
+        ("SHOAL_DEAD_TASK_TIMEOUT_S", "120"),
+    ];
+    let (ok, stdout, stderr) = run_sim(args, env).await;
+    assert!(ok, "shoal sim failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("verdict:") && stdout.contains("PASS"),
+        "{stdout}"
+    );
+
+    let text = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
+    let r: shoal::sim::Report = serde_json::from_str(&text).expect("the report parses");
+    assert!(
+        r.settings
+            .server_env
+            .get("SHOAL_LIMITS")
+            .is_some_and(|l| l.contains("request_task")),
+        "{:?}",
+        r.settings.server_env
+    );
+    let l = r.limits.as_ref().expect("the limits section");
+    let v = &l.verdict;
+    assert!(
+        v.ok && v.max_respected
+            && v.no_task_twice
+            && v.no_task_lost
+            && v.rate_limited_in_shape
+            && v.backed_off,
+        "{v:?}\n{stdout}"
+    );
+    assert!(l.samples >= 10, "{stdout}");
+    let limit = |name: &str| {
+        l.limits
+            .iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no limit {name} in {:?}", l.limits))
+    };
+    // The user limit was reached and never exceeded; the window never exceeded.
+    let user = limit("concurrency:user");
+    assert_eq!(
+        (user.max, user.peak_key_holders, user.over_max),
+        (20, 20, 0),
+        "{stdout}"
+    );
+    assert!(user.peak_total_holders <= 80, "{stdout}");
+    assert!(user.rejected > 0, "{stdout}");
+    let window = limit("run_window");
+    assert_eq!(window.peak_key_max, 30, "{stdout}");
+    assert!((1..=30).contains(&window.peak_key_holders), "{stdout}");
+    assert_eq!(window.over_max, 0);
+    // The rate limit refused calls, each answered in the protocol's shape, and the workers
+    // backed off.
+    let rate = limit("rate:user:request_task");
+    assert!(rate.rejected > 0 && rate.peak_key_holders <= 25, "{stdout}");
+    assert!(l.rate_limited_calls > 0, "{stdout}");
+    assert_eq!(l.rate_limited_in_shape, l.rate_limited_calls);
+    assert!(
+        l.backoffs_checked > 0 && l.backoffs_ok == l.backoffs_checked,
+        "{stdout}"
+    );
+    // Every task is accounted for: what the workers held at the end is what the server had
+    // active and what the window held; none was handed out twice.
+    let t = &l.tasks;
+    assert!(t.assigned > 80, "tasks churned: {stdout}");
+    assert_eq!(t.handed_out_twice, 0, "{:?}", t.handed_out_twice_examples);
+    assert!(t.held_by_workers > 0 && t.held_by_workers <= 80, "{stdout}");
+    assert_eq!(t.held_by_workers, t.active_on_server, "{:?}", t.mismatches);
+    assert_eq!(t.held_by_workers, t.window_holders, "{:?}", t.mismatches);
+    assert_eq!(t.mismatched_tasks, 0, "{:?}", t.mismatches);
+    // The only errors the workers saw are the limits' refusals of request_task.
+    for k in r.fleet.errors.keys() {
+        assert!(
+            k == "request_task:error_429" || k == "request_task:error_200",
+            "unexpected error {k}: {:?}\n{stdout}",
+            r.fleet.errors
+        );
+    }
+    assert!(l.limit_refusals > 0, "{stdout}");
+}
+
+#[tokio::test]
+async fn limit_options_need_a_server_the_simulator_starts() {
+    let args: Vec<String> = [
+        "sim",
+        "--server",
+        "http://127.0.0.1:9",
+        "--user",
+        "u",
+        "--password",
+        "p",
+        "--limit-user",
+        "5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (ok, _, stderr) = run_sim(args.clone(), Vec::new()).await;
+    assert!(!ok && stderr.contains("--check-limits"), "{stderr}");
+    let mut bad = args;
+    bad.truncate(7);
+    bad.extend(["--rate-limit".to_string(), "request_task:0/1s".to_string()]);
+    let (ok, _, stderr) = run_sim(bad, Vec::new()).await;
+    assert!(!ok && stderr.contains("--rate-limit"), "{stderr}");
+}
