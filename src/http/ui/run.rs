@@ -173,7 +173,7 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// The run, or the answer instead of the page (the 404 page, a 500).
-fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
+pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
     if !valid_id(id) {
         return Err(errors::missing(ctx));
     }

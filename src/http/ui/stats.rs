@@ -23,10 +23,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::charts::{self, Chart};
-use super::session::Ctx;
+use super::run::{load, page_title};
 use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
-use crate::rundb::RunDb;
 use crate::rundb::model::Run;
 use crate::stats::raw::{Bounds, RawStats, SprtParams, View, raw_stats};
 use crate::stats::sprt_calc::{self, CalcInput};
@@ -168,36 +167,6 @@ fn vary(mut r: Response) -> Response {
     r.headers_mut()
         .append(header::VARY, HeaderValue::from_static("HX-Request"));
     r
-}
-
-fn valid_id(id: &str) -> bool {
-    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
-    if !valid_id(id) {
-        return Err(errors::missing(ctx));
-    }
-    match db.get_run(id) {
-        Ok(Some(run)) => Ok(run),
-        Ok(None) => Err(errors::missing(ctx)),
-        Err(e) => {
-            tracing::error!(error = %e, "stats page");
-            Err(errors::internal())
-        }
-    }
-}
-
-/// "SPRT new vs base", "SPSA new" or "N games - new vs base".
-pub fn page_title(run: &Run) -> String {
-    let a = &run.args;
-    if a.sprt.is_some() {
-        format!("SPRT {} vs {}", a.new_tag, a.base_tag)
-    } else if a.spsa.is_some() {
-        format!("SPSA {}", a.new_tag)
-    } else {
-        format!("{} games - {} vs {}", a.num_games, a.new_tag, a.base_tag)
-    }
 }
 
 /// The results as `sprt_elo` and `update_SPRT` read them (a pentanomial only when counted).
