@@ -154,6 +154,10 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
+    let batches = Arc::new(crate::admission::Batches::new(
+        &gate,
+        config.request_task_batch,
+    ));
     let throttle = Arc::new(crate::throttle::AuthThrottle::new(
         crate::throttle::ThrottleConfig {
             window: config.auth_throttle_window(),
@@ -180,6 +184,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         config,
         offload,
         gate,
+        batches,
         rundb,
         metrics,
         draining: Default::default(),

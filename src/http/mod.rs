@@ -49,6 +49,8 @@ pub struct AppState {
     pub primary: bool,
     pub offload: Offload,
     pub gate: Gate,
+    /// request_task's jobs handed in to the gate, served in batches by the slot holder.
+    pub batches: Arc<api::worker::SchedBatches>,
     pub rundb: Arc<RunDb>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.

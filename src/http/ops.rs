@@ -18,6 +18,7 @@ use super::reply::ApiReply;
 /// `GET /healthz`: 200 with a small status object.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
     let gate = state.gate.snapshot();
+    let batches = state.batches.refresh();
     ApiReply::json(json!({
         "status": if state.draining.load(Ordering::Acquire) { "draining" } else { "ok" },
         "primary": state.primary,
@@ -35,12 +36,17 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
             "queued": gate.queued,
             "admitted": gate.admitted,
             "rejected": gate.rejected,
+            "max_batch": state.batches.max_batch(),
+            "handed_in": batches.queued,
+            "assignments_per_second": batches.per_second,
         },
     }))
 }
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    // Close the scheduler's current second, so an idle gate reads 0 assignments/s.
+    state.batches.refresh();
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -333,160 +333,19 @@ impl RunDb {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     use super::*;
+    use crate::rundb::model::Stats;
+    use crate::rundb::outcome::Assignment;
+    use crate::rundb::testkit::{args, fixture};
+    use std::sync::Arc;
+
     use crate::config::SqliteSync;
     use crate::offload::Offload;
+    use crate::rundb::RunDbConfig;
     use crate::rundb::books::Books;
-    use crate::rundb::create::CreateArgs;
-    use crate::rundb::model::WorkerInfo;
-    use crate::rundb::outcome::Assignment;
-    use crate::rundb::{RunDbConfig, model::Stats};
     use crate::store::sqlite::SqliteStore;
-    use crate::store::{Collection, Cond, Doc, Query};
-
-    /// Dropped in this order: the run database, then the runtime its journal writer runs
-    /// on, then the store's directory.
-    struct Fixture {
-        db: RunDb,
-        owner: User,
-        other: User,
-        approver: User,
-        rt: tokio::runtime::Runtime,
-        dir: tempfile::TempDir,
-    }
-
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let _in_rt = rt.enter();
-        let db = RunDb::open(
-            store,
-            Offload::new(4),
-            Books::shipped().expect("books"),
-            RunDbConfig::default(),
-        )
-        .expect("rundb");
-        let owner = db.users.add("owner", "pw", "", false, None).expect("owner");
-        let other = db.users.add("other", "pw", "", false, None).expect("other");
-        let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
-        drop(_in_rt);
-        Fixture {
-            db,
-            owner,
-            other,
-            approver,
-            rt,
-            dir,
-        }
-    }
-
-    fn args(extra: Value) -> CreateArgs {
-        let mut v = json!({
-            "base_tag": "master", "new_tag": "patch",
-            "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
-            "base_signature": "1", "new_signature": "2",
-            "base_options": "Hash=16", "new_options": "Hash=16",
-            "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
-            "tests_repo": "https://github.com/official-stockfish/Stockfish",
-            "num_games": 10_000, "info": "first",
-        });
-        if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
-            v.extend(extra);
-        }
-        serde_json::from_value(v).expect("args")
-    }
-
-    impl Fixture {
-        /// A fixed-games run of `owner` (10,000 games), approved by `boss` if asked.
-        fn run(&self, extra: Value, approve: bool) -> String {
-            let id = self
-                .db
-                .create_run(args(extra), &self.owner)
-                .expect("create");
-            if approve {
-                self.db.approve_run(&id, &self.approver).expect("approve");
-            }
-            id
-        }
-
-        fn get(&self, id: &str) -> Run {
-            let entry = self.db.entry(id).expect("entry").expect("run");
-            entry.run.lock().clone()
-        }
-
-        /// The run, which must satisfy the model's invariants.
-        fn checked(&self, id: &str) -> Run {
-            let run = self.get(id);
-            assert_eq!(run.check_invariants(), Vec::<String>::new(), "{id}");
-            run
-        }
-
-        fn stored(&self, id: &str) -> Doc {
-            self.db
-                .store
-                .get(Collection::Runs, id)
-                .expect("get")
-                .expect("stored")
-        }
-
-        /// The (action, username, message) of the run's actions, oldest first.
-        fn actions(&self, id: &str) -> Vec<(String, String, String)> {
-            let q = Query::new().with(Cond::Eq("run_id".into(), json!(id)));
-            let mut docs = self.db.store.find(Collection::Actions, &q).expect("find");
-            docs.sort_by(|a, b| {
-                let t = |d: &Doc| d.get("time").and_then(Value::as_f64).unwrap_or(0.0);
-                t(a).total_cmp(&t(b))
-            });
-            let s = |d: &Doc, k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            docs.iter()
-                .map(|d| (s(d, "action"), s(d, "username"), s(d, "message")))
-                .collect()
-        }
-
-        fn last_action(&self, id: &str) -> (String, String, String) {
-            self.actions(id).pop().expect("an action")
-        }
-
-        fn request(&self, n: usize) -> Assignment {
-            let (a, _) = self
-                .db
-                .request_task(&self.other, worker(n))
-                .expect("request_task");
-            a
-        }
-    }
-
-    fn worker(n: usize) -> WorkerInfo {
-        WorkerInfo {
-            uname: "Linux 6.1".into(),
-            architecture: vec!["64bit".into(), "ELF".into()],
-            concurrency: 4,
-            max_memory: 8000,
-            min_threads: 1,
-            username: "other".into(),
-            version: crate::protocol::WORKER_VERSION,
-            python_version: vec![3, 11, 7],
-            gcc_version: vec![12, 2, 0],
-            compiler: "g++".into(),
-            unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
-            modified: false,
-            worker_arch: "x86-64-avx2".into(),
-            arch: "?".into(),
-            nps: 1e6,
-            near_github_api_limit: false,
-            remote_addr: format!("10.0.0.{n}"),
-            country_code: "?".into(),
-        }
-    }
 
     fn changes(num_games: i64, priority: i64, throughput: i64) -> RunChanges {
         RunChanges {

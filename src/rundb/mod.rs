@@ -61,6 +61,8 @@ pub mod schedule;
 mod scheduler;
 pub mod sessions;
 mod tasks;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod trajectory;
 mod transitions;
 pub mod users;

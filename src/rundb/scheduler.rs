@@ -309,6 +309,38 @@ impl RunDb {
         Ok((Assignment::Task(Box::new(assignment)), Some(ticket)))
     }
 
+    /// Takes back a task whose worker left before it was told about it (request_task's caller
+    /// disconnected while a batch served it): the task stops counting at once, its grants and
+    /// its run's window place go back, as if the worker had failed it before playing. Its
+    /// change is journalled; nobody awaits it. Logged, never an error: the task would
+    /// otherwise be reaped by the dead-task scavenger.
+    pub fn withdraw_task(&self, run_id: &str, task_id: usize) {
+        let entry = match self.run_entry(run_id) {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::warn!(run = run_id, task = task_id, error = %e, "cannot withdraw task");
+                return;
+            }
+        };
+        let mut run = entry.run.lock();
+        if !run.tasks.get(task_id).is_some_and(|t| t.active) {
+            return;
+        }
+        self.set_inactive(&mut run, task_id);
+        match self.commit(&entry, &mut run, &[task_id], Prio::Medium) {
+            Ok(ticket) => drop(ticket),
+            Err(e) => {
+                tracing::warn!(run = run_id, task = task_id, error = %e, "withdrawn task not journalled")
+            }
+        }
+        tracing::info!(
+            run = run_id,
+            task = task_id,
+            "task withdrawn: its worker left before the reply"
+        );
+        metrics::counter!("shoal_request_task_withdrawn_total").increment(1);
+    }
+
     /// Re-reads the blocked workers.
     pub fn refresh_blocked(&self) -> DbResult<()> {
         let docs = self.store.find(
@@ -408,5 +440,163 @@ impl Drop for ReleaseGuard<'_> {
         if let Some(h) = self.holder.take() {
             self.engine.release(&h);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::{Admission, Batches, Gate, GateConfig, Service, Turn};
+    use crate::rundb::testkit::{Fixture, fixture, worker};
+
+    /// What an assignment is, independent of the run ids a database generated: the run's
+    /// index among the runs created, the task, its size and first game; or why none.
+    fn described(f: &Fixture, runs: &[String], a: &Assignment) -> String {
+        match a {
+            Assignment::Task(t) => {
+                let run = runs.iter().position(|r| *r == t.run_id);
+                let task =
+                    f.db.entry(&t.run_id)
+                        .expect("entry")
+                        .map(|e| e.run.lock().tasks[t.task_id].worker_info.unique_key.clone());
+                format!(
+                    "run {run:?} task {} games {} start {} worker {task:?}",
+                    t.task_id, t.num_games, t.start
+                )
+            }
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// Three runs of different priorities and throughputs, approved.
+    fn runs(f: &Fixture) -> Vec<String> {
+        vec![
+            f.run(json!({"num_games": 2_000, "info": "a"}), true),
+            f.run(
+                json!({"num_games": 4_000, "priority": 1, "info": "b"}),
+                true,
+            ),
+            f.run(
+                json!({"num_games": 100_000, "throughput": 50, "info": "c"}),
+                true,
+            ),
+        ]
+    }
+
+    /// The workers of the sequence: 30 distinct ones, then some asking again (their stale
+    /// task is failed and they get a new one), and one with a taken name from a new key.
+    fn sequence() -> Vec<WorkerInfo> {
+        let mut seq: Vec<WorkerInfo> = (1..=30).map(worker).collect();
+        seq.extend([3, 7, 3, 12].map(worker));
+        let mut twin = worker(5);
+        twin.unique_key = "00000005-9999-4222-8333-000000000099".into();
+        seq.push(twin);
+        seq
+    }
+
+    struct Direct<'a>(&'a RunDb, User);
+
+    impl Service<WorkerInfo, Assignment> for Direct<'_> {
+        fn serve(&mut self, wi: WorkerInfo) -> Assignment {
+            self.0.request_task(&self.1, wi).expect("request_task").0
+        }
+        fn assigned(&self, a: &Assignment) -> bool {
+            matches!(a, Assignment::Task(_))
+        }
+        fn orphaned(&mut self, _: Assignment) {
+            unreachable!("every waiter waits here");
+        }
+    }
+
+    #[test]
+    fn batched_service_makes_the_same_assignments_as_one_caller_at_a_time() {
+        // One at a time, as without batches.
+        let one = fixture();
+        let one_runs = runs(&one);
+        let expected: Vec<String> = sequence()
+            .into_iter()
+            .map(|wi| {
+                let (a, _) = one.db.request_task(&one.other, wi).expect("request_task");
+                described(&one, &one_runs, &a)
+            })
+            .collect();
+        assert!(expected.iter().filter(|a| a.starts_with("run")).count() >= 30);
+        assert!(
+            expected.iter().any(|a| a.contains("DuplicateName")),
+            "{expected:?}"
+        );
+
+        // The same sequence handed in to a gate whose slot is held, then served in batches
+        // of at most 8 by whichever waiter gets the slot.
+        let batched = fixture();
+        let batched_runs = runs(&batched);
+        let got = batched.rt.block_on(async {
+            let gate = Gate::new(GateConfig {
+                name: "test",
+                slots: 1,
+                capacity: 100,
+                admission: Admission::Immediate,
+            });
+            let batches = Arc::new(Batches::new(&gate, 8));
+            let blocker = gate.enter().await.expect("the slot");
+            let mut pending = Vec::new();
+            for wi in sequence() {
+                let place = gate.admit().await.expect("a place");
+                pending.push(place.hand_in(&batches, wi));
+            }
+            drop(blocker);
+            let mut service = Direct(&batched.db, batched.other.clone());
+            let mut got = Vec::new();
+            let mut holders = 0;
+            for p in &mut pending {
+                loop {
+                    match p.turn().await.expect("turn") {
+                        Turn::Served(a) => break got.push(described(&batched, &batched_runs, &a)),
+                        Turn::Hold(h) => {
+                            holders += 1;
+                            assert!(h.serve(&mut service) <= 8);
+                        }
+                    }
+                }
+            }
+            assert_eq!(
+                holders,
+                sequence().len().div_ceil(8),
+                "one hand-over per batch"
+            );
+            got
+        });
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn a_withdrawn_task_stops_counting_and_frees_its_run_window() {
+        let f = fixture();
+        let id = f.run(json!({"num_games": 2_000, "max_active_tasks": 1}), true);
+        let (a, _) =
+            f.db.request_task(&f.other, worker(1))
+                .expect("request_task");
+        let Assignment::Task(t) = a else {
+            panic!("a task: {a:?}")
+        };
+        // The window is full: a second worker gets no task.
+        let (b, _) =
+            f.db.request_task(&f.other, worker(2))
+                .expect("request_task");
+        assert!(!matches!(b, Assignment::Task(_)), "{b:?}");
+        f.db.withdraw_task(&id, t.task_id);
+        let run = f.checked(&id);
+        assert!(!run.tasks[t.task_id].active);
+        assert_eq!(run.workers, 0);
+        // Withdrawing twice changes nothing more.
+        f.db.withdraw_task(&id, t.task_id);
+        let (c, _) =
+            f.db.request_task(&f.other, worker(2))
+                .expect("request_task");
+        assert!(matches!(c, Assignment::Task(_)), "{c:?}");
     }
 }

@@ -182,7 +182,7 @@ pub(crate) async fn wait_idle(server: &TestServer, what: &str) {
         .await;
 }
 
-fn gate_request(ms: u64, tag: &str) -> String {
+pub(crate) fn gate_request(ms: u64, tag: &str) -> String {
     format!("POST /debug/gate?ms={ms}&tag={tag} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
 }
 
@@ -191,7 +191,7 @@ pub(crate) fn sleep_request(ms: u64, tag: &str) -> String {
 }
 
 /// A real `/api/request_task` of worker `n` of `user` (valid credentials).
-fn task_request(user: &str, n: u32) -> String {
+pub(crate) fn task_request(user: &str, n: u32) -> String {
     let body =
         json!({"password": PASSWORD, "worker_info": worker_info(user, 1, &key(n))}).to_string();
     format!(
@@ -202,7 +202,7 @@ fn task_request(user: &str, n: u32) -> String {
 }
 
 /// The JSON body of a raw HTTP reply.
-fn reply_json(reply: &str) -> Value {
+pub(crate) fn reply_json(reply: &str) -> Value {
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"))
@@ -294,8 +294,11 @@ async fn defaults_start_and_healthz_answers() {
     assert_eq!(body["status"], "ok");
     assert_eq!(body["primary"], true);
     assert_eq!(body["pool"]["tokens"], 200);
-    assert_eq!(body["gate"]["mode"], "fast_reject");
-    assert_eq!(body["gate"]["capacity"], 5);
+    // Queue mode by default (docs/capacity.md): S = 5 plus a queue of 20,000, served in
+    // batches of at most 32.
+    assert_eq!(body["gate"]["mode"], "queue");
+    assert_eq!(body["gate"]["capacity"], 20_005);
+    assert_eq!(body["gate"]["max_batch"], 32);
     assert!(has_duration(&body));
     // The generated secret is private to the server's user.
     let meta = std::fs::metadata(server.data_dir.join("secret")).expect("secret file");
@@ -400,7 +403,13 @@ async fn light_work_passes_slow_work(server: &TestServer, ms: u64, last: bool) -
 
 #[tokio::test]
 async fn fast_reject_answers_excess_at_once_without_pool_tokens() {
-    let server = TestServer::start_with(Opts::new().set("task_semaphore_size", 3)).await;
+    // Fishtest's fast-reject mode, chosen explicitly (the default is queue mode).
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("task_semaphore_size", 3)
+            .set("admission_queue", 0),
+    )
+    .await;
     with_growing_holds(&server, |ms, last| fast_reject_attempt(&server, ms, last)).await;
 }
 
@@ -570,7 +579,12 @@ async fn queue_mode_attempt(server: &TestServer, ms: u64, last: bool) -> bool {
 
 #[tokio::test]
 async fn disconnected_clients_give_back_every_permit() {
-    let server = TestServer::start_with(Opts::new().set("task_semaphore_size", 4)).await;
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("task_semaphore_size", 4)
+            .set("admission_queue", 0),
+    )
+    .await;
     with_growing_holds(&server, |ms, last| {
         queued_callers_go_away(&server, ms, last)
     })
@@ -983,7 +997,11 @@ async fn metrics_expose_pool_gate_routes_and_store() {
         "shoal_pool_tokens_waiting",
         "shoal_gate_running{gate=\"request_task\"}",
         "shoal_gate_queued{gate=\"request_task\"}",
-        "shoal_gate_rejected_total{gate=\"request_task\",mode=\"fast_reject\"}",
+        "shoal_gate_rejected_total{gate=\"request_task\",mode=\"queue\"}",
+        "shoal_gate_served_total{gate=\"request_task\"}",
+        "shoal_gate_batches_total{gate=\"request_task\"}",
+        "shoal_gate_assignments_per_second{gate=\"request_task\"}",
+        "shoal_gate_busy_seconds{gate=\"request_task\"}",
         "shoal_http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"}",
         "shoal_http_request_duration_seconds_bucket{route=\"/healthz\",method=\"GET\",le=",
         "shoal_store_op_seconds_bucket{op=\"put\",collection=\"kvstore\",le=",

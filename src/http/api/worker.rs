@@ -21,6 +21,7 @@ use super::replies;
 use super::schema::{
     EmptyReply, ErrorReply, RequestTaskReply, TaskAliveReply, VersionReply, VersionRequest,
 };
+use crate::admission::{Batches, Service, Turn};
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::limits;
@@ -164,6 +165,43 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
     }
 }
 
+/// A request_task handed in to the gate: what its critical section needs.
+pub struct SchedJob {
+    user: crate::rundb::users::User,
+    wi: WorkerInfo,
+    reservation: Option<u64>,
+}
+
+/// What a request_task's critical section answers.
+pub type SchedResult = Result<(Assignment, Option<Ticket>), RunDbError>;
+
+/// request_task's batches (`crate::admission::Batches`).
+pub type SchedBatches = Batches<SchedJob, SchedResult>;
+
+/// The scheduler as the slot holder runs it: one critical section per job.
+struct Scheduler {
+    db: Arc<RunDb>,
+}
+
+impl Service<SchedJob, SchedResult> for Scheduler {
+    fn serve(&mut self, job: SchedJob) -> SchedResult {
+        self.db
+            .request_task_reserved(&job.user, job.wi, job.reservation)
+    }
+
+    fn assigned(&self, result: &SchedResult) -> bool {
+        matches!(result, Ok((Assignment::Task(_), _)))
+    }
+
+    fn orphaned(&mut self, result: SchedResult) {
+        // The worker left while its section ran: nobody will play this task, so it does not
+        // hold its run's window, its limits or the worker's name until the scavenger.
+        if let Ok((Assignment::Task(t), _)) = result {
+            self.db.withdraw_task(&t.run_id, t.task_id);
+        }
+    }
+}
+
 /// One pass through the gate and the scheduler's critical section; None: the gate refused
 /// (too busy).
 async fn gated_request_task(
@@ -177,22 +215,30 @@ async fn gated_request_task(
     let Ok(place) = state.gate.admit().await else {
         return Ok(None);
     };
-    // Phase 2: the scheduler slot, in arrival order.
-    let Ok(permit) = place.slot().await else {
-        return Ok(None);
+    // Phase 2: the job joins the queue (arrival order) and its caller waits for its result
+    // or the slot. Whoever gets the slot serves the queue, in order, in a bounded batch.
+    let job = SchedJob {
+        user: user.clone(),
+        wi,
+        reservation,
     };
-    let db = rundb(state);
-    let user = user.clone();
-    // The slot holder takes the pool's reserved token: it never queues behind other traffic.
-    let done = state
-        .offload
-        .run_reserved(move || {
-            // The permit lives in the closure: the slot is held until the work ends.
-            let _permit = permit;
-            db.request_task_reserved(&user, wi, reservation)
-        })
-        .await??;
-    Ok(Some(done))
+    let mut pending = place.hand_in(&state.batches, job);
+    loop {
+        match pending.turn().await {
+            Ok(Turn::Served(result)) => return Ok(Some(result?)),
+            Ok(Turn::Hold(holder)) => {
+                let mut scheduler = Scheduler { db: rundb(state) };
+                // The slot holder takes the pool's reserved token: it never queues behind
+                // other traffic. The holder lives in the closure: the slot is held until the
+                // batch really ends, even if this caller goes away.
+                state
+                    .offload
+                    .run_reserved(move || holder.serve(&mut scheduler))
+                    .await?;
+            }
+            Err(e) => return Err(ApiError::Internal(e.to_string())),
+        }
+    }
 }
 
 /// What a task-bound endpoint does once the caller is authenticated (runs in the pool).
