@@ -275,6 +275,7 @@ impl<J, R> Batches<J, R> {
         metrics::counter!("shoal_gate_served_total", "gate" => name).absolute(0);
         metrics::counter!("shoal_gate_skipped_total", "gate" => name).absolute(0);
         metrics::counter!("shoal_gate_batches_total", "gate" => name).absolute(0);
+        metrics::counter!("shoal_gate_assigned_total", "gate" => name).absolute(0);
         metrics::gauge!("shoal_gate_assignments_per_second", "gate" => name).set(0.0);
         metrics::gauge!("shoal_gate_assignments_per_second_max", "gate" => name).set(0.0);
         metrics::gauge!("shoal_gate_busy_seconds", "gate" => name).set(0.0);
@@ -433,6 +434,7 @@ impl<J, R> SlotHolder<J, R> {
         if skipped > 0 {
             metrics::counter!("shoal_gate_skipped_total", "gate" => name).increment(skipped);
         }
+        metrics::counter!("shoal_gate_assigned_total", "gate" => name).increment(assigned);
         metrics::histogram!("shoal_gate_batch_size", "gate" => name).record(served as f64);
         served
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{ServerRoute, ServerSummary};
+use super::report::{SchedulerReport, ServerRoute, ServerSummary};
 
 /// A Prometheus histogram read from `/metrics`: cumulative buckets.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -190,6 +190,7 @@ pub(super) fn server_numbers(before: Option<&str>, after: Option<&str>, s: &mut 
         s.request_task_critical_summary = Some(ServerRoute::from_hist(&h));
         s.request_task_critical = Some(h);
     }
+    s.scheduler = scheduler(before, after, s.request_task_critical.as_ref());
     for route in ROUTES {
         if let Some(h) = hist("shoal_http_request_duration_seconds", &[("route", route)]) {
             s.routes
@@ -225,6 +226,57 @@ pub(super) fn server_numbers(before: Option<&str>, after: Option<&str>, s: &mut 
     }
 }
 
+/// The scheduler's figures between two scrapes; None when the server exports none (an
+/// older server).
+fn scheduler(
+    before: &str,
+    after: &str,
+    critical: Option<&PromHistogram>,
+) -> Option<SchedulerReport> {
+    const GATE: &[(&str, &str)] = &[("gate", "request_task")];
+    let delta = |name: &str| {
+        metric_sum(after, name, GATE).map(|a| a - metric_sum(before, name, GATE).unwrap_or(0.0))
+    };
+    let served = delta("shoal_gate_served_total")?;
+    let batches = delta("shoal_gate_batches_total").unwrap_or(0.0);
+    let hist = |name: &str| {
+        let a = PromHistogram::parse(after, name, GATE)?;
+        Some(match PromHistogram::parse(before, name, GATE) {
+            Some(b) => a.since(&b),
+            None => a,
+        })
+    };
+    let busy = delta("shoal_gate_busy_seconds");
+    let served_per_busy_second = busy.filter(|b| *b > 0.0).map(|b| served / b);
+    let section_rate = critical
+        .and_then(PromHistogram::mean)
+        .filter(|m| *m > 0.0)
+        .map(|m| 1.0 / m);
+    let efficiency = served_per_busy_second
+        .zip(section_rate)
+        .map(|(rate, max)| rate / max);
+    Some(SchedulerReport {
+        served,
+        assigned: delta("shoal_gate_assigned_total").unwrap_or(0.0),
+        skipped: delta("shoal_gate_skipped_total").unwrap_or(0.0),
+        batches,
+        mean_batch: (batches > 0.0).then(|| served / batches),
+        max_batch_at_most: hist("shoal_gate_batch_size").and_then(|h| h.quantile_upper_bound(1.0)),
+        peak_assignments_per_second: metric_sum(
+            after,
+            "shoal_gate_assignments_per_second_max",
+            GATE,
+        ),
+        busy_seconds: busy,
+        served_per_busy_second,
+        section_rate,
+        efficiency,
+        admission_to_slot: hist("shoal_gate_admission_to_slot_seconds")
+            .filter(|h| h.count > 0.0)
+            .map(|h| ServerRoute::from_hist(&h)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +294,46 @@ shoal_http_requests_total{route=\"/api/beat\",status=\"500\"} 1
 shoal_http_requests_total{route=\"/healthz\",status=\"200\"} 3
 shoal_dead_tasks_total 4
 ";
+
+    #[test]
+    fn scheduler_figures_between_two_scrapes() {
+        let before = "\
+shoal_gate_served_total{gate=\"request_task\"} 100
+shoal_gate_batches_total{gate=\"request_task\"} 50
+shoal_gate_busy_seconds{gate=\"request_task\"} 1
+";
+        let after = "\
+shoal_gate_served_total{gate=\"request_task\"} 1100
+shoal_gate_assigned_total{gate=\"request_task\"} 900
+shoal_gate_skipped_total{gate=\"request_task\"} 3
+shoal_gate_batches_total{gate=\"request_task\"} 150
+shoal_gate_busy_seconds{gate=\"request_task\"} 3
+shoal_gate_assignments_per_second_max{gate=\"request_task\"} 640
+shoal_gate_batch_size_bucket{gate=\"request_task\",le=\"8\"} 100
+shoal_gate_batch_size_bucket{gate=\"request_task\",le=\"16\"} 150
+shoal_gate_batch_size_bucket{gate=\"request_task\",le=\"+Inf\"} 150
+";
+        let critical = PromHistogram {
+            count: 1000.0,
+            sum: 0.25,
+            buckets: vec![],
+        };
+        let s = scheduler(before, after, Some(&critical)).expect("figures");
+        assert_eq!(
+            (s.served, s.assigned, s.skipped, s.batches),
+            (1000.0, 900.0, 3.0, 100.0)
+        );
+        assert_eq!(s.mean_batch, Some(10.0));
+        assert_eq!(s.max_batch_at_most, Some(16.0));
+        assert_eq!(s.peak_assignments_per_second, Some(640.0));
+        assert_eq!(s.served_per_busy_second, Some(500.0));
+        assert_eq!(s.section_rate, Some(4000.0));
+        assert_eq!(s.efficiency, Some(0.125));
+        assert!(
+            scheduler("", "", None).is_none(),
+            "an older server exports none"
+        );
+    }
 
     #[test]
     fn prometheus_parsing() {

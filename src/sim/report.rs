@@ -76,6 +76,36 @@ pub struct ServerSummary {
     /// the periodic jobs.
     pub internals: BTreeMap<String, ServerRoute>,
     pub log_warnings: Option<u64>,
+    /// The scheduler's hand-over during the fleet phase (request_task served in batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerReport>,
+}
+
+/// How the scheduler kept up: batches, the wait from admission to the slot, and its rate
+/// against what the critical section alone would allow (`shoal_gate_*{gate="request_task"}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerReport {
+    /// request_task calls the critical section answered, and those that got a task.
+    pub served: f64,
+    pub assigned: f64,
+    /// Callers skipped because they had gone before their turn.
+    pub skipped: f64,
+    pub batches: f64,
+    pub mean_batch: Option<f64>,
+    /// Upper bound of the bucket holding the largest batch.
+    pub max_batch_at_most: Option<f64>,
+    /// The most tasks assigned in one second (the server's own count).
+    pub peak_assignments_per_second: Option<f64>,
+    /// Seconds the slot spent serving batches or handing over while callers waited.
+    pub busy_seconds: Option<f64>,
+    /// Calls served per busy second: the scheduler's rate while it had work.
+    pub served_per_busy_second: Option<f64>,
+    /// 1 / the mean critical section: the rate the section alone would allow.
+    pub section_rate: Option<f64>,
+    /// `served_per_busy_second / section_rate` (1.0: no hand-over cost at all).
+    pub efficiency: Option<f64>,
+    /// Admission (a place in the gate) to the start of the caller's critical section.
+    pub admission_to_slot: Option<ServerRoute>,
 }
 
 /// The JSON report.
@@ -193,6 +223,31 @@ pub fn summary(r: &Report) -> String {
         opt(sv.dead_tasks, 0),
         opt(sv.gate_rejected, 0),
     ));
+    if let Some(sc) = &sv.scheduler {
+        line(format!(
+            "  scheduler: {} served ({} tasks) in {} batches (mean {}, max <= {}), {} skipped; \
+             peak {} tasks/s; {} served per busy second = {} of the section's 1/mean ({} /s); \
+             admission to slot p50 <= {} ms, p99 <= {} ms",
+            sc.served,
+            sc.assigned,
+            sc.batches,
+            opt(sc.mean_batch, 1),
+            opt(sc.max_batch_at_most, 0),
+            sc.skipped,
+            opt(sc.peak_assignments_per_second, 0),
+            opt(sc.served_per_busy_second, 0),
+            opt(sc.efficiency, 2),
+            opt(sc.section_rate, 0),
+            opt(
+                sc.admission_to_slot.as_ref().and_then(|a| a.p50_ms_at_most),
+                2
+            ),
+            opt(
+                sc.admission_to_slot.as_ref().and_then(|a| a.p99_ms_at_most),
+                2
+            ),
+        ));
+    }
     if let Some(c) = &sv.request_task_critical_summary {
         line(format!(
             "  request_task critical section: {} calls, mean {} ms, p50 <= {} ms, p99 <= {} ms",
