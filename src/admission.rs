@@ -11,12 +11,15 @@
 //!   thread and no pool token.
 //!
 //! - **Batches** ([`Batches`], issue 15): instead of each admitted caller taking the slot for
-//!   its own critical section, a caller hands its job in ([`GatePlace::hand_in`]) and waits
-//!   for either its result or the slot. The caller that gets the slot ([`SlotHolder`]) serves
-//!   the queued jobs in queue order, one after another on one thread, up to a bounded batch,
-//!   handing each result back to its waiter; jobs whose waiter has gone are skipped. One
-//!   hand-over (slot released, next holder woken, a pool thread woken) then serves a batch,
-//!   not one caller.
+//!   its own critical section, a caller hands its job in ([`GatePlace::hand_in`]) and awaits
+//!   its result. The caller that finds nobody serving also gets the duty to serve
+//!   ([`Starter`]): it takes the slot ([`SlotHolder`]) and, on one thread, serves the queue in
+//!   arrival order, one critical section after another, each result handed to its waiter as
+//!   soon as it is ready, until the queue is empty; jobs whose waiter has gone are skipped.
+//!   Every `max_batch` jobs it gives the slot back and takes it again, so the slot's other
+//!   users (a [`Gate::enter`] caller) get their turn. No hand-over between callers (slot
+//!   released, next waiter woken on a busy event loop, a pool thread woken) is paid per
+//!   caller: under a backlog there is none at all.
 //!
 //! Every place and slot lives in a guard, so it is given back on every path: success, error,
 //! panic, and a future dropped because the client went away (cancellation-safe).
@@ -29,6 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// How phase 1 treats a caller that finds the gate full.
@@ -172,34 +176,40 @@ impl GatePlace {
 }
 
 impl GatePlace {
-    /// Phase 2 with batches: hands `job` in to `batches` (queue order is the order of
-    /// hand-in) and returns the waiter, who gets either the job's result from whichever caller
-    /// holds the slot, or the slot itself and then serves a batch ([`Pending::turn`]). The
-    /// place stays held by the [`Pending`] until it is dropped.
-    pub fn hand_in<J, R>(self, batches: &Arc<Batches<J, R>>, job: J) -> Pending<J, R> {
+    /// Phase 2 with batches: hands `job` in to `batches` (the queue's order is the order of
+    /// hand-in) and returns the waiter, who awaits the job's result ([`Pending::result`]).
+    /// When no holder is serving, the caller also gets the duty to start one ([`Starter`]):
+    /// it must take the slot and serve (usually detached from its own request, so that its
+    /// reply does not wait for the others'). The place stays held by the [`Pending`].
+    pub fn hand_in<J, R>(
+        self,
+        batches: &Arc<Batches<J, R>>,
+        job: J,
+    ) -> (Pending<R>, Option<Starter<J, R>>) {
         debug_assert!(
             Arc::ptr_eq(&self.inner, &batches.gate),
             "batches belong to another gate"
         );
         let (tx, rx) = oneshot::channel();
-        batches.queue.lock().push_back(Queued {
-            job,
-            tx,
-            since: self.since,
-        });
-        let GatePlace {
-            inner,
-            entry,
-            _queued,
-            ..
-        } = self;
-        Pending {
-            inner,
-            batches: batches.clone(),
+        let start = {
+            let mut q = batches.queue.lock();
+            q.jobs.push_back(Queued {
+                job,
+                tx,
+                since: self.since,
+            });
+            !std::mem::replace(&mut q.serving, true)
+        };
+        let GatePlace { entry, _queued, .. } = self;
+        let pending = Pending {
             rx,
             _entry: entry,
             _queued,
-        }
+        };
+        let starter = start.then(|| Starter {
+            duty: Duty::new(batches),
+        });
+        (pending, starter)
     }
 }
 
@@ -215,11 +225,19 @@ pub trait Service<J, R> {
     fn orphaned(&mut self, result: R);
 }
 
-/// One job handed in, waiting for a slot holder.
+/// One job handed in, waiting for the holder.
 struct Queued<J, R> {
     job: J,
     tx: oneshot::Sender<R>,
     since: Instant,
+}
+
+/// The queue and whether a holder is serving it (started, waiting for the slot or serving),
+/// under one small lock: hand-in and "nothing left, stop" are atomic with respect to each
+/// other, so a job is never left without a holder.
+struct Queue<J, R> {
+    jobs: VecDeque<Queued<J, R>>,
+    serving: bool,
 }
 
 /// The gate's throughput bookkeeping, under its own small lock (a few arithmetic operations
@@ -231,27 +249,26 @@ struct Throughput {
     /// The rate of the last closed second, and the highest so far.
     last_rate: f64,
     peak: f64,
-    /// Seconds the slot was held by batch holders, plus the hand-overs between batches while
-    /// jobs were waiting.
+    /// Seconds a holder spent serving (from taking the slot until the queue was empty).
     busy: f64,
-    /// When the last batch ended, and whether jobs were still waiting then.
-    last_end: Option<(Instant, bool)>,
 }
 
-/// The jobs handed in to one gate, served in batches by whoever holds its slot (module docs).
+/// The jobs handed in to one gate, served in batches by the slot holder (module docs).
 pub struct Batches<J, R> {
     gate: Arc<Inner>,
     max_batch: usize,
-    queue: parking_lot::Mutex<VecDeque<Queued<J, R>>>,
+    queue: parking_lot::Mutex<Queue<J, R>>,
     throughput: parking_lot::Mutex<Throughput>,
 }
 
 impl<J, R> std::fmt::Debug for Batches<J, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = self.queue.lock();
         f.debug_struct("Batches")
             .field("gate", &self.gate.config.name)
             .field("max_batch", &self.max_batch)
-            .field("queued", &self.queue.lock().len())
+            .field("queued", &q.jobs.len())
+            .field("serving", &q.serving)
             .finish()
     }
 }
@@ -259,17 +276,20 @@ impl<J, R> std::fmt::Debug for Batches<J, R> {
 /// A snapshot of a gate's batches.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BatchSnapshot {
-    /// Jobs handed in and not yet taken by a holder (including those whose waiter has gone).
+    /// Jobs handed in and not yet taken by the holder (including those whose waiter has
+    /// gone), and whether a holder is serving.
     pub queued: usize,
-    /// Assignments over the last full second, and the most seen in one second.
+    pub serving: bool,
+    /// Assignments over the last closed second, and the most seen in one second.
     pub per_second: f64,
     pub peak_per_second: f64,
-    /// Seconds the slot spent serving batches or handing over while jobs waited.
+    /// Seconds a holder spent serving.
     pub busy_seconds: f64,
 }
 
 impl<J, R> Batches<J, R> {
-    /// The batches of `gate`: each holder serves at most `max_batch` jobs (at least 1).
+    /// The batches of `gate`: between two looks at the slot's other users, the holder serves
+    /// at most `max_batch` jobs (at least 1).
     pub fn new(gate: &Gate, max_batch: usize) -> Self {
         let name = gate.inner.config.name;
         metrics::counter!("shoal_gate_served_total", "gate" => name).absolute(0);
@@ -283,14 +303,16 @@ impl<J, R> Batches<J, R> {
         Batches {
             gate: gate.inner.clone(),
             max_batch: max_batch.max(1),
-            queue: parking_lot::Mutex::new(VecDeque::new()),
+            queue: parking_lot::Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                serving: false,
+            }),
             throughput: parking_lot::Mutex::new(Throughput {
                 second_start: Instant::now(),
                 in_second: 0,
                 last_rate: 0.0,
                 peak: 0.0,
                 busy: 0.0,
-                last_end: None,
             }),
         }
     }
@@ -300,12 +322,14 @@ impl<J, R> Batches<J, R> {
     }
 
     /// Closes the current second if it is over (also when nothing was assigned in it, so an
-    /// idle gate reads 0/s): called per assignment and by `/metrics`.
+    /// idle gate reads 0/s): called per batch and by `/metrics`.
     pub fn refresh(&self) -> BatchSnapshot {
         let mut t = self.throughput.lock();
         Self::roll(&mut t, self.gate.config.name, Instant::now(), 0);
+        let q = self.queue.lock();
         BatchSnapshot {
-            queued: self.queue.lock().len(),
+            queued: q.jobs.len(),
+            serving: q.serving,
             per_second: t.last_rate,
             peak_per_second: t.peak,
             busy_seconds: t.busy,
@@ -328,74 +352,152 @@ impl<J, R> Batches<J, R> {
 }
 
 /// A caller whose job is handed in: holds its place until its result is in (or it leaves).
-/// Dropping it (the client went away) gives the place back at once; a holder skips the job.
-pub struct Pending<J, R> {
-    inner: Arc<Inner>,
-    batches: Arc<Batches<J, R>>,
+/// Dropping it (the client went away) gives the place back at once; the holder skips the
+/// job.
+pub struct Pending<R> {
     rx: oneshot::Receiver<R>,
     _entry: OwnedSemaphorePermit,
     _queued: Tracked,
 }
 
-/// What a waiter's turn brings.
-pub enum Turn<J, R> {
-    /// A holder served the job: here is its result.
-    Served(R),
-    /// The slot: serve a batch ([`SlotHolder::serve`], on a thread that may block), then call
-    /// [`Pending::turn`] again (the job is usually in the batch; if it was beyond the batch's
-    /// bound, the caller waits again in queue order).
-    Hold(SlotHolder<J, R>),
+impl<R> Pending<R> {
+    /// The job's result. Cancellation-safe. [`Rejected::Lost`] if the holder failed
+    /// (panicked) before answering it.
+    pub async fn result(&mut self) -> Result<R, Rejected> {
+        (&mut self.rx).await.map_err(|_| Rejected::Lost)
+    }
 }
 
-impl<J, R> Pending<J, R> {
-    /// Waits for the job's result or the slot, whichever comes first (a result that is
-    /// already in wins). Cancellation-safe: dropping the future or the `Pending` leaves
-    /// the job to be skipped and gives the place back.
-    pub async fn turn(&mut self) -> Result<Turn<J, R>, Rejected> {
-        let slot = self.inner.slot.clone();
-        tokio::select! {
-            biased;
-            result = &mut self.rx => result.map(Turn::Served).map_err(|_| Rejected::Lost),
-            permit = slot.acquire_owned() => {
-                let permit = permit.map_err(|_| Rejected::Full)?;
-                match self.rx.try_recv() {
-                    // Served while the slot came: give the slot straight back.
-                    Ok(result) => Ok(Turn::Served(result)),
-                    Err(oneshot::error::TryRecvError::Closed) => Err(Rejected::Lost),
-                    Err(oneshot::error::TryRecvError::Empty) => Ok(Turn::Hold(SlotHolder {
-                        _slot: permit,
-                        _running: Tracked::new(&self.inner, true),
-                        batches: self.batches.clone(),
-                        since: Instant::now(),
-                    })),
-                }
-            }
+/// "A holder is serving" until disarmed: if the holder ends any other way (a panic in a
+/// section, a runtime shutting down before it got the slot), the queue is marked idle and
+/// the jobs in it fail ([`Rejected::Lost`] for their waiters), so none waits forever.
+struct Duty<J, R> {
+    batches: Arc<Batches<J, R>>,
+    armed: bool,
+}
+
+impl<J, R> Duty<J, R> {
+    fn new(batches: &Arc<Batches<J, R>>) -> Self {
+        Duty {
+            batches: batches.clone(),
+            armed: true,
         }
     }
 }
 
-/// The scheduler slot, held to serve one batch. Dropping it (after [`SlotHolder::serve`], or
-/// on a panic inside it) frees the slot for the next waiter.
+impl<J, R> Drop for Duty<J, R> {
+    fn drop(&mut self) {
+        if self.armed {
+            let lost = {
+                let mut q = self.batches.queue.lock();
+                q.serving = false;
+                std::mem::take(&mut q.jobs)
+            };
+            if !lost.is_empty() {
+                tracing::error!(
+                    gate = self.batches.gate.config.name,
+                    jobs = lost.len(),
+                    "the slot holder ended without serving the queue; its callers are failed"
+                );
+            }
+            // Dropped outside the lock: each waiter sees its sender gone.
+            drop(lost);
+        }
+    }
+}
+
+/// The duty to serve the queue, given to the caller that found no holder serving.
+pub struct Starter<J, R> {
+    duty: Duty<J, R>,
+}
+
+impl<J, R> Starter<J, R> {
+    /// Waits for the scheduler slot (in FIFO order with its other users, such as
+    /// [`Gate::enter`]'s callers). Cancellation-safe: a dropped future fails the queue (see
+    /// [`Duty`]) rather than strand it.
+    pub async fn slot(self) -> Result<SlotHolder<J, R>, Rejected> {
+        let inner = self.duty.batches.gate.clone();
+        let permit = inner
+            .slot
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Rejected::Full)?;
+        Ok(SlotHolder {
+            permit: Some(permit),
+            _running: Tracked::new(&inner, true),
+            duty: self.duty,
+        })
+    }
+}
+
+/// The scheduler slot, held to serve the queue. Dropping it frees the slot.
 pub struct SlotHolder<J, R> {
-    _slot: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     _running: Tracked,
-    batches: Arc<Batches<J, R>>,
-    since: Instant,
+    duty: Duty<J, R>,
 }
 
 impl<J, R> SlotHolder<J, R> {
-    /// Serves up to the bound's jobs in queue order, each result handed to its waiter;
-    /// a job whose waiter has gone is skipped (its place is already free). Runs the
-    /// critical sections on the calling thread: call it where blocking is allowed. Returns
+    /// Serves the queue in arrival order until it is empty, one critical section after
+    /// another on the calling thread (call it where blocking is allowed), each result handed
+    /// to its waiter the moment it is ready; a job whose waiter has gone is skipped (its place
+    /// is already free). After every `max_batch` jobs the slot is given back and taken again
+    /// (`runtime` waits for it), so its other users are not shut out by a long queue. Returns
     /// how many jobs were served.
-    pub fn serve<S: Service<J, R>>(self, service: &mut S) -> usize {
-        let b = &*self.batches;
+    pub fn serve<S: Service<J, R>>(mut self, service: &mut S, runtime: &Handle) -> usize {
+        let batches = self.duty.batches.clone();
+        let b = &*batches;
         let name = b.gate.config.name;
-        let mut served = 0usize;
-        let mut skipped = 0u64;
-        let mut assigned = 0u64;
+        let started = Instant::now();
+        let mut total = 0usize;
+        loop {
+            let (served, skipped, assigned) = Self::batch(b, service);
+            total += served;
+            let counts = &b.gate.counts;
+            counts.admitted.fetch_add(served as u64, Ordering::Relaxed);
+            metrics::counter!("shoal_gate_admitted_total", "gate" => name).increment(served as u64);
+            metrics::counter!("shoal_gate_served_total", "gate" => name).increment(served as u64);
+            metrics::counter!("shoal_gate_assigned_total", "gate" => name).increment(assigned);
+            if skipped > 0 {
+                metrics::counter!("shoal_gate_skipped_total", "gate" => name).increment(skipped);
+            }
+            if served > 0 {
+                metrics::counter!("shoal_gate_batches_total", "gate" => name).increment(1);
+                metrics::histogram!("shoal_gate_batch_size", "gate" => name).record(served as f64);
+            }
+            {
+                let mut t = b.throughput.lock();
+                Batches::<J, R>::roll(&mut t, name, Instant::now(), assigned);
+            }
+            // The slot's other users get their turn between batches.
+            drop(self.permit.take());
+            {
+                let mut q = b.queue.lock();
+                if q.jobs.is_empty() {
+                    q.serving = false;
+                    self.duty.armed = false;
+                    break;
+                }
+            }
+            match runtime.block_on(b.gate.slot.clone().acquire_owned()) {
+                Ok(permit) => self.permit = Some(permit),
+                // The slot semaphore is never closed; if it were, the duty fails the queue.
+                Err(_) => break,
+            }
+        }
+        let mut t = b.throughput.lock();
+        t.busy += started.elapsed().as_secs_f64();
+        metrics::gauge!("shoal_gate_busy_seconds", "gate" => name).set(t.busy);
+        total
+    }
+
+    /// One batch: at most `max_batch` jobs served, in queue order. (served, skipped, assigned)
+    fn batch<S: Service<J, R>>(b: &Batches<J, R>, service: &mut S) -> (usize, u64, u64) {
+        let name = b.gate.config.name;
+        let (mut served, mut skipped, mut assigned) = (0usize, 0u64, 0u64);
         while served < b.max_batch {
-            let Some(q) = b.queue.lock().pop_front() else {
+            let Some(q) = b.queue.lock().jobs.pop_front() else {
                 break;
             };
             if q.tx.is_closed() {
@@ -413,30 +515,7 @@ impl<J, R> SlotHolder<J, R> {
             }
             served += 1;
         }
-        let end = Instant::now();
-        let waiting = !b.queue.lock().is_empty();
-        {
-            let mut t = b.throughput.lock();
-            if let Some((last, true)) = t.last_end {
-                // The hand-over from the previous batch, during which jobs waited.
-                t.busy += self.since.saturating_duration_since(last).as_secs_f64();
-            }
-            t.busy += end.saturating_duration_since(self.since).as_secs_f64();
-            t.last_end = Some((end, waiting));
-            Batches::<J, R>::roll(&mut t, name, end, assigned);
-            metrics::gauge!("shoal_gate_busy_seconds", "gate" => name).set(t.busy);
-        }
-        let counts = &b.gate.counts;
-        counts.admitted.fetch_add(served as u64, Ordering::Relaxed);
-        metrics::counter!("shoal_gate_admitted_total", "gate" => name).increment(served as u64);
-        metrics::counter!("shoal_gate_served_total", "gate" => name).increment(served as u64);
-        metrics::counter!("shoal_gate_batches_total", "gate" => name).increment(1);
-        if skipped > 0 {
-            metrics::counter!("shoal_gate_skipped_total", "gate" => name).increment(skipped);
-        }
-        metrics::counter!("shoal_gate_assigned_total", "gate" => name).increment(assigned);
-        metrics::histogram!("shoal_gate_batch_size", "gate" => name).record(served as f64);
-        served
+        (served, skipped, assigned)
     }
 }
 
@@ -713,24 +792,24 @@ mod tests {
         }
     }
 
-    /// A caller as request_task's handler is one: a place, the job handed in, then turns
-    /// until the result is in; a holder serves its batch on a blocking thread.
+    /// A caller as request_task's handler is one: a place, the job handed in, the holder
+    /// started (detached) if nobody serves, then the result.
     async fn call(g: Gate, b: Arc<Batches<u32, u32>>, job: u32, svc: Recorder) -> u32 {
         let place = g.admit().await.expect("a place");
-        let mut pending = place.hand_in(&b, job);
-        loop {
-            match pending.turn().await.expect("a turn") {
-                Turn::Served(r) => return r,
-                Turn::Hold(holder) => {
-                    let mut svc = svc.clone();
-                    let record = svc.batches.clone();
-                    let n = tokio::task::spawn_blocking(move || holder.serve(&mut svc))
-                        .await
-                        .expect("join");
-                    record.lock().push(n);
-                }
-            }
+        let (mut pending, starter) = place.hand_in(&b, job);
+        if let Some(starter) = starter {
+            let mut svc = svc.clone();
+            let record = svc.batches.clone();
+            tokio::spawn(async move {
+                let holder = starter.slot().await.expect("the slot");
+                let runtime = Handle::current();
+                let n = tokio::task::spawn_blocking(move || holder.serve(&mut svc, &runtime))
+                    .await
+                    .expect("join");
+                record.lock().push(n);
+            });
         }
+        pending.result().await.expect("a result")
     }
 
     /// Hands in jobs `jobs` one after another (each queued before the next starts) while the
@@ -750,13 +829,14 @@ mod tests {
         handles
     }
 
-    #[tokio::test]
-    async fn a_batch_is_served_in_queue_order_by_one_holder() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_queue_is_served_in_order_by_one_holder() {
         let g = gate(1, 20, Admission::Immediate);
         let b = Arc::new(Batches::new(&g, 32));
         let svc = Recorder::default();
         let blocker = g.enter().await.expect("the slot");
         let handles = queue_behind(&g, &b, 0..8, &svc).await;
+        assert!(b.refresh().serving, "the first caller started a holder");
         drop(blocker);
         for (i, h) in handles.into_iter().enumerate() {
             assert_eq!(
@@ -766,34 +846,49 @@ mod tests {
             );
         }
         assert_eq!(*svc.served.lock(), (0..8).collect::<Vec<_>>());
-        // One hand-over served all eight.
+        settle(|| !b.refresh().serving).await;
+        // One holder served all eight.
         assert_eq!(*svc.batches.lock(), vec![8]);
         assert_eq!(g.inner.entry.available_permits(), 20);
         assert_eq!(g.inner.slot.available_permits(), 1);
         let s = g.snapshot();
         // The blocker and the eight.
         assert_eq!((s.running, s.queued, s.admitted), (0, 0, 9));
+        // The next caller finds nobody serving and starts a holder again.
+        assert_eq!(call(g.clone(), b.clone(), 9, svc.clone()).await, 90);
     }
 
-    #[tokio::test]
-    async fn the_batch_bound_hands_the_rest_to_the_next_holder_in_order() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn between_batches_the_slot_goes_to_its_other_users() {
         let g = gate(1, 20, Admission::Immediate);
         let b = Arc::new(Batches::new(&g, 3));
         let svc = Recorder::default();
         let blocker = g.enter().await.expect("the slot");
         let handles = queue_behind(&g, &b, 0..8, &svc).await;
+        // Another user of the slot queues behind the holder (FIFO).
+        let served = svc.served.clone();
+        let g2 = g.clone();
+        let other = tokio::spawn(async move {
+            let permit = g2.enter().await.expect("the slot");
+            let seen = served.lock().len();
+            drop(permit);
+            seen
+        });
+        settle(|| g.inner.slot.available_permits() == 0 && b.refresh().queued == 8).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
         drop(blocker);
         for (i, h) in handles.into_iter().enumerate() {
             assert_eq!(h.await.expect("join"), i as u32 * 10);
         }
+        // The other user got the slot after the first batch of three, then the holder went on.
+        assert_eq!(other.await.expect("join"), 3);
         assert_eq!(*svc.served.lock(), (0..8).collect::<Vec<_>>());
-        let batches = svc.batches.lock().clone();
-        assert!(batches.iter().all(|&n| n <= 3), "{batches:?}");
-        assert_eq!(batches.iter().sum::<usize>(), 8, "{batches:?}");
+        settle(|| !b.refresh().serving).await;
         assert_eq!(b.refresh().queued, 0);
+        assert_eq!(g.inner.slot.available_permits(), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_gone_mid_batch_is_skipped_and_its_place_freed() {
         let g = gate(1, 20, Admission::Immediate);
         let b = Arc::new(Batches::new(&g, 32));
@@ -805,7 +900,7 @@ mod tests {
         let blocker = g.enter().await.expect("the slot");
         let mut handles = queue_behind(&g, &b, 0..6, &svc).await;
         drop(blocker);
-        // The batch is inside job 1: job 3's client goes away now.
+        // The holder is inside job 1: job 3's client goes away now.
         let wait = barrier.clone();
         tokio::task::spawn_blocking(move || wait.wait())
             .await
@@ -813,8 +908,9 @@ mod tests {
         let gone = handles.remove(3);
         gone.abort();
         assert!(gone.await.is_err(), "aborted");
-        // Its place is back at once, while the batch still runs.
-        settle(|| g.inner.entry.available_permits() == 20 - 5).await;
+        // Its place is back at once, while the holder still serves. (Job 0 answered: 5
+        // places are still held.)
+        settle(|| g.inner.entry.available_permits() == 20 - 4).await;
         let wait = barrier.clone();
         tokio::task::spawn_blocking(move || wait.wait())
             .await
@@ -823,13 +919,14 @@ mod tests {
         assert_eq!(results, vec![0, 10, 20, 40, 50]);
         assert_eq!(*svc.served.lock(), vec![0, 1, 2, 4, 5], "job 3 skipped");
         assert!(svc.orphans.lock().is_empty());
+        settle(|| !b.refresh().serving).await;
         assert_eq!(g.inner.entry.available_permits(), 20, "no place leaked");
         assert_eq!(g.inner.slot.available_permits(), 1);
         let s = g.snapshot();
         assert_eq!((s.running, s.queued), (0, 0));
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_gone_during_its_own_section_gets_its_result_orphaned() {
         let g = gate(1, 20, Admission::Immediate);
         let b = Arc::new(Batches::new(&g, 32));
@@ -859,11 +956,12 @@ mod tests {
             vec![2],
             "the result nobody received is undone"
         );
+        settle(|| !b.refresh().serving).await;
         assert_eq!(g.inner.entry.available_permits(), 20);
     }
 
-    #[tokio::test]
-    async fn a_panicking_section_fails_its_batch_not_the_gate() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_section_fails_the_queue_not_the_gate() {
         struct Panics;
         impl Service<u32, u32> for Panics {
             fn serve(&mut self, job: u32) -> u32 {
@@ -879,29 +977,43 @@ mod tests {
         let b: Arc<Batches<u32, u32>> = Arc::new(Batches::new(&g, 32));
         let blocker = g.enter().await.expect("the slot");
         let mut pendings = Vec::new();
+        let mut starter = None;
         for job in 0..3 {
             let place = g.admit().await.expect("a place");
-            pendings.push(place.hand_in(&b, job));
+            let (pending, s) = place.hand_in(&b, job);
+            pendings.push(pending);
+            starter = starter.or(s);
         }
         drop(blocker);
-        let Turn::Hold(holder) = pendings[0].turn().await.expect("turn") else {
-            panic!("the first waiter holds the slot");
-        };
-        let joined = tokio::task::spawn_blocking(move || holder.serve(&mut Panics)).await;
-        assert!(joined.is_err(), "the batch panicked");
-        // Job 0 was answered before the panic, job 1 is lost, job 2 is served next.
-        assert!(matches!(pendings[0].turn().await, Ok(Turn::Served(0))));
-        assert_eq!(pendings[1].turn().await.err(), Some(Rejected::Lost));
-        let Turn::Hold(holder) = pendings[2].turn().await.expect("turn") else {
-            panic!("the slot is free again");
-        };
-        tokio::task::spawn_blocking(move || holder.serve(&mut Panics))
+        let holder = starter
+            .expect("the first caller starts a holder")
+            .slot()
             .await
-            .expect("no panic");
-        assert!(matches!(pendings[2].turn().await, Ok(Turn::Served(2))));
+            .expect("the slot");
+        let runtime = Handle::current();
+        let joined = tokio::task::spawn_blocking(move || holder.serve(&mut Panics, &runtime)).await;
+        assert!(joined.is_err(), "the holder panicked");
+        // Job 0 was answered before the panic; jobs 1 and 2 fail rather than wait forever.
+        assert_eq!(pendings[0].result().await, Ok(0));
+        assert_eq!(pendings[1].result().await, Err(Rejected::Lost));
+        assert_eq!(pendings[2].result().await, Err(Rejected::Lost));
+        assert!(!b.refresh().serving);
         drop(pendings);
+        // The gate is whole, and the next caller starts a new holder.
         assert_eq!(g.inner.entry.available_permits(), 20);
         assert_eq!(g.inner.slot.available_permits(), 1);
+        let place = g.admit().await.expect("a place");
+        let (mut pending, starter) = place.hand_in(&b, 7);
+        let holder = starter
+            .expect("a new holder")
+            .slot()
+            .await
+            .expect("the slot");
+        let runtime = Handle::current();
+        tokio::task::spawn_blocking(move || holder.serve(&mut Panics, &runtime))
+            .await
+            .expect("no panic");
+        assert_eq!(pending.result().await, Ok(7));
     }
 
     async fn futures_results(handles: Vec<tokio::task::JoinHandle<u32>>) -> Vec<u32> {

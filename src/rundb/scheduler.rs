@@ -450,7 +450,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::{Admission, Batches, Gate, GateConfig, Service, Turn};
+    use crate::admission::{Admission, Batches, Gate, GateConfig, Service};
     use crate::rundb::testkit::{Fixture, fixture, worker};
 
     /// What an assignment is, independent of the run ids a database generated: the run's
@@ -534,40 +534,44 @@ mod tests {
         // of at most 8 by whichever waiter gets the slot.
         let batched = fixture();
         let batched_runs = runs(&batched);
-        let got = batched.rt.block_on(async {
-            let gate = Gate::new(GateConfig {
-                name: "test",
-                slots: 1,
-                capacity: 100,
-                admission: Admission::Immediate,
-            });
-            let batches = Arc::new(Batches::new(&gate, 8));
+        let gate = Gate::new(GateConfig {
+            name: "test",
+            slots: 1,
+            capacity: 100,
+            admission: Admission::Immediate,
+        });
+        let batches = Arc::new(Batches::new(&gate, 8));
+        let (mut pending, holder) = batched.rt.block_on(async {
             let blocker = gate.enter().await.expect("the slot");
             let mut pending = Vec::new();
+            let mut starter = None;
             for wi in sequence() {
                 let place = gate.admit().await.expect("a place");
-                pending.push(place.hand_in(&batches, wi));
+                let (p, s) = place.hand_in(&batches, wi);
+                assert_eq!(
+                    s.is_some(),
+                    pending.is_empty(),
+                    "the first caller starts the holder"
+                );
+                pending.push(p);
+                starter = starter.or(s);
             }
             drop(blocker);
-            let mut service = Direct(&batched.db, batched.other.clone());
+            let holder = starter.expect("a starter").slot().await.expect("the slot");
+            (pending, holder)
+        });
+        // The holder serves on a thread that may block, as the pool's would.
+        let mut service = Direct(&batched.db, batched.other.clone());
+        assert_eq!(
+            holder.serve(&mut service, batched.rt.handle()),
+            sequence().len()
+        );
+        let got: Vec<String> = batched.rt.block_on(async {
             let mut got = Vec::new();
-            let mut holders = 0;
             for p in &mut pending {
-                loop {
-                    match p.turn().await.expect("turn") {
-                        Turn::Served(a) => break got.push(described(&batched, &batched_runs, &a)),
-                        Turn::Hold(h) => {
-                            holders += 1;
-                            assert!(h.serve(&mut service) <= 8);
-                        }
-                    }
-                }
+                let a = p.result().await.expect("a result");
+                got.push(described(&batched, &batched_runs, &a));
             }
-            assert_eq!(
-                holders,
-                sequence().len().div_ceil(8),
-                "one hand-over per batch"
-            );
             got
         });
         assert_eq!(got, expected);

@@ -21,7 +21,7 @@ use super::replies;
 use super::schema::{
     EmptyReply, ErrorReply, RequestTaskReply, TaskAliveReply, VersionReply, VersionRequest,
 };
-use crate::admission::{Batches, Service, Turn};
+use crate::admission::{Batches, Service};
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::limits;
@@ -215,29 +215,38 @@ async fn gated_request_task(
     let Ok(place) = state.gate.admit().await else {
         return Ok(None);
     };
-    // Phase 2: the job joins the queue (arrival order) and its caller waits for its result
-    // or the slot. Whoever gets the slot serves the queue, in order, in a bounded batch.
+    // Phase 2: the job joins the queue (arrival order) and its caller waits for its result;
+    // the slot holder serves the queue in order.
     let job = SchedJob {
         user: user.clone(),
         wi,
         reservation,
     };
-    let mut pending = place.hand_in(&state.batches, job);
-    loop {
-        match pending.turn().await {
-            Ok(Turn::Served(result)) => return Ok(Some(result?)),
-            Ok(Turn::Hold(holder)) => {
-                let mut scheduler = Scheduler { db: rundb(state) };
-                // The slot holder takes the pool's reserved token: it never queues behind
-                // other traffic. The holder lives in the closure: the slot is held until the
-                // batch really ends, even if this caller goes away.
-                state
-                    .offload
-                    .run_reserved(move || holder.serve(&mut scheduler))
-                    .await?;
+    let (mut pending, starter) = place.hand_in(&state.batches, job);
+    if let Some(starter) = starter {
+        // Nobody was serving: this caller starts the holder, detached from its own request
+        // (its reply, like everyone's, goes out as soon as its own section is done).
+        let db = rundb(state);
+        let offload = state.offload.clone();
+        tokio::spawn(async move {
+            let Ok(holder) = starter.slot().await else {
+                return;
+            };
+            let runtime = tokio::runtime::Handle::current();
+            let mut scheduler = Scheduler { db };
+            // The slot holder takes the pool's reserved token: it never queues behind other
+            // traffic. The holder lives in the closure: the slot is held until it is done.
+            if let Err(e) = offload
+                .run_reserved(move || holder.serve(&mut scheduler, &runtime))
+                .await
+            {
+                tracing::error!(error = %e, "request_task's slot holder failed");
             }
-            Err(e) => return Err(ApiError::Internal(e.to_string())),
-        }
+        });
+    }
+    match pending.result().await {
+        Ok(result) => Ok(Some(result?)),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
     }
 }
 
