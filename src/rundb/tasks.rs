@@ -3,19 +3,73 @@
 //!
 //! Owns: checking and applying a worker's report on its task (deltas against the stored
 //! totals, SPSA steps, the SPRT, a decided run finished and auto-purged), keeping tasks alive,
-//! and the checks before a PGN is stored.
+//! and the checks before a PGN is stored. Two calls have a form for the event loop that
+//! never waits (`try_beat`, `try_update_task`: try-locks only, `None` means "take the pool
+//! path"); update_task's two forms run one body: `plan_update` (every check and the
+//! decision, changing nothing) then `apply_update`.
 //! Must not: call the other operations (scheduler, lifecycle, jobs, queries) or recovery;
-//! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`).
+//! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`);
+//! in a `try_` form, wait for a lock, call the store, load a run or end a task.
 
+use parking_lot::MutexGuard;
 use serde_json::json;
 
 use super::actions::{run_fields, run_label};
-use super::cache::Prio;
+use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
 use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
+use crate::stats::SprtRecord;
 use crate::store::Doc;
+
+/// What an update_task will do, decided under the run's lock before anything changes
+/// ([`RunDb::plan_update`]) and then carried out under the same hold of the lock
+/// ([`RunDb::apply_update`]). The pool's `update_task` and the event loop's
+/// `try_update_task` run these same two steps; the event loop carries out only a plan that
+/// [`UpdatePlan::is_light`] allows.
+enum UpdatePlan {
+    /// The task is no longer active: nothing changes.
+    NotActive,
+    /// One of Fishtest's rejections: the task ends.
+    Rejected(UpdateRejection),
+    /// New totals to apply.
+    Apply(Box<Applied>),
+}
+
+/// An accepted update, with everything the decision depends on computed up front.
+struct Applied {
+    /// The task's new cumulative totals.
+    stats: Stats,
+    /// The run's totals with this update's delta added.
+    results: Stats,
+    /// The run is an SPSA tuning.
+    spsa_run: bool,
+    /// This batch's SPSA block (SPSA runs only).
+    spsa: Option<crate::spsa::SpsaResult>,
+    /// The task's games are done: it ends.
+    ends_task: bool,
+    /// The SPRT record after `results` (SPRT runs only).
+    sprt: Option<SprtRecord>,
+    /// The run is decided: it finishes and may be auto-purged.
+    decided: bool,
+}
+
+impl UpdatePlan {
+    /// Whether carrying the plan out is memory work and a journal submit only: no other
+    /// lock, no store call, no log line. A rejection or a task's last batch ends the task
+    /// (`set_inactive` takes the limits', the CPU hours' and the contributors' locks; a crash
+    /// is logged); a decided run is written at once (`finish_run`) and maybe purged; an SPSA
+    /// update's journal patch carries the whole parameter history (up to ~10⁴ entries late in
+    /// a tuning, milliseconds to serialise). Those take the pool path.
+    fn is_light(&self) -> bool {
+        match self {
+            UpdatePlan::NotActive => true,
+            UpdatePlan::Rejected(_) => false,
+            UpdatePlan::Apply(a) => !a.spsa_run && !a.ends_task && !a.decided,
+        }
+    }
+}
 
 impl RunDb {
     /// update_task (docs/protocol.md#update_task).
@@ -25,13 +79,53 @@ impl RunDb {
         task_id: usize,
         stats: Stats,
         spsa: Option<crate::spsa::SpsaResult>,
-        mut wi: WorkerInfo,
+        wi: WorkerInfo,
     ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
-        let mut run = entry.run.lock();
-        let task = self.task_of(&run, task_id, &wi)?;
+        let run = entry.run.lock();
+        let plan = self.plan_update(&run, task_id, stats, spsa, &wi)?;
+        self.apply_update(&entry, run, task_id, plan, wi)
+    }
+
+    /// update_task without waiting, for the event loop: `None` when it would have to wait or
+    /// do more than memory work and a journal submit (the run is not in the cache, its lock
+    /// or the cache's is held, or [`UpdatePlan::is_light`] refuses the update); the caller
+    /// then takes the pool path ([`RunDb::update_task`]), which decides again from scratch.
+    /// Nothing has changed when it returns `None`. Otherwise the same checks and changes as
+    /// `update_task`, and the same ticket to await before replying.
+    pub fn try_update_task(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        stats: Stats,
+        spsa: Option<crate::spsa::SpsaResult>,
+        wi: &WorkerInfo,
+    ) -> Option<DbResult<(TaskReply, Option<Ticket>)>> {
+        let entry = self.cache.try_read()?.get(run_id).cloned()?;
+        let run = entry.run.try_lock()?;
+        let plan = match self.plan_update(&run, task_id, stats, spsa, wi) {
+            Ok(plan) => plan,
+            Err(e) => return Some(Err(e)),
+        };
+        if !plan.is_light() {
+            return None;
+        }
+        Some(self.apply_update(&entry, run, task_id, plan, wi.clone()))
+    }
+
+    /// update_task's checks and decision, under the run's lock; changes nothing.
+    fn plan_update(
+        &self,
+        run: &Run,
+        task_id: usize,
+        stats: Stats,
+        spsa: Option<crate::spsa::SpsaResult>,
+        wi: &WorkerInfo,
+    ) -> DbResult<UpdatePlan> {
+        let run_id = run.id.as_str();
+        let task = self.task_of(run, task_id, wi)?;
         if !task.active {
-            return Ok((TaskReply::NotActive, None));
+            return Ok(UpdatePlan::NotActive);
         }
         // Impossible counts are refused outright and change nothing (not even the task):
         // they are a broken or hostile client, not a result.
@@ -44,8 +138,6 @@ impl RunDb {
                 "Update_task: task {run_id}/{task_id}: {g_new} games reported, but the task has only {size}"
             )));
         }
-        wi.remote_addr = task.worker_info.remote_addr.clone();
-        wi.country_code = task.worker_info.country_code.clone();
         let old = task.stats;
         let g_old = old.games();
         let is_spsa = run.args.spsa.is_some();
@@ -82,10 +174,9 @@ impl RunDb {
         let delta = match (rejection, stats.delta(&old)) {
             (None, Some(d)) => d,
             (rejection, _) => {
-                let why = rejection.unwrap_or(UpdateRejection::CountWentDown);
-                self.set_inactive(&mut run, task_id);
-                let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
-                return Ok((TaskReply::Rejected(why), Some(ticket)));
+                return Ok(UpdatePlan::Rejected(
+                    rejection.unwrap_or(UpdateRejection::CountWentDown),
+                ));
             }
         };
         let Some(results) = run.results.checked_add(&delta) else {
@@ -93,54 +184,89 @@ impl RunDb {
                 "Update_task: task {run_id}/{task_id}: the run's totals would overflow"
             )));
         };
-        run.results = results;
+        // The SPRT after the new totals, on a copy: the decision is known before anything
+        // changes (microseconds: BENCHMARKS.md).
+        let sprt = run.args.sprt.clone().map(|mut sprt| {
+            if let Err(e) = crate::stats::update_sprt(&sprt_results(&results), &mut sprt) {
+                tracing::error!(run = run_id, error = %e, "update_SPRT failed");
+            }
+            sprt
+        });
+        let decided = results.games() >= run.args.num_games
+            || sprt
+                .as_ref()
+                .is_some_and(|s| s.state != crate::stats::SprtState::Running);
+        Ok(UpdatePlan::Apply(Box::new(Applied {
+            stats,
+            results,
+            spsa_run: is_spsa,
+            spsa: spsa.filter(|_| is_spsa),
+            ends_task: g_new >= size,
+            sprt,
+            decided,
+        })))
+    }
+
+    /// Carries out a plan of [`RunDb::plan_update`] made under this same hold of the lock.
+    fn apply_update(
+        &self,
+        entry: &RunEntry,
+        mut run: MutexGuard<'_, Run>,
+        task_id: usize,
+        plan: UpdatePlan,
+        mut wi: WorkerInfo,
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
+        let a = match plan {
+            UpdatePlan::NotActive => return Ok((TaskReply::NotActive, None)),
+            UpdatePlan::Rejected(why) => {
+                self.set_inactive(&mut run, task_id);
+                let ticket = self.commit(entry, &mut run, &[task_id], Prio::Medium)?;
+                return Ok((TaskReply::Rejected(why), Some(ticket)));
+            }
+            UpdatePlan::Apply(a) => a,
+        };
+        run.results = a.results;
         {
             let task = &mut run.tasks[task_id];
-            task.stats = stats;
+            // The address and country are the ones the task was handed out to.
+            wi.remote_addr = task.worker_info.remote_addr.clone();
+            wi.country_code = task.worker_info.country_code.clone();
+            task.stats = a.stats;
             task.last_updated = now();
             task.worker_info = wi;
         }
-        if let (Some(result), true) = (spsa, is_spsa) {
-            let Run { args, tasks, .. } = &mut *run;
+        if let Some(result) = a.spsa {
+            let Run {
+                id, args, tasks, ..
+            } = &mut *run;
             if let Some(s) = args.spsa.as_mut()
                 && let Err(e) =
                     crate::spsa::update_spsa(s, &mut tasks[task_id].spsa_params, &result)
             {
                 // Fishtest logs and skips a stale or forged signature; the games still count.
-                tracing::warn!(run = run_id, task = task_id, error = %e, "SPSA update skipped");
+                tracing::warn!(run = %id, task = task_id, error = %e, "SPSA update skipped");
             }
         }
-        if g_new >= run.tasks[task_id].num_games {
+        if a.ends_task {
             self.set_inactive(&mut run, task_id);
             self.check_crash_or_time(&run, task_id)?;
         }
-        if run.args.sprt.is_some() {
+        if let Some(sprt) = a.sprt {
             run.last_updated = now();
-            let results = sprt_results(&run.results);
-            if let Some(sprt) = run.args.sprt.as_mut()
-                && let Err(e) = crate::stats::update_sprt(&results, sprt)
-            {
-                tracing::error!(run = run_id, error = %e, "update_SPRT failed");
-            }
+            run.args.sprt = Some(sprt);
         }
-        if !is_spsa {
+        if !a.spsa_run {
             // A comparison and at most one push into a bounded vector (rundb/trajectory.rs).
             let llr = run.args.sprt.as_ref().map(|s| s.llr);
             let results = run.results;
             run.trajectory.record(&results, llr);
         }
-        let decided = run.results.games() >= run.args.num_games
-            || run
-                .args
-                .sprt
-                .as_ref()
-                .is_some_and(|s| s.state != crate::stats::SprtState::Running);
-        if decided {
-            let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
-            self.finish_run(&entry, &mut run)?;
+        if a.decided {
+            let ticket = self.commit(entry, &mut run, &[task_id], Prio::High)?;
+            self.finish_run(entry, &mut run)?;
             // Auto-purge (never for SPSA) runs inside the stop: it may revive the run.
             if run.args.auto_purge && run.args.spsa.is_none() {
-                let outcome = self.purge_locked(&entry, &mut run, crate::purge::AUTO_PURGE)?;
+                let outcome = self.purge_locked(entry, &mut run, crate::purge::AUTO_PURGE)?;
                 if !outcome.purged.is_empty() {
                     let message = format!("Auto-purged {} tasks", outcome.purged.len());
                     let f = run_fields(&run, Some(message));
@@ -158,7 +284,7 @@ impl RunDb {
         }
         let alive = run.tasks[task_id].active;
         let prio = if alive { Prio::Normal } else { Prio::Medium };
-        let ticket = self.commit(&entry, &mut run, &[task_id], prio)?;
+        let ticket = self.commit(entry, &mut run, &[task_id], prio)?;
         Ok((TaskReply::Alive(alive), Some(ticket)))
     }
 
