@@ -57,11 +57,12 @@ struct Applied {
 
 impl UpdatePlan {
     /// Whether carrying the plan out is memory work and a journal submit only: no other
-    /// lock, no store call, no log line. A rejection or a task's last batch ends the task
-    /// (`set_inactive` takes the limits', the CPU hours' and the contributors' locks; a crash
-    /// is logged); a decided run is written at once (`finish_run`) and maybe purged; an SPSA
-    /// update's journal patch carries the whole parameter history (up to ~10⁴ entries late in
-    /// a tuning, milliseconds to serialise). Those take the pool path.
+    /// lock, no store call, no action logged. A rejection or a task's last batch ends the
+    /// task (`set_inactive` takes the limits', the CPU hours' and the contributors' locks; a
+    /// crash is logged as an action); a decided run is written at once (`finish_run`) and
+    /// maybe purged; an SPSA update's journal patch carries the run's whole parameter history
+    /// (about 100 samples of every parameter late in a tuning, more beyond 1,000 parameters),
+    /// a cost that grows with the tuning. Those take the pool path.
     fn is_light(&self) -> bool {
         match self {
             UpdatePlan::NotActive => true,
