@@ -3,19 +3,74 @@
 //!
 //! Owns: checking and applying a worker's report on its task (deltas against the stored
 //! totals, SPSA steps, the SPRT, a decided run finished and auto-purged), keeping tasks alive,
-//! and the checks before a PGN is stored.
+//! and the checks before a PGN is stored. Two calls have a form for the event loop that
+//! never waits (`try_beat`, `try_update_task`: try-locks only, `None` means "take the pool
+//! path"); update_task's two forms run one body: `plan_update` (every check and the
+//! decision, changing nothing) then `apply_update`.
 //! Must not: call the other operations (scheduler, lifecycle, jobs, queries) or recovery;
-//! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`).
+//! store anything under a run's lock but through `transitions` (`finish_run`, `purge_locked`);
+//! in a `try_` form, wait for a lock, call the store, load a run or end a task.
 
+use parking_lot::MutexGuard;
 use serde_json::json;
 
 use super::actions::{run_fields, run_label};
-use super::cache::Prio;
+use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
 use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
+use crate::stats::SprtRecord;
 use crate::store::Doc;
+
+/// What an update_task will do, decided under the run's lock before anything changes
+/// ([`RunDb::plan_update`]) and then carried out under the same hold of the lock
+/// ([`RunDb::apply_update`]). The pool's `update_task` and the event loop's
+/// `try_update_task` run these same two steps; the event loop carries out only a plan that
+/// [`UpdatePlan::is_light`] allows.
+enum UpdatePlan {
+    /// The task is no longer active: nothing changes.
+    NotActive,
+    /// One of Fishtest's rejections: the task ends.
+    Rejected(UpdateRejection),
+    /// New totals to apply.
+    Apply(Box<Applied>),
+}
+
+/// An accepted update, with everything the decision depends on computed up front.
+struct Applied {
+    /// The task's new cumulative totals.
+    stats: Stats,
+    /// The run's totals with this update's delta added.
+    results: Stats,
+    /// The run is an SPSA tuning.
+    spsa_run: bool,
+    /// This batch's SPSA block (SPSA runs only).
+    spsa: Option<crate::spsa::SpsaResult>,
+    /// The task's games are done: it ends.
+    ends_task: bool,
+    /// The SPRT record after `results` (SPRT runs only).
+    sprt: Option<SprtRecord>,
+    /// The run is decided: it finishes and may be auto-purged.
+    decided: bool,
+}
+
+impl UpdatePlan {
+    /// Whether carrying the plan out is memory work and a journal submit only: no other
+    /// lock, no store call, no action logged. A rejection or a task's last batch ends the
+    /// task (`set_inactive` takes the limits', the CPU hours' and the contributors' locks; a
+    /// crash is logged as an action); a decided run is written at once (`finish_run`) and
+    /// maybe purged; an SPSA update's journal patch carries the run's whole parameter history
+    /// (about 100 samples of every parameter late in a tuning, more beyond 1,000 parameters),
+    /// a cost that grows with the tuning. Those take the pool path.
+    fn is_light(&self) -> bool {
+        match self {
+            UpdatePlan::NotActive => true,
+            UpdatePlan::Rejected(_) => false,
+            UpdatePlan::Apply(a) => !a.spsa_run && !a.ends_task && !a.decided,
+        }
+    }
+}
 
 impl RunDb {
     /// update_task (docs/protocol.md#update_task).
@@ -25,13 +80,53 @@ impl RunDb {
         task_id: usize,
         stats: Stats,
         spsa: Option<crate::spsa::SpsaResult>,
-        mut wi: WorkerInfo,
+        wi: WorkerInfo,
     ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
-        let mut run = entry.run.lock();
-        let task = self.task_of(&run, task_id, &wi)?;
+        let run = entry.run.lock();
+        let plan = self.plan_update(&run, task_id, stats, spsa, &wi)?;
+        self.apply_update(&entry, run, task_id, plan, wi)
+    }
+
+    /// update_task without waiting, for the event loop: `None` when it would have to wait or
+    /// do more than memory work and a journal submit (the run is not in the cache, its lock
+    /// or the cache's is held, or [`UpdatePlan::is_light`] refuses the update); the caller
+    /// then takes the pool path ([`RunDb::update_task`]), which decides again from scratch.
+    /// Nothing has changed when it returns `None`. Otherwise the same checks and changes as
+    /// `update_task`, and the same ticket to await before replying.
+    pub fn try_update_task(
+        &self,
+        run_id: &str,
+        task_id: usize,
+        stats: Stats,
+        spsa: Option<crate::spsa::SpsaResult>,
+        wi: &WorkerInfo,
+    ) -> Option<DbResult<(TaskReply, Option<Ticket>)>> {
+        let entry = self.cache.try_read()?.get(run_id).cloned()?;
+        let run = entry.run.try_lock()?;
+        let plan = match self.plan_update(&run, task_id, stats, spsa, wi) {
+            Ok(plan) => plan,
+            Err(e) => return Some(Err(e)),
+        };
+        if !plan.is_light() {
+            return None;
+        }
+        Some(self.apply_update(&entry, run, task_id, plan, wi.clone()))
+    }
+
+    /// update_task's checks and decision, under the run's lock; changes nothing.
+    fn plan_update(
+        &self,
+        run: &Run,
+        task_id: usize,
+        stats: Stats,
+        spsa: Option<crate::spsa::SpsaResult>,
+        wi: &WorkerInfo,
+    ) -> DbResult<UpdatePlan> {
+        let run_id = run.id.as_str();
+        let task = self.task_of(run, task_id, wi)?;
         if !task.active {
-            return Ok((TaskReply::NotActive, None));
+            return Ok(UpdatePlan::NotActive);
         }
         // Impossible counts are refused outright and change nothing (not even the task):
         // they are a broken or hostile client, not a result.
@@ -44,8 +139,6 @@ impl RunDb {
                 "Update_task: task {run_id}/{task_id}: {g_new} games reported, but the task has only {size}"
             )));
         }
-        wi.remote_addr = task.worker_info.remote_addr.clone();
-        wi.country_code = task.worker_info.country_code.clone();
         let old = task.stats;
         let g_old = old.games();
         let is_spsa = run.args.spsa.is_some();
@@ -82,10 +175,9 @@ impl RunDb {
         let delta = match (rejection, stats.delta(&old)) {
             (None, Some(d)) => d,
             (rejection, _) => {
-                let why = rejection.unwrap_or(UpdateRejection::CountWentDown);
-                self.set_inactive(&mut run, task_id);
-                let ticket = self.commit(&entry, &mut run, &[task_id], Prio::Medium)?;
-                return Ok((TaskReply::Rejected(why), Some(ticket)));
+                return Ok(UpdatePlan::Rejected(
+                    rejection.unwrap_or(UpdateRejection::CountWentDown),
+                ));
             }
         };
         let Some(results) = run.results.checked_add(&delta) else {
@@ -93,54 +185,89 @@ impl RunDb {
                 "Update_task: task {run_id}/{task_id}: the run's totals would overflow"
             )));
         };
-        run.results = results;
+        // The SPRT after the new totals, on a copy: the decision is known before anything
+        // changes (microseconds: BENCHMARKS.md).
+        let sprt = run.args.sprt.clone().map(|mut sprt| {
+            if let Err(e) = crate::stats::update_sprt(&sprt_results(&results), &mut sprt) {
+                tracing::error!(run = run_id, error = %e, "update_SPRT failed");
+            }
+            sprt
+        });
+        let decided = results.games() >= run.args.num_games
+            || sprt
+                .as_ref()
+                .is_some_and(|s| s.state != crate::stats::SprtState::Running);
+        Ok(UpdatePlan::Apply(Box::new(Applied {
+            stats,
+            results,
+            spsa_run: is_spsa,
+            spsa: spsa.filter(|_| is_spsa),
+            ends_task: g_new >= size,
+            sprt,
+            decided,
+        })))
+    }
+
+    /// Carries out a plan of [`RunDb::plan_update`] made under this same hold of the lock.
+    fn apply_update(
+        &self,
+        entry: &RunEntry,
+        mut run: MutexGuard<'_, Run>,
+        task_id: usize,
+        plan: UpdatePlan,
+        mut wi: WorkerInfo,
+    ) -> DbResult<(TaskReply, Option<Ticket>)> {
+        let a = match plan {
+            UpdatePlan::NotActive => return Ok((TaskReply::NotActive, None)),
+            UpdatePlan::Rejected(why) => {
+                self.set_inactive(&mut run, task_id);
+                let ticket = self.commit(entry, &mut run, &[task_id], Prio::Medium)?;
+                return Ok((TaskReply::Rejected(why), Some(ticket)));
+            }
+            UpdatePlan::Apply(a) => a,
+        };
+        run.results = a.results;
         {
             let task = &mut run.tasks[task_id];
-            task.stats = stats;
+            // The address and country are the ones the task was handed out to.
+            wi.remote_addr = task.worker_info.remote_addr.clone();
+            wi.country_code = task.worker_info.country_code.clone();
+            task.stats = a.stats;
             task.last_updated = now();
             task.worker_info = wi;
         }
-        if let (Some(result), true) = (spsa, is_spsa) {
-            let Run { args, tasks, .. } = &mut *run;
+        if let Some(result) = a.spsa {
+            let Run {
+                id, args, tasks, ..
+            } = &mut *run;
             if let Some(s) = args.spsa.as_mut()
                 && let Err(e) =
                     crate::spsa::update_spsa(s, &mut tasks[task_id].spsa_params, &result)
             {
                 // Fishtest logs and skips a stale or forged signature; the games still count.
-                tracing::warn!(run = run_id, task = task_id, error = %e, "SPSA update skipped");
+                tracing::warn!(run = %id, task = task_id, error = %e, "SPSA update skipped");
             }
         }
-        if g_new >= run.tasks[task_id].num_games {
+        if a.ends_task {
             self.set_inactive(&mut run, task_id);
             self.check_crash_or_time(&run, task_id)?;
         }
-        if run.args.sprt.is_some() {
+        if let Some(sprt) = a.sprt {
             run.last_updated = now();
-            let results = sprt_results(&run.results);
-            if let Some(sprt) = run.args.sprt.as_mut()
-                && let Err(e) = crate::stats::update_sprt(&results, sprt)
-            {
-                tracing::error!(run = run_id, error = %e, "update_SPRT failed");
-            }
+            run.args.sprt = Some(sprt);
         }
-        if !is_spsa {
+        if !a.spsa_run {
             // A comparison and at most one push into a bounded vector (rundb/trajectory.rs).
             let llr = run.args.sprt.as_ref().map(|s| s.llr);
             let results = run.results;
             run.trajectory.record(&results, llr);
         }
-        let decided = run.results.games() >= run.args.num_games
-            || run
-                .args
-                .sprt
-                .as_ref()
-                .is_some_and(|s| s.state != crate::stats::SprtState::Running);
-        if decided {
-            let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
-            self.finish_run(&entry, &mut run)?;
+        if a.decided {
+            let ticket = self.commit(entry, &mut run, &[task_id], Prio::High)?;
+            self.finish_run(entry, &mut run)?;
             // Auto-purge (never for SPSA) runs inside the stop: it may revive the run.
             if run.args.auto_purge && run.args.spsa.is_none() {
-                let outcome = self.purge_locked(&entry, &mut run, crate::purge::AUTO_PURGE)?;
+                let outcome = self.purge_locked(entry, &mut run, crate::purge::AUTO_PURGE)?;
                 if !outcome.purged.is_empty() {
                     let message = format!("Auto-purged {} tasks", outcome.purged.len());
                     let f = run_fields(&run, Some(message));
@@ -158,7 +285,7 @@ impl RunDb {
         }
         let alive = run.tasks[task_id].active;
         let prio = if alive { Prio::Normal } else { Prio::Medium };
-        let ticket = self.commit(&entry, &mut run, &[task_id], prio)?;
+        let ticket = self.commit(entry, &mut run, &[task_id], prio)?;
         Ok((TaskReply::Alive(alive), Some(ticket)))
     }
 
@@ -292,5 +419,457 @@ impl RunDb {
             self.task_of(&run, task_id, wi)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! update_task's two paths, equal in effect: the same scenario through `update_task` on
+    //! one run database and through `try_update_task` (falling back to `update_task` when it
+    //! declines, as the HTTP handler does) on a twin, compared after every step.
+
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::SqliteSync;
+    use crate::offload::Offload;
+    use crate::rundb::RunDbConfig;
+    use crate::rundb::books::Books;
+    use crate::rundb::create::CreateArgs;
+    use crate::rundb::outcome::Assignment;
+    use crate::rundb::users::User;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{Collection, Cond, Query, SharedStore};
+
+    /// One run database on a temporary SQLite store. Dropped in this order: the run
+    /// database, the runtime its journal writer runs on, the store's directory.
+    struct Db {
+        db: RunDb,
+        store: SharedStore,
+        owner: User,
+        approver: User,
+        worker_user: User,
+        rt: tokio::runtime::Runtime,
+        _dir: tempfile::TempDir,
+    }
+
+    fn open(store: &SharedStore) -> RunDb {
+        RunDb::open(
+            store.clone(),
+            Offload::new(4),
+            Books::shipped().expect("books"),
+            RunDbConfig::default(),
+        )
+        .expect("rundb")
+    }
+
+    impl Db {
+        fn new() -> Db {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store: SharedStore =
+                Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let in_rt = rt.enter();
+            let db = open(&store);
+            let owner = db.users.add("owner", "pw", "", false, None).expect("owner");
+            let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
+            let worker_user = db.users.add("other", "pw", "", false, None).expect("other");
+            drop(in_rt);
+            Db {
+                db,
+                store,
+                owner,
+                approver,
+                worker_user,
+                rt,
+                _dir: dir,
+            }
+        }
+
+        fn run(&self, extra: Value) -> String {
+            let mut v = json!({
+                "base_tag": "master", "new_tag": "patch",
+                "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
+                "base_signature": "1", "new_signature": "2",
+                "base_options": "Hash=16", "new_options": "Hash=16",
+                "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
+                "tests_repo": "https://github.com/official-stockfish/Stockfish",
+                "num_games": 2000, "info": "twins",
+            });
+            if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
+                v.extend(extra);
+            }
+            let args: CreateArgs = serde_json::from_value(v).expect("args");
+            let id = self.db.create_run(args, &self.owner).expect("create");
+            self.db.approve_run(&id, &self.approver).expect("approve");
+            id
+        }
+
+        fn get(&self, id: &str) -> Run {
+            let entry = self.db.entry(id).expect("entry").expect("run");
+            entry.run.lock().clone()
+        }
+
+        fn actions(&self, id: &str) -> Vec<(String, String)> {
+            let q = Query::new().with(Cond::Eq("run_id".into(), json!(id)));
+            let mut docs = self.store.find(Collection::Actions, &q).expect("find");
+            docs.sort_by(|a, b| {
+                let t = |d: &Doc| d.get("time").and_then(Value::as_f64).unwrap_or(0.0);
+                t(a).total_cmp(&t(b))
+            });
+            let s = |d: &Doc, k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            docs.iter()
+                .map(|d| (s(d, "action"), s(d, "message")))
+                .collect()
+        }
+
+        /// A restart on the same store: a new run database, recovered from the stored
+        /// documents and the journal.
+        fn restart(&mut self) {
+            let in_rt = self.rt.enter();
+            let fresh = open(&self.store);
+            drop(in_rt);
+            self.db = fresh;
+        }
+
+        /// Waits for a change's journal entry; every ticket must resolve.
+        fn durable(&self, ticket: Option<Ticket>) {
+            if let Some(t) = ticket {
+                self.rt.block_on(t.wait()).expect("journalled");
+            }
+        }
+    }
+
+    fn worker(n: u32) -> WorkerInfo {
+        WorkerInfo {
+            uname: "Linux 6.1".into(),
+            architecture: vec!["64bit".into(), "ELF".into()],
+            concurrency: 4,
+            max_memory: 8000,
+            min_threads: 1,
+            username: "other".into(),
+            version: crate::protocol::WORKER_VERSION,
+            python_version: vec![3, 11, 7],
+            gcc_version: vec![12, 2, 0],
+            compiler: "g++".into(),
+            unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
+            modified: false,
+            worker_arch: "x86-64-avx2".into(),
+            arch: "?".into(),
+            nps: 1e6,
+            near_github_api_limit: false,
+            remote_addr: format!("10.0.0.{n}"),
+            country_code: "?".into(),
+        }
+    }
+
+    /// Cumulative totals of a task, built from game pairs (always consistent).
+    #[derive(Clone, Copy, Default)]
+    struct Pairs {
+        p: [u64; 5],
+        crashes: u64,
+    }
+
+    impl Pairs {
+        /// Plays `n` pairs, the kinds cycling through `pattern` (indices into the
+        /// pentanomial: 0 = LL … 4 = WW).
+        fn play(mut self, n: u64, pattern: &[usize]) -> Pairs {
+            let played: u64 = self.p.iter().sum();
+            for k in 0..n {
+                let i = usize::try_from(played + k).expect("small") % pattern.len();
+                self.p[pattern[i]] += 1;
+            }
+            self
+        }
+
+        fn stats(self) -> Stats {
+            let p = self.p;
+            Stats {
+                wins: 2 * p[4] + p[3],
+                losses: 2 * p[0] + p[1],
+                draws: p[1] + 2 * p[2] + p[3],
+                crashes: self.crashes,
+                time_losses: 0,
+                pentanomial: p,
+            }
+        }
+    }
+
+    const EVEN: [usize; 10] = [2, 1, 3, 2, 0, 4, 2, 3, 1, 2];
+    const STRONG: [usize; 10] = [4, 3, 2, 4, 3, 2, 1, 3, 4, 2];
+
+    /// A run's document without what differs between twins by construction: ids and clocks.
+    fn comparable(run: &Run, trajectory: bool) -> Value {
+        fn strip(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    for k in ["_id", "start_time", "last_updated"] {
+                        m.remove(k);
+                    }
+                    m.values_mut().for_each(strip);
+                }
+                Value::Array(a) => a.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        let mut v = serde_json::to_value(run).expect("json");
+        if !trajectory && let Value::Object(m) = &mut v {
+            m.remove("trajectory");
+        }
+        strip(&mut v);
+        v
+    }
+
+    /// The reference (pool path only) and its twin (the event loop's try first).
+    struct Twins {
+        pool: Db,
+        fast: Db,
+        /// Updates the twin answered on its fast path, and those it declined.
+        hits: usize,
+        declined: usize,
+    }
+
+    impl Twins {
+        fn new() -> Twins {
+            Twins {
+                pool: Db::new(),
+                fast: Db::new(),
+                hits: 0,
+                declined: 0,
+            }
+        }
+
+        fn run(&self, extra: Value) -> [String; 2] {
+            [self.pool.run(extra.clone()), self.fast.run(extra)]
+        }
+
+        /// A task for worker `n` on both (the same task of the same run): (task_id, games).
+        fn request(&self, ids: &[String; 2], n: u32) -> (usize, u64) {
+            let mut got = Vec::new();
+            for (db, id) in [(&self.pool, &ids[0]), (&self.fast, &ids[1])] {
+                let (a, ticket) = db
+                    .db
+                    .request_task(&db.worker_user, worker(n))
+                    .expect("request_task");
+                db.durable(ticket);
+                let Assignment::Task(t) = a else {
+                    panic!("no task: {a:?}");
+                };
+                assert_eq!(&t.run_id, id);
+                got.push((t.task_id, t.num_games));
+            }
+            assert_eq!(got[0], got[1]);
+            got[0]
+        }
+
+        /// One update through both paths; the replies and the runs must be equal. Returns
+        /// the reply (or the error's text).
+        fn update(&mut self, ids: &[String; 2], task: usize, n: u32, stats: Stats) -> String {
+            let wi = worker(n);
+            let pool = self
+                .pool
+                .db
+                .update_task(&ids[0], task, stats, None, wi.clone());
+            let fast = match self
+                .fast
+                .db
+                .try_update_task(&ids[1], task, stats, None, &wi)
+            {
+                Some(r) => {
+                    self.hits += 1;
+                    r
+                }
+                None => {
+                    self.declined += 1;
+                    self.fast.db.update_task(&ids[1], task, stats, None, wi)
+                }
+            };
+            let text = |r: DbResult<(TaskReply, Option<Ticket>)>, db: &Db, id: &str| match r {
+                Ok((reply, ticket)) => {
+                    db.durable(ticket);
+                    format!("{reply:?}")
+                }
+                Err(e) => format!("error: {e}").replace(id, "<run>"),
+            };
+            let (pool, fast) = (
+                text(pool, &self.pool, &ids[0]),
+                text(fast, &self.fast, &ids[1]),
+            );
+            assert_eq!(pool, fast, "replies to {stats:?}");
+            self.same(ids);
+            pool
+        }
+
+        fn same(&self, ids: &[String; 2]) {
+            let (a, b) = (self.pool.get(&ids[0]), self.fast.get(&ids[1]));
+            assert_eq!(comparable(&a, true), comparable(&b, true));
+            assert_eq!(a.check_invariants(), Vec::<String>::new());
+            // Actions decided under the lock (an auto-purge's) go to the journal after the
+            // change whose ticket the update returns: wait for them a little.
+            for _ in 0..250 {
+                if self.pool.actions(&ids[0]) == self.fast.actions(&ids[1]) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(self.pool.actions(&ids[0]), self.fast.actions(&ids[1]));
+        }
+    }
+
+    #[test]
+    fn the_fast_path_is_equal_in_effect_to_the_pool_path() {
+        let mut t = Twins::new();
+
+        // A fixed-games run with auto-purge: plain updates, a retry, refused counts,
+        // Fishtest's rejections, tasks played to their end (one with crashes), the update that
+        // decides the run and the auto-purge that revives it.
+        let mut all = Vec::new();
+        let ids = t.run(json!({"auto_purge": true}));
+        all.push(ids[1].clone());
+        let (task, size) = t.request(&ids, 1);
+        assert!(size >= 64, "task of {size} games");
+        let mut p = Pairs::default().play(8, &EVEN);
+        assert_eq!(t.update(&ids, task, 1, p.stats()), "Alive(true)");
+        assert_eq!(t.update(&ids, task, 1, p.stats()), "Alive(true)", "a retry");
+        p = p.play(8, &EVEN);
+        assert_eq!(t.update(&ids, task, 1, p.stats()), "Alive(true)");
+        // An odd number of games is an impossible count (games are pairs): refused.
+        let mut odd = p.stats();
+        odd.draws += 1;
+        assert!(t.update(&ids, task, 1, odd).starts_with("error: stats:"));
+        // Another worker's key, a task out of range: refused, nothing changes.
+        assert!(
+            t.update(&ids, task, 2, p.stats())
+                .contains("Invalid unique key")
+        );
+        assert!(t.update(&ids, 99, 1, p.stats()).contains("Invalid task_id"));
+        // Fewer games than before: Fishtest ends the task.
+        let fewer = Pairs::default().play(4, &EVEN);
+        assert!(
+            t.update(&ids, task, 1, fewer.stats())
+                .starts_with("Rejected(GamesWentDown")
+        );
+        assert_eq!(t.update(&ids, task, 1, p.stats()), "NotActive");
+        // A count going down with more games in all: ended too.
+        let (task, _) = t.request(&ids, 3);
+        let p = Pairs::default().play(16, &EVEN);
+        assert_eq!(t.update(&ids, task, 3, p.stats()), "Alive(true)");
+        let mut down = p;
+        down.p[0] -= 1;
+        down.p[4] += 2;
+        assert_eq!(
+            t.update(&ids, task, 3, down.stats()),
+            "Rejected(CountWentDown)"
+        );
+        // Tasks played to their end, until the run is decided; the first with crashes, which
+        // the auto-purge takes out (reviving the run), so more tasks follow.
+        let mut n = 4;
+        let mut rounds = 0;
+        while !t.pool.get(&ids[0]).finished {
+            rounds += 1;
+            assert!(rounds < 100, "the run never finished");
+            let (task, size) = t.request(&ids, n);
+            let mut p = Pairs {
+                crashes: if n == 4 { 5 } else { 0 },
+                ..Pairs::default()
+            };
+            let step = (size / 8).max(2) / 2;
+            loop {
+                let played: u64 = p.p.iter().sum();
+                p = p.play(step.min(size / 2 - played), &EVEN);
+                let reply = t.update(&ids, task, n, p.stats());
+                if reply != "Alive(true)" {
+                    assert_eq!(reply, "Alive(false)");
+                    break;
+                }
+            }
+            n += 1;
+        }
+        let run = t.pool.get(&ids[0]);
+        assert!(
+            run.tasks.iter().any(|t| t.bad),
+            "the auto-purge took a task out"
+        );
+        assert!(
+            t.pool
+                .actions(&ids[0])
+                .iter()
+                .any(|a| a.0 == "crash_or_time")
+        );
+
+        // An SPRT run: updates at the batch, one off the batch (rejected), played until the
+        // SPRT accepts.
+        let ids = t.run(json!({"sprt": {"elo0": 0.0, "elo1": 2.0}, "num_games": null}));
+        all.push(ids[1].clone());
+        let batch_pairs = t.pool.get(&ids[0]).batch_games() / 2;
+        let (task, _) = t.request(&ids, 50);
+        let p = Pairs::default().play(batch_pairs, &STRONG);
+        assert_eq!(t.update(&ids, task, 50, p.stats()), "Alive(true)");
+        let off = p.play(1, &STRONG);
+        assert!(
+            t.update(&ids, task, 50, off.stats())
+                .starts_with("Rejected(NotBatchMultiple")
+        );
+        let mut n = 51;
+        'run: while !t.pool.get(&ids[0]).finished {
+            assert!(n < 200, "the SPRT never decided");
+            let (task, size) = t.request(&ids, n);
+            let mut p = Pairs::default();
+            while p.stats().games() + 2 * batch_pairs <= size {
+                p = p.play(batch_pairs, &STRONG);
+                let reply = t.update(&ids, task, n, p.stats());
+                if t.pool.get(&ids[0]).finished {
+                    assert_eq!(reply, "Alive(false)");
+                    break 'run;
+                }
+                // The task's last batch ends it.
+                let alive = p.stats().games() < size;
+                assert_eq!(reply, format!("Alive({alive})"));
+            }
+            n += 1;
+        }
+        let run = t.pool.get(&ids[0]);
+        let sprt = run.args.sprt.as_ref().expect("sprt");
+        assert_eq!(sprt.state, crate::stats::SprtState::Accepted);
+        assert!(run.trajectory.points.len() > 2);
+
+        // An SPSA run: never on the event loop (its journal patch carries the parameter
+        // history), and nothing changes when the try declines.
+        let ids = t.run(json!({"spsa": {"raw_params": "Foo,100,0,200,10,0.002"}}));
+        all.push(ids[1].clone());
+        let (task, _) = t.request(&ids, 200);
+        let before = comparable(&t.fast.get(&ids[1]), true);
+        let p = Pairs::default().play(6, &EVEN);
+        assert!(
+            t.fast
+                .db
+                .try_update_task(&ids[1], task, p.stats(), None, &worker(200))
+                .is_none()
+        );
+        assert_eq!(comparable(&t.fast.get(&ids[1]), true), before);
+        assert_eq!(t.update(&ids, task, 200, p.stats()), "Alive(true)");
+
+        // Both paths were exercised: plain updates on the loop, the rest declined.
+        assert!(t.hits >= 20, "{} fast-path hits", t.hits);
+        assert!(t.declined >= 5, "{} declined", t.declined);
+
+        // What the twin acknowledged is in its journal: a restart (the journal replayed over
+        // the stored documents) gives back the same runs. (The trajectory is written behind
+        // with the whole run, not journalled.)
+        let mut fast = t.fast;
+        let before: Vec<Value> = all
+            .iter()
+            .map(|id| comparable(&fast.get(id), false))
+            .collect();
+        fast.restart();
+        for (id, before) in all.iter().zip(before) {
+            assert_eq!(comparable(&fast.get(id), false), before, "{id}");
+        }
     }
 }

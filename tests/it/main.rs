@@ -33,5 +33,6 @@ mod ui_stats;
 mod ui_submit;
 mod ui_users;
 mod ui_workers;
+mod update_fast;
 mod web;
 mod worker_api;

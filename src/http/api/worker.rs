@@ -4,7 +4,9 @@
 //!
 //! Owns: each endpoint's path — validate on the loop ([`WorkerCall`]) -> log in (`auth`) ->
 //! domain work in the pool -> await the journal ticket (holding no token and no gate place)
-//! -> reply. request_task enters the admission gate after the login.
+//! -> reply. request_task enters the admission gate after the login. beat and update_task
+//! first try their work on the event loop (a credential-cache hit and `RunDb::try_beat` /
+//! `try_update_task`, which only try locks), counted in `shoal_loop_fast_path_total{route}`.
 //! Must not: contain scheduling rules (that is `rundb`) or reply without `ApiReply`.
 
 use std::sync::Arc;
@@ -254,8 +256,9 @@ async fn gated_request_task(
 type TaskWork = fn(&RunDb, TaskCall) -> Result<(TaskReply, Option<Ticket>), RunDbError>;
 
 /// Work that may be done on the event loop when it needs no wait (never blocks: `None` means
-/// "take the pool path").
-type FastWork = fn(&RunDb, &TaskCall) -> Option<Result<TaskReply, RunDbError>>;
+/// "take the pool path"); a change it made comes with its journal ticket, awaited before the
+/// reply as on the pool path.
+type FastWork = fn(&RunDb, &TaskCall) -> Option<Result<(TaskReply, Option<Ticket>), RunDbError>>;
 
 /// A validated call about one task.
 struct TaskCall {
@@ -325,12 +328,13 @@ async fn task_bound_or_fast(
         let db = rundb(state);
         if let Some(result) = fast(&db, &task) {
             metrics::counter!("shoal_loop_fast_path_total", "route" => route).increment(1);
-            return Ok(ApiReply::ok(replies::task_reply(
-                name,
-                &task.run_id,
-                task.task_id,
-                result?,
-            )));
+            let (reply, ticket) = result?;
+            // No lock and no token is held here: only the journal's group commit is awaited.
+            return durable(
+                replies::task_reply(name, &task.run_id, task.task_id, reply),
+                ticket,
+            )
+            .await;
         }
     }
     let (run_id, task_id) = (task.run_id.clone(), task.task_id);
@@ -357,9 +361,18 @@ pub async fn update_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
         stats: true,
         ..Needs::default()
     };
-    task_bound(&state, "Update_task", call, needs, |db, c| {
-        db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi)
-    })
+    task_bound_or_fast(
+        &state,
+        "Update_task",
+        call,
+        needs,
+        |db, c| db.update_task(&c.run_id, c.task_id, c.stats, c.spsa, c.wi),
+        // A mid-task update of a free, cached run: answered on the event loop, the reply
+        // still after the journal's commit (RunDb::try_update_task says when it declines).
+        Some(("update_task", |db, c| {
+            db.try_update_task(&c.run_id, c.task_id, c.stats, c.spsa, &c.wi)
+        })),
+    )
     .await
 }
 
@@ -385,7 +398,10 @@ pub async fn beat(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiRe
         Needs::default(),
         |db, c| db.beat(&c.run_id, c.task_id, &c.wi).map(|r| (r, None)),
         // Usually answered on the event loop: a beat is a timestamp in memory.
-        Some(("beat", |db, c| db.try_beat(&c.run_id, c.task_id, &c.wi))),
+        Some(("beat", |db, c| {
+            db.try_beat(&c.run_id, c.task_id, &c.wi)
+                .map(|r| r.map(|reply| (reply, None)))
+        })),
     )
     .await
 }
