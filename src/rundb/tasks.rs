@@ -428,146 +428,11 @@ mod tests {
     //! one run database and through `try_update_task` (falling back to `update_task` when it
     //! declines, as the HTTP handler does) on a twin, compared after every step.
 
-    use std::sync::Arc;
-
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::config::SqliteSync;
-    use crate::offload::Offload;
-    use crate::rundb::RunDbConfig;
-    use crate::rundb::books::Books;
-    use crate::rundb::create::CreateArgs;
     use crate::rundb::outcome::Assignment;
-    use crate::rundb::users::User;
-    use crate::store::sqlite::SqliteStore;
-    use crate::store::{Collection, Cond, Query, SharedStore};
-
-    /// One run database on a temporary SQLite store. Dropped in this order: the run
-    /// database, the runtime its journal writer runs on, the store's directory.
-    struct Db {
-        db: RunDb,
-        store: SharedStore,
-        owner: User,
-        approver: User,
-        worker_user: User,
-        rt: tokio::runtime::Runtime,
-        _dir: tempfile::TempDir,
-    }
-
-    fn open(store: &SharedStore) -> RunDb {
-        RunDb::open(
-            store.clone(),
-            Offload::new(4),
-            Books::shipped().expect("books"),
-            RunDbConfig::default(),
-        )
-        .expect("rundb")
-    }
-
-    impl Db {
-        fn new() -> Db {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store: SharedStore =
-                Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let in_rt = rt.enter();
-            let db = open(&store);
-            let owner = db.users.add("owner", "pw", "", false, None).expect("owner");
-            let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
-            let worker_user = db.users.add("other", "pw", "", false, None).expect("other");
-            drop(in_rt);
-            Db {
-                db,
-                store,
-                owner,
-                approver,
-                worker_user,
-                rt,
-                _dir: dir,
-            }
-        }
-
-        fn run(&self, extra: Value) -> String {
-            let mut v = json!({
-                "base_tag": "master", "new_tag": "patch",
-                "resolved_base": "a".repeat(40), "resolved_new": "b".repeat(40),
-                "base_signature": "1", "new_signature": "2",
-                "base_options": "Hash=16", "new_options": "Hash=16",
-                "tc": "10+0.1", "book": "UHO_Lichess_4852_v1.epd", "threads": 1,
-                "tests_repo": "https://github.com/official-stockfish/Stockfish",
-                "num_games": 2000, "info": "twins",
-            });
-            if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
-                v.extend(extra);
-            }
-            let args: CreateArgs = serde_json::from_value(v).expect("args");
-            let id = self.db.create_run(args, &self.owner).expect("create");
-            self.db.approve_run(&id, &self.approver).expect("approve");
-            id
-        }
-
-        fn get(&self, id: &str) -> Run {
-            let entry = self.db.entry(id).expect("entry").expect("run");
-            entry.run.lock().clone()
-        }
-
-        fn actions(&self, id: &str) -> Vec<(String, String)> {
-            let q = Query::new().with(Cond::Eq("run_id".into(), json!(id)));
-            let mut docs = self.store.find(Collection::Actions, &q).expect("find");
-            docs.sort_by(|a, b| {
-                let t = |d: &Doc| d.get("time").and_then(Value::as_f64).unwrap_or(0.0);
-                t(a).total_cmp(&t(b))
-            });
-            let s = |d: &Doc, k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            docs.iter()
-                .map(|d| (s(d, "action"), s(d, "message")))
-                .collect()
-        }
-
-        /// A restart on the same store: a new run database, recovered from the stored
-        /// documents and the journal.
-        fn restart(&mut self) {
-            let in_rt = self.rt.enter();
-            let fresh = open(&self.store);
-            drop(in_rt);
-            self.db = fresh;
-        }
-
-        /// Waits for a change's journal entry; every ticket must resolve.
-        fn durable(&self, ticket: Option<Ticket>) {
-            if let Some(t) = ticket {
-                self.rt.block_on(t.wait()).expect("journalled");
-            }
-        }
-    }
-
-    fn worker(n: u32) -> WorkerInfo {
-        WorkerInfo {
-            uname: "Linux 6.1".into(),
-            architecture: vec!["64bit".into(), "ELF".into()],
-            concurrency: 4,
-            max_memory: 8000,
-            min_threads: 1,
-            username: "other".into(),
-            version: crate::protocol::WORKER_VERSION,
-            python_version: vec![3, 11, 7],
-            gcc_version: vec![12, 2, 0],
-            compiler: "g++".into(),
-            unique_key: format!("{n:08x}-1111-4222-8333-{n:012x}"),
-            modified: false,
-            worker_arch: "x86-64-avx2".into(),
-            arch: "?".into(),
-            nps: 1e6,
-            near_github_api_limit: false,
-            remote_addr: format!("10.0.0.{n}"),
-            country_code: "?".into(),
-        }
-    }
+    use crate::rundb::testkit::{Fixture, fixture, worker};
 
     /// Cumulative totals of a task, built from game pairs (always consistent).
     #[derive(Clone, Copy, Default)]
@@ -628,8 +493,8 @@ mod tests {
 
     /// The reference (pool path only) and its twin (the event loop's try first).
     struct Twins {
-        pool: Db,
-        fast: Db,
+        pool: Fixture,
+        fast: Fixture,
         /// Updates the twin answered on its fast path, and those it declined.
         hits: usize,
         declined: usize,
@@ -638,24 +503,32 @@ mod tests {
     impl Twins {
         fn new() -> Twins {
             Twins {
-                pool: Db::new(),
-                fast: Db::new(),
+                pool: fixture(),
+                fast: fixture(),
                 hits: 0,
                 declined: 0,
             }
         }
 
-        fn run(&self, extra: Value) -> [String; 2] {
-            [self.pool.run(extra.clone()), self.fast.run(extra)]
+        /// The same approved run on both: 2,000 games unless `extra` says otherwise.
+        fn run(&self, mut extra: Value) -> [String; 2] {
+            if let Value::Object(m) = &mut extra {
+                m.entry("num_games").or_insert(json!(2000));
+                m.entry("info").or_insert(json!("twins"));
+            }
+            [
+                self.pool.run(extra.clone(), true),
+                self.fast.run(extra, true),
+            ]
         }
 
         /// A task for worker `n` on both (the same task of the same run): (task_id, games).
-        fn request(&self, ids: &[String; 2], n: u32) -> (usize, u64) {
+        fn request(&self, ids: &[String; 2], n: usize) -> (usize, u64) {
             let mut got = Vec::new();
             for (db, id) in [(&self.pool, &ids[0]), (&self.fast, &ids[1])] {
                 let (a, ticket) = db
                     .db
-                    .request_task(&db.worker_user, worker(n))
+                    .request_task(&db.other, worker(n))
                     .expect("request_task");
                 db.durable(ticket);
                 let Assignment::Task(t) = a else {
@@ -670,7 +543,7 @@ mod tests {
 
         /// One update through both paths; the replies and the runs must be equal. Returns
         /// the reply (or the error's text).
-        fn update(&mut self, ids: &[String; 2], task: usize, n: u32, stats: Stats) -> String {
+        fn update(&mut self, ids: &[String; 2], task: usize, n: usize, stats: Stats) -> String {
             let wi = worker(n);
             let pool = self
                 .pool
@@ -690,7 +563,7 @@ mod tests {
                     self.fast.db.update_task(&ids[1], task, stats, None, wi)
                 }
             };
-            let text = |r: DbResult<(TaskReply, Option<Ticket>)>, db: &Db, id: &str| match r {
+            let text = |r: DbResult<(TaskReply, Option<Ticket>)>, db: &Fixture, id: &str| match r {
                 Ok((reply, ticket)) => {
                     db.durable(ticket);
                     format!("{reply:?}")

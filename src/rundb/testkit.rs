@@ -1,5 +1,5 @@
 //! Test fixtures shared by the run database's unit tests: a `RunDb` on a temporary SQLite
-//! store with three users, run arguments, and workers.
+//! store with three users, a restart on the same store, run arguments, and workers.
 //!
 //! Owns: nothing outside `#[cfg(test)]`.
 //! Must not: be used by non-test code.
@@ -15,14 +15,16 @@ use crate::rundb::create::CreateArgs;
 use crate::rundb::model::{Run, WorkerInfo};
 use crate::rundb::outcome::Assignment;
 use crate::rundb::users::User;
-use crate::rundb::{RunDb, RunDbConfig};
+use crate::rundb::{RunDb, RunDbConfig, Ticket};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Collection, Cond, Doc, Query};
+use crate::store::{Collection, Cond, Doc, Query, SharedStore};
 
 /// Dropped in this order: the run database, then the runtime its journal writer runs
 /// on, then the store's directory.
 pub(crate) struct Fixture {
     pub(crate) db: RunDb,
+    /// The store under `db`, kept for a restart on it.
+    pub(crate) store: SharedStore,
     pub(crate) owner: User,
     pub(crate) other: User,
     pub(crate) approver: User,
@@ -30,28 +32,36 @@ pub(crate) struct Fixture {
     pub(crate) dir: tempfile::TempDir,
 }
 
+/// A primary run database on `store`, recovered from what it holds; to be called inside the
+/// fixture's runtime (its journal writer is spawned there).
+fn open(store: &SharedStore) -> RunDb {
+    RunDb::open(
+        store.clone(),
+        Offload::new(4),
+        Books::shipped().expect("books"),
+        RunDbConfig::default(),
+    )
+    .expect("rundb")
+}
+
 pub(crate) fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+    let store: SharedStore =
+        Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     let _in_rt = rt.enter();
-    let db = RunDb::open(
-        store,
-        Offload::new(4),
-        Books::shipped().expect("books"),
-        RunDbConfig::default(),
-    )
-    .expect("rundb");
+    let db = open(&store);
     let owner = db.users.add("owner", "pw", "", false, None).expect("owner");
     let other = db.users.add("other", "pw", "", false, None).expect("other");
     let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
     drop(_in_rt);
     Fixture {
         db,
+        store,
         owner,
         other,
         approver,
@@ -125,6 +135,22 @@ impl Fixture {
 
     pub(crate) fn last_action(&self, id: &str) -> (String, String, String) {
         self.actions(id).pop().expect("an action")
+    }
+
+    /// A restart on the same store: a new run database, recovered from the stored documents
+    /// and the journal.
+    pub(crate) fn restart(&mut self) {
+        let in_rt = self.rt.enter();
+        let fresh = open(&self.store);
+        drop(in_rt);
+        self.db = fresh;
+    }
+
+    /// Waits for a change's journal entry; every ticket must resolve.
+    pub(crate) fn durable(&self, ticket: Option<Ticket>) {
+        if let Some(t) = ticket {
+            self.rt.block_on(t.wait()).expect("journalled");
+        }
     }
 
     pub(crate) fn request(&self, n: usize) -> Assignment {
