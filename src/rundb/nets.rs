@@ -331,15 +331,11 @@ pub fn count_download(store: &SharedStore, name: &str) -> Result<(), StoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SqliteSync;
-    use crate::store::sqlite::SqliteStore;
-    use std::sync::Arc;
+    use crate::rundb::testkit::temp_store;
 
     #[test]
     fn add_checks_name_and_content() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store: SharedStore =
-            Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("open"));
+        let (dir, store) = temp_store();
         let content = b"not really a net, but bytes all the same";
         let prefix = &hex::encode(Sha256::digest(content))[..12];
         let good = dir.path().join(format!("nn-{prefix}.nnue"));
@@ -368,9 +364,7 @@ mod tests {
 
     #[test]
     fn upload_writer_install_and_sweep() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store: SharedStore =
-            Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("open"));
+        let (dir, store) = temp_store();
         let content = b"an uploaded net";
         let prefix = &hex::encode(Sha256::digest(content))[..12];
         let name = format!("nn-{prefix}.nnue");

@@ -44,10 +44,16 @@ fn open(store: &SharedStore) -> RunDb {
     .expect("rundb")
 }
 
-pub(crate) fn fixture() -> Fixture {
+/// An empty SQLite store in a temporary directory; keep the directory until the store is dropped.
+pub(crate) fn temp_store() -> (tempfile::TempDir, SharedStore) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: SharedStore =
         Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+    (dir, store)
+}
+
+pub(crate) fn fixture() -> Fixture {
+    let (dir, store) = temp_store();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

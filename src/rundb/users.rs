@@ -677,13 +677,11 @@ fn to_doc(user: &User) -> Result<Doc, UserError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SqliteSync;
-    use crate::store::sqlite::SqliteStore;
+    use crate::rundb::testkit::temp_store;
     use std::sync::Arc;
 
     fn users() -> (tempfile::TempDir, Users) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("open"));
+        let (dir, store) = temp_store();
         (dir, Users::new(store))
     }
 
