@@ -124,8 +124,8 @@ fn ten_limits() -> RunDbConfig {
     }
 }
 
-/// request_task's critical section on 200 runs and 10,000 active tasks.
-fn bench_request_task(db: &RunDb, label: &str) {
+/// Loads `db` as the request_task benchmarks find it: 200 approved runs, 10,000 active tasks.
+fn load_request_task(db: &RunDb) -> User {
     let (user, approver) = bench_users(db);
     for i in 0..RUNS {
         approved_run(
@@ -141,15 +141,29 @@ fn bench_request_task(db: &RunDb, label: &str) {
         let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
         assert!(matches!(reply, Assignment::Task(_)), "{reply:?}");
     }
-    let mut samples = Vec::with_capacity(SAMPLES);
+    user
+}
+
+/// request_task's critical section on each of `dbs` (loaded alike), the calls interleaved
+/// (one on each database in turn, the order swapped every round) so that the machine's load
+/// and the allocator's state weigh on every database alike.
+fn bench_request_task(dbs: &[(&str, &RunDb)]) {
+    let users: Vec<User> = dbs.iter().map(|(_, db)| load_request_task(db)).collect();
+    let mut samples = vec![Vec::with_capacity(SAMPLES); dbs.len()];
     for n in 0..SAMPLES {
-        let w = worker(ACTIVE_TASKS + n);
-        let t = Instant::now();
-        let (reply, _) = db.request_task(&user, w).expect("request_task");
-        samples.push(t.elapsed());
-        assert!(matches!(reply, Assignment::Task(_)));
+        for k in 0..dbs.len() {
+            let i = if n % 2 == 0 { k } else { dbs.len() - 1 - k };
+            let (_, db) = dbs[i];
+            let w = worker(ACTIVE_TASKS + n);
+            let t = Instant::now();
+            let (reply, _) = db.request_task(&users[i], w).expect("request_task");
+            samples[i].push(t.elapsed());
+            assert!(matches!(reply, Assignment::Task(_)));
+        }
     }
-    percentiles(&format!("request_task, {label}"), samples);
+    for ((label, _), s) in dbs.iter().zip(samples) {
+        percentiles(&format!("request_task, {label}"), s);
+    }
 }
 
 fn main() {
@@ -160,18 +174,15 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let offload = Offload::new(16);
-        // The limits' cost: the same critical section with no configured limit and with ten
-        // (SHOAL_BENCH_LIMITS=1 runs only this pair).
-        for (label, cfg) in [
-            ("no limits", RunDbConfig::default()),
-            ("10 limits", ten_limits()),
-        ] {
-            let (_dir, db) = open_db_with(&offload, cfg);
-            offload
-                .run(move || bench_request_task(&db, label))
-                .await
-                .expect("bench panicked");
-        }
+        // The limits' cost: the same critical section with no configured limit and with ten,
+        // both databases loaded, then measured in turns (SHOAL_BENCH_LIMITS=1 runs only this
+        // pair).
+        let (_dir_a, none) = open_db_with(&offload, RunDbConfig::default());
+        let (_dir_b, ten) = open_db_with(&offload, ten_limits());
+        offload
+            .run(move || bench_request_task(&[("no limits", &none), ("10 limits", &ten)]))
+            .await
+            .expect("bench panicked");
         if std::env::var_os("SHOAL_BENCH_LIMITS").is_some() {
             return;
         }
