@@ -4,7 +4,7 @@
 //! Run with `cargo bench --bench hot_paths`. It builds a real run database on a temporary
 //! SQLite store (200 approved runs, 10,000 active tasks), then times calls of the same
 //! `RunDb` methods the HTTP handlers call, and prints percentiles. Numbers, not assertions:
-//! BENCHMARKS.md records them.
+//! BENCHMARKS.md records them. It allocates with the server's allocator (mimalloc).
 
 // A benchmark may panic on the unexpected (Cargo.toml denies these in src/).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -25,6 +25,11 @@ use shoal::rundb::outcome::{Assignment, TaskReply};
 use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
 use shoal::store::sqlite::SqliteStore;
+
+// The server's allocator (src/main.rs): glibc's malloc costs differently (`malloc_consolidate`
+// on every large allocation after many small frees), and the numbers are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const RUNS: usize = 200;
 const ACTIVE_TASKS: usize = 10_000;
@@ -124,32 +129,47 @@ fn ten_limits() -> RunDbConfig {
     }
 }
 
-/// request_task's critical section on 200 runs and 10,000 active tasks.
-fn bench_request_task(db: &RunDb, label: &str) {
-    let (user, approver) = bench_users(db);
+/// request_task's critical section on each of `dbs`, each loaded with 200 approved runs and
+/// 10,000 active tasks, the calls interleaved (one on each database in turn, the order
+/// swapped every round) so that the machine's load and the allocator's state weigh on every
+/// database alike.
+fn bench_request_task(dbs: &[(&str, &RunDb)]) {
+    // Loaded in turns too (a run, a task on each database in turn), so that neither is the
+    // one built on the other's leftovers.
+    let (users, approvers): (Vec<User>, Vec<User>) =
+        dbs.iter().map(|(_, db)| bench_users(db)).unzip();
     for i in 0..RUNS {
-        approved_run(
-            db,
-            &user,
-            &approver,
-            &format!("p{i}"),
-            100_000,
-            100 + i % 50,
-        );
+        for (k, (_, db)) in dbs.iter().enumerate() {
+            let tag = format!("p{i}");
+            approved_run(db, &users[k], &approvers[k], &tag, 100_000, 100 + i % 50);
+        }
     }
     for n in 0..ACTIVE_TASKS {
-        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
-        assert!(matches!(reply, Assignment::Task(_)), "{reply:?}");
+        for (k, (_, db)) in dbs.iter().enumerate() {
+            let (reply, _) = db.request_task(&users[k], worker(n)).expect("request_task");
+            assert!(matches!(reply, Assignment::Task(_)), "{reply:?}");
+        }
     }
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for n in 0..SAMPLES {
-        let w = worker(ACTIVE_TASKS + n);
-        let t = Instant::now();
-        let (reply, _) = db.request_task(&user, w).expect("request_task");
-        samples.push(t.elapsed());
-        assert!(matches!(reply, Assignment::Task(_)));
+    // SHOAL_BENCH_SAMPLES: more calls per database for a steadier p99 (each adds a task).
+    let n_samples = std::env::var("SHOAL_BENCH_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SAMPLES);
+    let mut samples = vec![Vec::with_capacity(n_samples); dbs.len()];
+    for n in 0..n_samples {
+        for k in 0..dbs.len() {
+            let i = if n % 2 == 0 { k } else { dbs.len() - 1 - k };
+            let (_, db) = dbs[i];
+            let w = worker(ACTIVE_TASKS + n);
+            let t = Instant::now();
+            let (reply, _) = db.request_task(&users[i], w).expect("request_task");
+            samples[i].push(t.elapsed());
+            assert!(matches!(reply, Assignment::Task(_)));
+        }
     }
-    percentiles(&format!("request_task, {label}"), samples);
+    for ((label, _), s) in dbs.iter().zip(samples) {
+        percentiles(&format!("request_task, {label}"), s);
+    }
 }
 
 fn main() {
@@ -160,18 +180,29 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let offload = Offload::new(16);
-        // The limits' cost: the same critical section with no configured limit and with ten
-        // (SHOAL_BENCH_LIMITS=1 runs only this pair).
-        for (label, cfg) in [
-            ("no limits", RunDbConfig::default()),
-            ("10 limits", ten_limits()),
-        ] {
-            let (_dir, db) = open_db_with(&offload, cfg);
-            offload
-                .run(move || bench_request_task(&db, label))
-                .await
-                .expect("bench panicked");
+        // The limits' cost: the same critical section with no configured limit and with ten,
+        // both databases loaded and measured in turns (SHOAL_BENCH_LIMITS=1 runs only this
+        // pair). SHOAL_BENCH_PAIR=ten,none swaps who goes first in each turn; none,none or
+        // ten,ten measure the bench's own difference between two alike databases.
+        let pair = std::env::var("SHOAL_BENCH_PAIR").unwrap_or_else(|_| "none,ten".into());
+        let mut dbs = Vec::new();
+        for (i, which) in pair.split(',').enumerate() {
+            let (cfg, label) = match which.trim() {
+                "none" => (RunDbConfig::default(), format!("no limits ({})", i + 1)),
+                "ten" => (ten_limits(), format!("10 limits ({})", i + 1)),
+                other => panic!("SHOAL_BENCH_PAIR: `{other}` is not none or ten"),
+            };
+            let (dir, db) = open_db_with(&offload, cfg);
+            dbs.push((label, db, dir));
         }
+        offload
+            .run(move || {
+                let refs: Vec<(&str, &RunDb)> =
+                    dbs.iter().map(|(l, db, _)| (l.as_str(), &**db)).collect();
+                bench_request_task(&refs);
+            })
+            .await
+            .expect("bench panicked");
         if std::env::var_os("SHOAL_BENCH_LIMITS").is_some() {
             return;
         }

@@ -8,12 +8,18 @@
 //! into a task or drops them, so a freed slot is never lost nor taken twice); floating state
 //! (current max, retries, next refresh, backoff 1 s → 60 s, ×2); rate windows (fixed windows
 //! per key); the read-only views.
+//! Cheap on request_task's path: a key's name is stored once (an `Arc<str>` shared by its map
+//! entry and every holder's record, so recording a grant allocates nothing for a key already
+//! held), grants are asked for with borrowed keys ([`GrantRef`]), keys are looked up by
+//! `&str`, and a run's checks stop at the first full key without building anything.
 //! Must not: do I/O, know HTTP or the run database, block (its lock is held for a few map
 //! operations; it is a leaf in the lock order: nothing else is taken while it is held).
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -47,6 +53,27 @@ pub struct Grant {
     pub key: String,
     pub units: u64,
     pub max: Option<u64>,
+}
+
+/// A grant whose key may be borrowed: what request_task asks for (no allocation per grant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRef<'a> {
+    pub limit: LimitId,
+    pub key: Cow<'a, str>,
+    pub units: u64,
+    pub max: Option<u64>,
+}
+
+impl Grant {
+    /// This grant with its key borrowed.
+    pub fn borrowed(&self) -> GrantRef<'_> {
+        GrantRef {
+            limit: self.limit,
+            key: Cow::Borrowed(&self.key),
+            units: self.units,
+            max: self.max,
+        }
+    }
 }
 
 /// Why a grant was refused.
@@ -109,8 +136,10 @@ struct Waiter {
     tx: oneshot::Sender<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct KeyState {
+    /// The key, shared with the map entry and every holder's record.
+    name: Arc<str>,
     held: u64,
     /// The max the last grant carried (per-key maxima: a user's machine limit, a run's window).
     max: Option<u64>,
@@ -121,6 +150,17 @@ struct KeyState {
 }
 
 impl KeyState {
+    fn new(name: Arc<str>) -> KeyState {
+        KeyState {
+            name,
+            held: 0,
+            max: None,
+            floating: None,
+            rejected: 0,
+            waiters: BTreeMap::new(),
+        }
+    }
+
     fn idle(&self) -> bool {
         self.held == 0 && self.waiters.is_empty() && self.floating.is_none()
     }
@@ -148,7 +188,7 @@ struct LimitState {
     /// The current max: settings or an approver's edit; for a floating limit, the value of
     /// its last successful refresh for keys without their own.
     max: u64,
-    keys: HashMap<String, KeyState>,
+    keys: HashMap<Arc<str>, KeyState>,
     rejected: u64,
     floating: Option<FloatState>,
     rate: HashMap<String, RateWindow>,
@@ -163,10 +203,33 @@ impl LimitState {
     }
 }
 
+/// `key`'s state in `keys`, created (its name allocated once) if new.
+fn key_state<'k>(keys: &'k mut HashMap<Arc<str>, KeyState>, key: &str) -> Option<&'k mut KeyState> {
+    if !keys.contains_key(key) {
+        let name: Arc<str> = Arc::from(key);
+        keys.insert(Arc::clone(&name), KeyState::new(name));
+    }
+    keys.get_mut(key)
+}
+
+/// One grant a holder holds: `units` of `limit` under `key`.
+#[derive(Debug, Clone)]
+struct Held {
+    limit: LimitId,
+    key: Arc<str>,
+    units: u64,
+}
+
+impl Held {
+    fn is(&self, limit: LimitId, key: &str) -> bool {
+        self.limit == limit && *self.key == *key
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     limits: Vec<LimitState>,
-    holders: HashMap<Holder, Vec<(LimitId, String, u64)>>,
+    holders: HashMap<Holder, Vec<Held>>,
     next_reservation: u64,
     next_seq: u64,
 }
@@ -262,13 +325,13 @@ impl Engine {
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Result<(), Full> {
-        self.check_all(std::slice::from_ref(grant), credit, reservation)
+        self.check_all(&[grant.borrowed()], credit, reservation)
     }
 
     /// `check` for several grants under one lock: the first that does not fit.
     pub fn check_all(
         &self,
-        grants: &[Grant],
+        grants: &[GrantRef<'_>],
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Result<(), Full> {
@@ -276,10 +339,10 @@ impl Engine {
         let res = reservation.map(Holder::Reservation);
         for grant in grants {
             let reserved = res.as_ref().is_some_and(|h| {
-                inner.holders.get(h).is_some_and(|gs| {
-                    gs.iter()
-                        .any(|(id, k, _)| *id == grant.limit && *k == grant.key)
-                })
+                inner
+                    .holders
+                    .get(h)
+                    .is_some_and(|gs| gs.iter().any(|g| g.is(grant.limit, &grant.key)))
             });
             inner.fits(grant, &[credit, res.as_ref()], reserved)?;
         }
@@ -291,31 +354,28 @@ impl Engine {
         let inner = self.inner.lock();
         grants
             .iter()
-            .map(|g| inner.fits(g, &[], false).is_ok())
+            .map(|g| inner.fits(&g.borrowed(), &[], false).is_ok())
             .collect()
     }
 
-    /// The tags of the items that would not fit now, checked under one lock without building
-    /// grants: `(tag, key, limit, units, max)` (request_task's per-run scan).
-    pub fn full_tags<'a>(
+    /// Whether any of the items would not fit now, checked under one lock without building
+    /// grants, stopping at the first full one: `(key, limit, units, max)` (request_task's
+    /// per-run check).
+    pub fn any_full<'a>(
         &self,
-        items: impl IntoIterator<Item = (usize, &'a str, LimitId, u64, Option<u64>)>,
-    ) -> Vec<usize> {
+        items: impl IntoIterator<Item = (&'a str, LimitId, u64, Option<u64>)>,
+    ) -> bool {
         let inner = self.inner.lock();
-        let mut full = Vec::new();
-        for (tag, key, limit, units, asked) in items {
+        items.into_iter().any(|(key, limit, units, asked)| {
             let Some(l) = inner.limits.get(limit) else {
-                continue;
+                return false;
             };
             let ks = l.keys.get(key);
             let max = l.effective_max(ks, asked);
             let held = ks.map_or(0, |k| k.held);
             let queued = ks.is_some_and(|k| !k.waiters.is_empty());
-            if queued || held.checked_add(units).is_none_or(|t| t > max) {
-                full.push(tag);
-            }
-        }
-        full
+            queued || held.checked_add(units).is_none_or(|t| t > max)
+        })
     }
 
     /// Grants every one of `grants` to `holder`, or none. A `reservation` (from a served
@@ -323,7 +383,7 @@ impl Engine {
     pub fn acquire(
         &self,
         holder: Holder,
-        grants: Vec<Grant>,
+        grants: &[GrantRef<'_>],
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Result<(), Full> {
@@ -333,9 +393,9 @@ impl Engine {
             None => Vec::new(),
         };
         let mut refused = None;
-        for g in &grants {
+        for g in grants {
             // The reserved key's queue was already passed.
-            let reserved = freed.iter().any(|(id, k, _)| *id == g.limit && *k == g.key);
+            let reserved = freed.iter().any(|h| h.is(g.limit, &g.key));
             if let Err(full) = inner.fits(g, &[credit], reserved) {
                 refused = Some(full);
                 break;
@@ -344,7 +404,7 @@ impl Engine {
         if let Some(full) = refused {
             if let Some(l) = inner.limits.get_mut(full.limit) {
                 l.rejected = l.rejected.saturating_add(1);
-                if let Some(k) = l.keys.get_mut(&full.key) {
+                if let Some(k) = l.keys.get_mut(full.key.as_str()) {
                     k.rejected = k.rejected.saturating_add(1);
                 }
             }
@@ -358,7 +418,7 @@ impl Engine {
 
     /// Counts `grants` as `holder`'s whatever the maxima (start-up: the active tasks are
     /// holders already).
-    pub fn rebuild(&self, holder: Holder, grants: Vec<Grant>) {
+    pub fn rebuild(&self, holder: Holder, grants: &[GrantRef<'_>]) {
         let mut inner = self.inner.lock();
         inner.put(holder, grants);
     }
@@ -379,8 +439,10 @@ impl Engine {
         let mut inner = self.inner.lock();
         let seq = inner.next_seq;
         inner.next_seq = inner.next_seq.wrapping_add(1);
-        if let Some(l) = inner.limits.get_mut(grant.limit) {
-            l.keys.entry(grant.key.clone()).or_default().waiters.insert(
+        if let Some(l) = inner.limits.get_mut(grant.limit)
+            && let Some(k) = key_state(&mut l.keys, &grant.key)
+        {
+            k.waiters.insert(
                 (Reverse(priority), seq),
                 Waiter {
                     units: grant.units,
@@ -403,11 +465,11 @@ impl Engine {
     pub fn cancel(&self, ticket: &WaitTicket) {
         let mut inner = self.inner.lock();
         if let Some(l) = inner.limits.get_mut(ticket.limit)
-            && let Some(k) = l.keys.get_mut(&ticket.key)
+            && let Some(k) = l.keys.get_mut(ticket.key.as_str())
         {
             k.waiters.retain(|(_, s), _| *s != ticket.seq);
             if k.idle() {
-                l.keys.remove(&ticket.key);
+                l.keys.remove(ticket.key.as_str());
             }
         }
     }
@@ -442,7 +504,7 @@ impl Engine {
         }
         let old = l.max;
         l.max = max;
-        let keys: Vec<String> = l.keys.keys().cloned().collect();
+        let keys: Vec<Arc<str>> = l.keys.keys().cloned().collect();
         for k in keys {
             inner.serve(limit, &k);
         }
@@ -536,7 +598,7 @@ impl Engine {
                 l.keys
                     .iter()
                     .filter(|(_, k)| k.held > 0)
-                    .map(|(key, k)| (key.clone(), k.held))
+                    .map(|(key, k)| (key.to_string(), k.held))
                     .collect()
             })
             .unwrap_or_default()
@@ -570,10 +632,12 @@ impl Engine {
             k.floating = None;
         }
         for (key, v) in per_key {
-            l.keys.entry(key).or_default().floating = Some(v.clamp(1, MAX_MAX));
+            if let Some(k) = key_state(&mut l.keys, &key) {
+                k.floating = Some(v.clamp(1, MAX_MAX));
+            }
         }
         l.keys.retain(|_, k| !k.idle());
-        let keys: Vec<String> = l.keys.keys().cloned().collect();
+        let keys: Vec<Arc<str>> = l.keys.keys().cloned().collect();
         for k in keys {
             inner.serve(limit, &k);
         }
@@ -599,8 +663,8 @@ impl Engine {
         let inner = self.inner.lock();
         let mut tasks: HashMap<(LimitId, &str), Vec<String>> = HashMap::new();
         for (h, grants) in &inner.holders {
-            for (id, key, _) in grants {
-                let list = tasks.entry((*id, key.as_str())).or_default();
+            for g in grants {
+                let list = tasks.entry((g.limit, &*g.key)).or_default();
                 if list.len() < 100 {
                     list.push(match h {
                         Holder::Task(r, t) => format!("{r}/{t}"),
@@ -631,12 +695,12 @@ impl Engine {
                     l.keys
                         .iter()
                         .map(|(k, s)| KeyView {
-                            key: k.clone(),
+                            key: k.to_string(),
                             max: l.effective_max(Some(s), s.max),
                             holders: s.held,
                             waiters: s.waiters.len(),
                             rejected: s.rejected,
-                            held_by: tasks.remove(&(id, k.as_str())).unwrap_or_default(),
+                            held_by: tasks.remove(&(id, &**k)).unwrap_or_default(),
                         })
                         .collect()
                 };
@@ -710,14 +774,14 @@ impl Engine {
         let inner = self.inner.lock();
         let mut sums: HashMap<(LimitId, &str), u64> = HashMap::new();
         for grants in inner.holders.values() {
-            for (id, key, units) in grants {
-                *sums.entry((*id, key.as_str())).or_default() += units;
+            for g in grants {
+                *sums.entry((g.limit, &*g.key)).or_default() += g.units;
             }
         }
         inner.limits.iter().enumerate().all(|(id, l)| {
             l.keys
                 .iter()
-                .all(|(k, s)| sums.get(&(id, k.as_str())).copied().unwrap_or(0) == s.held)
+                .all(|(k, s)| sums.get(&(id, &**k)).copied().unwrap_or(0) == s.held)
         }) && sums.iter().all(|((id, k), units)| {
             inner
                 .limits
@@ -729,19 +793,22 @@ impl Engine {
 }
 
 impl Inner {
-    fn fits(&self, g: &Grant, credits: &[Option<&Holder>], reserved: bool) -> Result<(), Full> {
+    fn fits(
+        &self,
+        g: &GrantRef<'_>,
+        credits: &[Option<&Holder>],
+        reserved: bool,
+    ) -> Result<(), Full> {
         let Some(l) = self.limits.get(g.limit) else {
             return Ok(());
         };
-        let ks = l.keys.get(&g.key);
+        let ks = l.keys.get(&*g.key);
         let max = l.effective_max(ks, g.max);
         let mut held = ks.map_or(0, |k| k.held);
         for c in credits.iter().flatten() {
             if let Some(grants) = self.holders.get(*c) {
-                for (id, key, units) in grants {
-                    if *id == g.limit && *key == g.key {
-                        held = held.saturating_sub(*units);
-                    }
+                for h in grants.iter().filter(|h| h.is(g.limit, &g.key)) {
+                    held = held.saturating_sub(h.units);
                 }
             }
         }
@@ -752,48 +819,62 @@ impl Inner {
             _ => Err(Full {
                 limit: g.limit,
                 name: l.def.name.clone(),
-                key: g.key.clone(),
+                key: g.key.to_string(),
                 max,
                 held,
             }),
         }
     }
 
-    fn put(&mut self, holder: Holder, grants: Vec<Grant>) {
+    /// Counts `grants` as `holder`'s: each key's counter, and one record per grant that
+    /// shares the key's name (nothing is allocated for a key that already has a state).
+    fn put(&mut self, holder: Holder, grants: &[GrantRef<'_>]) {
         let mut record = Vec::with_capacity(grants.len());
         for g in grants {
-            if let Some(l) = self.limits.get_mut(g.limit) {
-                let k = l.keys.entry(g.key.clone()).or_default();
-                k.held = k.held.saturating_add(g.units);
-                if g.max.is_some() {
-                    k.max = g.max;
-                }
-                record.push((g.limit, g.key, g.units));
+            let Some(l) = self.limits.get_mut(g.limit) else {
+                continue;
+            };
+            let Some(k) = key_state(&mut l.keys, &g.key) else {
+                continue;
+            };
+            k.held = k.held.saturating_add(g.units);
+            if g.max.is_some() {
+                k.max = g.max;
+            }
+            record.push(Held {
+                limit: g.limit,
+                key: Arc::clone(&k.name),
+                units: g.units,
+            });
+        }
+        match self.holders.entry(holder) {
+            Entry::Occupied(mut e) => e.get_mut().extend(record),
+            Entry::Vacant(e) => {
+                e.insert(record);
             }
         }
-        self.holders.entry(holder).or_default().extend(record);
     }
 
-    fn take(&mut self, holder: &Holder) -> Vec<(LimitId, String, u64)> {
+    fn take(&mut self, holder: &Holder) -> Vec<Held> {
         let Some(grants) = self.holders.remove(holder) else {
             return Vec::new();
         };
-        for (id, key, units) in &grants {
-            if let Some(l) = self.limits.get_mut(*id)
-                && let Some(k) = l.keys.get_mut(key)
+        for h in &grants {
+            if let Some(l) = self.limits.get_mut(h.limit)
+                && let Some(k) = l.keys.get_mut(&*h.key)
             {
-                k.held = k.held.saturating_sub(*units);
+                k.held = k.held.saturating_sub(h.units);
                 if k.idle() {
-                    l.keys.remove(key);
+                    l.keys.remove(&*h.key);
                 }
             }
         }
         grants
     }
 
-    fn serve_all(&mut self, freed: &[(LimitId, String, u64)]) {
-        for (id, key, _) in freed {
-            self.serve(*id, key);
+    fn serve_all(&mut self, freed: &[Held]) {
+        for h in freed {
+            self.serve(h.limit, &h.key);
         }
     }
 
@@ -826,13 +907,13 @@ impl Inner {
                 // The waiter left: nothing reserved, try the next.
                 continue;
             }
-            let grant = Grant {
+            let grant = GrantRef {
                 limit,
-                key: key.to_string(),
+                key: Cow::Borrowed(key),
                 units: w.units,
                 max: w.max,
             };
-            self.put(Holder::Reservation(id), vec![grant]);
+            self.put(Holder::Reservation(id), &[grant]);
         }
     }
 }

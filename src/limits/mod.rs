@@ -15,7 +15,7 @@ pub mod def;
 pub mod engine;
 
 pub use def::{KeyKind, Kind, LimitDef, LimitSpec, Scope, Source, Unit};
-pub use engine::{Engine, Full, Grant, Holder, KeyCtx, LimitId, LimitView, RateLimited};
+pub use engine::{Engine, Full, Grant, GrantRef, Holder, KeyCtx, LimitId, LimitView, RateLimited};
 
 #[cfg(test)]
 mod props;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::def::{LimitDef, LimitSpec};
-use super::engine::{Engine, Grant, Holder, KeyCtx, backoff};
+use super::engine::{Engine, Grant, GrantRef, Holder, KeyCtx, backoff};
 use super::{Scope, def};
 
 fn engine(max: u64) -> Engine {
@@ -67,7 +67,7 @@ proptest! {
                 Op::Acquire { task, key, units } => {
                     let h = Holder::Task("r".into(), task.into());
                     e.release(&h);
-                    let _ = e.acquire(h, vec![grant(key, units)], None, None);
+                    let _ = e.acquire(h, &[grant(key, units).borrowed()], None, None);
                 }
                 Op::Release { task } => {
                     let h = Holder::Task("r".into(), task.into());
@@ -82,7 +82,7 @@ proptest! {
                         e.release(&h);
                         let g = Grant { limit: USER, key, units: 1, max: None };
                         // A reservation always converts into a holder of its key.
-                        prop_assert!(e.acquire(h, vec![g], None, Some(r)).is_ok());
+                        prop_assert!(e.acquire(h, &[g.borrowed()], None, Some(r)).is_ok());
                     }
                 }
                 Op::Drop { waiter } => {
@@ -138,9 +138,9 @@ proptest! {
     fn waiters_by_priority_then_arrival(max in 1u64..4, prios in proptest::collection::vec(-3i8..4, 1..20)) {
         let e = engine(max);
         for t in 0..max {
-            prop_assert!(e.acquire(Holder::Task("r".into(), t as usize), vec![grant(0, 1)], None, None).is_ok());
+            prop_assert!(e.acquire(Holder::Task("r".into(), t as usize), &[grant(0, 1).borrowed()], None, None).is_ok());
         }
-        prop_assert!(e.acquire(Holder::Task("r".into(), 99), vec![grant(0, 1)], None, None).is_err());
+        prop_assert!(e.acquire(Holder::Task("r".into(), 99), &[grant(0, 1).borrowed()], None, None).is_err());
         let mut tickets: Vec<_> = prios.iter().map(|p| (i64::from(*p), e.wait(&grant(0, 1), (*p).into()))).collect();
         let mut expected: Vec<(i64, u64)> = tickets.iter().map(|(p, t)| (*p, t.seq)).collect();
         expected.sort_by_key(|(p, s)| (-p, *s));
@@ -162,7 +162,7 @@ proptest! {
             served.push((p, s));
             let task = Holder::Task("w".into(), next_task);
             next_task += 1;
-            prop_assert!(e.acquire(task.clone(), vec![grant(0, 1)], None, Some(r)).is_ok());
+            prop_assert!(e.acquire(task.clone(), &[grant(0, 1).borrowed()], None, Some(r)).is_ok());
             held.push(task);
             prop_assert!(e.held_by_key(USER, "u0") <= max);
         }
@@ -226,7 +226,7 @@ fn floating_failure_keeps_the_value_and_backs_off() {
     let g = |i| {
         (
             Holder::Task("r".into(), i),
-            vec![Grant {
+            vec![GrantRef {
                 limit: 0,
                 key: "db".into(),
                 units: 1,
@@ -236,14 +236,14 @@ fn floating_failure_keeps_the_value_and_backs_off() {
     };
     for i in 0..4 {
         let (h, gs) = g(i);
-        assert!(e.acquire(h, gs, None, None).is_ok());
+        assert!(e.acquire(h, &gs, None, None).is_ok());
     }
     let (h, gs) = g(4);
-    assert!(e.acquire(h, gs, None, None).is_err());
+    assert!(e.acquire(h, &gs, None, None).is_err());
     e.refreshed(0, Some(5), Vec::new(), t1);
     assert_eq!(e.view(t1)[0].floating.as_ref().map(|f| f.retries), Some(0));
     let (h, gs) = g(4);
-    assert!(e.acquire(h, gs, None, None).is_ok());
+    assert!(e.acquire(h, &gs, None, None).is_ok());
 }
 
 #[test]
@@ -257,15 +257,20 @@ fn credit_and_per_key_max() {
         max: Some(max),
     };
     let a = Holder::Task("r".into(), 0);
-    assert!(e.acquire(a.clone(), vec![g(1)], None, None).is_ok());
+    assert!(e.acquire(a.clone(), &[g(1).borrowed()], None, None).is_ok());
     // The user's own stale task does not count against it.
     assert!(
-        e.acquire(Holder::Task("r".into(), 1), vec![g(1)], None, None)
+        e.acquire(Holder::Task("r".into(), 1), &[g(1).borrowed()], None, None)
             .is_err()
     );
     assert!(
-        e.acquire(Holder::Task("r".into(), 1), vec![g(1)], Some(&a), None)
-            .is_ok()
+        e.acquire(
+            Holder::Task("r".into(), 1),
+            &[g(1).borrowed()],
+            Some(&a),
+            None
+        )
+        .is_ok()
     );
     assert_eq!(e.held_by_key(machine, "1.2.3.4"), 2);
     assert!(e.set_max(machine, 5).is_err(), "built-ins are not edited");

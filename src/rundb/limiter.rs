@@ -4,12 +4,16 @@
 //! Owns: `LimitIds` (the engine's ids of the built-ins and of the limits keyed by the worker
 //! or by the run, fixed at start), a task's grants (`worker_grants`, `run_grants`: the
 //! machine limit with the user's `machine_limit`, the run's `max_active_tasks` window, every
-//! configured concurrency and floating limit), the holders rebuilt from the active tasks at
-//! start (`rebuild_holders`), and `refresh_floating` (the built-in computations fed from the
-//! cached runs, their results or failures handed to the engine).
+//! configured concurrency and floating limit; keys borrowed from the worker and the run, so
+//! asking allocates nothing but the `user@ip` key), request_task's per-candidate check
+//! (`RunLimits`, `run_full`: no engine call when no limit is keyed by the run and the run
+//! has no window), the holders rebuilt from the active tasks at start (`rebuild_holders`),
+//! and `refresh_floating` (the built-in computations fed from the cached runs, their results
+//! or failures handed to the engine).
 //! Must not: call the operations or recovery; take `sched`; hold a run's lock while calling
 //! the engine in a way that takes another run's (the engine is a leaf lock).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -19,7 +23,7 @@ use super::users::User;
 use super::{DbResult, RunDb, RunDbError};
 use crate::limits::compute::{self, RunLoad};
 use crate::limits::def::{MACHINE, SPSA_CORES, WINDOW};
-use crate::limits::{Engine, Grant, Holder, KeyCtx, KeyKind, LimitId, Source};
+use crate::limits::{Engine, GrantRef, Holder, KeyCtx, KeyKind, LimitId, Source};
 use crate::store::{Collection, Doc};
 
 /// The `kvstore` document with the maxima approvers set.
@@ -57,6 +61,16 @@ impl LimitIds {
     }
 }
 
+/// What request_task checks of one candidate run's limits, gathered under its lock.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RunLimits<'a> {
+    pub(super) id: &'a str,
+    /// The run's window (`max_active_tasks`), if any.
+    pub(super) window: Option<u64>,
+    /// An SPSA run (under the SPSA core cap).
+    pub(super) spsa: bool,
+}
+
 /// The key context of a task: its worker, and its run if known.
 pub(super) fn ctx<'a>(wi: &'a WorkerInfo, short: &'a str, run: Option<&'a str>) -> KeyCtx<'a> {
     KeyCtx {
@@ -70,19 +84,19 @@ pub(super) fn ctx<'a>(wi: &'a WorkerInfo, short: &'a str, run: Option<&'a str>) 
 impl RunDb {
     /// The grants keyed by the worker: the machine limit (against `machine_limit`, the user's)
     /// first, then the configured limits in order.
-    pub(super) fn worker_grants(
-        &self,
-        wi: &WorkerInfo,
-        short: &str,
+    pub(super) fn worker_grants<'a>(
+        &'a self,
+        wi: &'a WorkerInfo,
+        short: &'a str,
         machine_limit: Option<u32>,
-    ) -> Vec<Grant> {
+    ) -> Vec<GrantRef<'a>> {
         let ids = &self.limit_ids;
         let ctx = ctx(wi, short, None);
         let mut grants = Vec::with_capacity(1 + ids.worker_keyed.len());
         if let Some(m) = ids.machine {
-            grants.push(Grant {
+            grants.push(GrantRef {
                 limit: m,
-                key: wi.remote_addr.clone(),
+                key: Cow::Borrowed(&wi.remote_addr),
                 units: 1,
                 max: machine_limit.map(u64::from),
             });
@@ -92,9 +106,9 @@ impl RunDb {
                 continue;
             };
             if let Some(key) = def.key.value(&ctx) {
-                grants.push(Grant {
+                grants.push(GrantRef {
                     limit: *id,
-                    key: key.into_owned(),
+                    key,
                     units: self.limits.units(*id, wi.concurrency),
                     max: None,
                 });
@@ -105,65 +119,70 @@ impl RunDb {
 
     /// The grants keyed by the run: its window (always held, so that a window set later by
     /// `/tests/modify` counts the tasks already running), the SPSA core cap for SPSA runs,
-    /// then the configured run-keyed limits. `checked_only` leaves out what cannot refuse
-    /// (a run without a window), for request_task's per-candidate check.
-    pub(super) fn run_grants(&self, run: &Run, concurrency: u32, checked_only: bool) -> Vec<Grant> {
+    /// then the configured run-keyed limits.
+    pub(super) fn run_grants<'a>(
+        &self,
+        run: &'a Run,
+        concurrency: u32,
+    ) -> impl Iterator<Item = GrantRef<'a>> + use<'a, '_> {
         let ids = &self.limit_ids;
-        let mut grants = Vec::with_capacity(2 + ids.run_keyed.len());
-        let window = run.args.max_active_tasks;
-        if let Some(w) = ids.window
-            && (!checked_only || window.is_some())
-        {
-            grants.push(Grant {
-                limit: w,
-                key: run.id.clone(),
-                units: 1,
-                max: window.map(u64::from),
-            });
-        }
-        if let Some(s) = ids.spsa
-            && run.args.spsa.is_some()
-        {
-            grants.push(Grant {
+        let id = run.id.as_str();
+        let window = ids.window.map(|w| GrantRef {
+            limit: w,
+            key: Cow::Borrowed(id),
+            units: 1,
+            max: run.args.max_active_tasks.map(u64::from),
+        });
+        let spsa = ids
+            .spsa
+            .filter(|_| run.args.spsa.is_some())
+            .map(|s| GrantRef {
                 limit: s,
-                key: run.id.clone(),
+                key: Cow::Borrowed(id),
                 units: u64::from(concurrency),
                 max: None,
             });
-        }
-        for id in &ids.run_keyed {
-            grants.push(Grant {
-                limit: *id,
-                key: run.id.clone(),
-                units: self.limits.units(*id, concurrency),
-                max: None,
-            });
-        }
-        grants
+        let configured = ids.run_keyed.iter().map(move |l| GrantRef {
+            limit: *l,
+            key: Cow::Borrowed(id),
+            units: self.limits.units(*l, concurrency),
+            max: None,
+        });
+        window.into_iter().chain(spsa).chain(configured)
     }
 
-    /// What `run_grants(run, concurrency, true)` would check, without building grants:
-    /// `(tag, run id, limit, units, max)` pushed onto `out`.
-    pub(super) fn push_run_checks<'a>(
-        &self,
-        run: &Run,
-        id: &'a str,
-        concurrency: u32,
-        tag: usize,
-        out: &mut Vec<(usize, &'a str, LimitId, u64, Option<u64>)>,
-    ) {
+    /// What request_task checks of `run`'s limits (read under its lock).
+    pub(super) fn run_limits<'a>(&self, run: &Run, id: &'a str) -> RunLimits<'a> {
+        RunLimits {
+            id,
+            window: run.args.max_active_tasks.map(u64::from),
+            spsa: run.args.spsa.is_some(),
+        }
+    }
+
+    /// Whether a run-keyed limit of the candidate `r` is full for a worker of `concurrency`
+    /// cores: its window, the SPSA core cap, the configured run-keyed limits (what
+    /// `run_grants` would take, less a window that is not set). No engine call when none
+    /// applies.
+    pub(super) fn run_full(&self, r: &RunLimits<'_>, concurrency: u32) -> bool {
         let ids = &self.limit_ids;
-        if let (Some(w), Some(max)) = (ids.window, run.args.max_active_tasks) {
-            out.push((tag, id, w, 1, Some(u64::from(max))));
+        let window = ids
+            .window
+            .zip(r.window)
+            .map(|(w, max)| (r.id, w, 1, Some(max)));
+        let spsa = ids
+            .spsa
+            .filter(|_| r.spsa)
+            .map(|s| (r.id, s, u64::from(concurrency), None));
+        if window.is_none() && spsa.is_none() && ids.run_keyed.is_empty() {
+            return false;
         }
-        if let Some(s) = ids.spsa
-            && run.args.spsa.is_some()
-        {
-            out.push((tag, id, s, u64::from(concurrency), None));
-        }
-        for l in &ids.run_keyed {
-            out.push((tag, id, *l, self.limits.units(*l, concurrency), None));
-        }
+        let configured = ids
+            .run_keyed
+            .iter()
+            .map(|l| (r.id, *l, self.limits.units(*l, concurrency), None));
+        self.limits
+            .any_full(window.into_iter().chain(spsa).chain(configured))
     }
 
     /// Start-up: every active task of `run` holds its grants again, whatever the maxima.
@@ -174,8 +193,9 @@ impl RunDb {
             }
             let short = t.worker_info.short_name();
             let mut grants = self.worker_grants(&t.worker_info, &short, None);
-            grants.extend(self.run_grants(run, t.worker_info.concurrency, false));
-            self.limits.rebuild(Holder::Task(run.id.clone(), i), grants);
+            grants.extend(self.run_grants(run, t.worker_info.concurrency));
+            self.limits
+                .rebuild(Holder::Task(run.id.clone(), i), &grants);
         }
     }
 

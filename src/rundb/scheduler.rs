@@ -21,7 +21,7 @@ use super::outcome::{Assignment, Refusal, TaskAssignment};
 use super::schedule::{self, Candidate, WorkerNeeds};
 use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, now, secs_since};
-use crate::limits::{Full, Grant, Holder};
+use crate::limits::{Full, GrantRef, Holder};
 use crate::store::{Collection, Cond, Doc, Query};
 
 /// Two workers with the same short name within this window are duplicates.
@@ -146,9 +146,8 @@ impl RunDb {
         let cache = self.cache.read();
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
-        let mut run_checks = Vec::new();
-        // Each candidate's run-keyed checks: `run_checks[ranges[index]]`.
-        let mut ranges = Vec::with_capacity(ids.len());
+        // Each candidate's run-keyed limits: `run_limits[index]`.
+        let mut run_limits = Vec::with_capacity(ids.len());
         for id in &ids {
             let Some(entry) = cache.get(id) else { continue };
             let run = entry.run.lock();
@@ -175,10 +174,7 @@ impl RunDb {
                 in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
                 limited: false,
             });
-            let tag = candidates.len() - 1;
-            let start = run_checks.len();
-            self.push_run_checks(&run, id, wi.concurrency, tag, &mut run_checks);
-            ranges.push(start..run_checks.len());
+            run_limits.push(self.run_limits(&run, id));
             entries.push(entry.clone());
         }
         drop(cache);
@@ -193,13 +189,9 @@ impl RunDb {
         // The run-keyed limits (window, SPSA core cap, configured) of the runs `choose` would
         // pick, in its order: a full run is skipped and the worker gets another.
         let limited = |index: usize| {
-            let Some(range) = ranges.get(index) else {
-                return false;
-            };
-            let Some(checks) = run_checks.get(range.clone()) else {
-                return false;
-            };
-            !checks.is_empty() && !self.limits.full_tags(checks.iter().copied()).is_empty()
+            run_limits
+                .get(index)
+                .is_some_and(|r| self.run_full(r, wi.concurrency))
         };
         let (choice, _) = schedule::choose_with(candidates, &needs, limited);
         let Some(choice) = choice else {
@@ -230,11 +222,11 @@ impl RunDb {
         // active tasks); released by `set_inactive` however the task ends, or by the guard if
         // the task is not created after all.
         let mut grants = worker_grants;
-        grants.extend(self.run_grants(&run, wi.concurrency, false));
+        grants.extend(self.run_grants(&run, wi.concurrency));
         let holder = Holder::Task(run.id.clone(), task_id);
-        if let Err(full) = self
-            .limits
-            .acquire(holder.clone(), grants, credit.as_ref(), reservation)
+        if let Err(full) =
+            self.limits
+                .acquire(holder.clone(), &grants, credit.as_ref(), reservation)
         {
             return Ok((Assignment::Refused(self.refusal(full, user)), None));
         }
@@ -398,7 +390,7 @@ impl RunDb {
     /// The first of `grants` that does not fit (a reservation's own key is not full to it).
     fn first_full(
         &self,
-        grants: &[Grant],
+        grants: &[GrantRef<'_>],
         credit: Option<&Holder>,
         reservation: Option<u64>,
     ) -> Option<Full> {
