@@ -846,8 +846,9 @@ mod tests {
             );
         }
         assert_eq!(*svc.served.lock(), (0..8).collect::<Vec<_>>());
-        settle(|| !b.refresh().serving).await;
-        // One holder served all eight.
+        idle(&g, &b).await;
+        // One holder served all eight (recorded once its thread is joined).
+        settle(|| !svc.batches.lock().is_empty()).await;
         assert_eq!(*svc.batches.lock(), vec![8]);
         assert_eq!(g.inner.entry.available_permits(), 20);
         assert_eq!(g.inner.slot.available_permits(), 1);
@@ -883,43 +884,66 @@ mod tests {
         // The other user got the slot after the first batch of three, then the holder went on.
         assert_eq!(other.await.expect("join"), 3);
         assert_eq!(*svc.served.lock(), (0..8).collect::<Vec<_>>());
-        settle(|| !b.refresh().serving).await;
+        idle(&g, &b).await;
         assert_eq!(b.refresh().queued, 0);
         assert_eq!(g.inner.slot.available_permits(), 1);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_waiter_gone_mid_batch_is_skipped_and_its_place_freed() {
-        let g = gate(1, 20, Admission::Immediate);
-        let b = Arc::new(Batches::new(&g, 32));
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        let svc = Recorder {
-            pause: Some((1, barrier.clone())),
-            ..Recorder::default()
-        };
-        let blocker = g.enter().await.expect("the slot");
-        let mut handles = queue_behind(&g, &b, 0..6, &svc).await;
-        drop(blocker);
-        // The holder is inside job 1: job 3's client goes away now.
+    /// Waits until no holder serves and its slot and running count are given back (the
+    /// holder marks the queue idle a moment before it is dropped).
+    async fn idle(g: &Gate, b: &Batches<u32, u32>) {
+        settle(|| !b.refresh().serving && g.snapshot().running == 0).await;
+    }
+
+    /// Both sides of the pause in [`Recorder::serve`] meet here (the test on a blocking thread).
+    async fn meet(barrier: &Arc<std::sync::Barrier>) {
         let wait = barrier.clone();
         tokio::task::spawn_blocking(move || wait.wait())
             .await
             .expect("join");
+    }
+
+    type Paused = (
+        Gate,
+        Arc<Batches<u32, u32>>,
+        Recorder,
+        Arc<std::sync::Barrier>,
+        Vec<tokio::task::JoinHandle<u32>>,
+    );
+
+    /// `jobs` callers queued in order behind a held slot, the slot then freed; the holder
+    /// will pause inside job `at` until the test meets it twice.
+    async fn paused_at(at: u32, jobs: u32) -> Paused {
+        let g = gate(1, 20, Admission::Immediate);
+        let b = Arc::new(Batches::new(&g, 32));
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let svc = Recorder {
+            pause: Some((at, barrier.clone())),
+            ..Recorder::default()
+        };
+        let blocker = g.enter().await.expect("the slot");
+        let handles = queue_behind(&g, &b, 0..jobs, &svc).await;
+        drop(blocker);
+        (g, b, svc, barrier, handles)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_gone_mid_batch_is_skipped_and_its_place_freed() {
+        let (g, b, svc, barrier, mut handles) = paused_at(1, 6).await;
+        // The holder is inside job 1: job 3's client goes away now.
+        meet(&barrier).await;
         let gone = handles.remove(3);
         gone.abort();
         assert!(gone.await.is_err(), "aborted");
         // Its place is back at once, while the holder still serves. (Job 0 answered: 5
         // places are still held.)
         settle(|| g.inner.entry.available_permits() == 20 - 4).await;
-        let wait = barrier.clone();
-        tokio::task::spawn_blocking(move || wait.wait())
-            .await
-            .expect("join");
+        meet(&barrier).await;
         let results: Vec<u32> = futures_results(handles).await;
         assert_eq!(results, vec![0, 10, 20, 40, 50]);
         assert_eq!(*svc.served.lock(), vec![0, 1, 2, 4, 5], "job 3 skipped");
         assert!(svc.orphans.lock().is_empty());
-        settle(|| !b.refresh().serving).await;
+        idle(&g, &b).await;
         assert_eq!(g.inner.entry.available_permits(), 20, "no place leaked");
         assert_eq!(g.inner.slot.available_permits(), 1);
         let s = g.snapshot();
@@ -928,35 +952,20 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_gone_during_its_own_section_gets_its_result_orphaned() {
-        let g = gate(1, 20, Admission::Immediate);
-        let b = Arc::new(Batches::new(&g, 32));
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        let svc = Recorder {
-            pause: Some((2, barrier.clone())),
-            ..Recorder::default()
-        };
-        let blocker = g.enter().await.expect("the slot");
-        let mut handles = queue_behind(&g, &b, 0..4, &svc).await;
-        drop(blocker);
-        let wait = barrier.clone();
-        tokio::task::spawn_blocking(move || wait.wait())
-            .await
-            .expect("join");
+        let (g, b, svc, barrier, mut handles) = paused_at(2, 4).await;
+        meet(&barrier).await;
         // Job 2 is being served; its client leaves before the result is sent.
         let gone = handles.remove(2);
         gone.abort();
         assert!(gone.await.is_err());
-        let wait = barrier.clone();
-        tokio::task::spawn_blocking(move || wait.wait())
-            .await
-            .expect("join");
+        meet(&barrier).await;
         assert_eq!(futures_results(handles).await, vec![0, 10, 30]);
         assert_eq!(
             *svc.orphans.lock(),
             vec![2],
             "the result nobody received is undone"
         );
-        settle(|| !b.refresh().serving).await;
+        idle(&g, &b).await;
         assert_eq!(g.inner.entry.available_permits(), 20);
     }
 

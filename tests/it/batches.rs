@@ -64,6 +64,35 @@ async fn queue_behind(
     Some(calls)
 }
 
+/// The slot held for `ms` by `/debug/gate`, then the request_tasks of `workers` queued
+/// behind it in order. None (everything drained) if the hold ended first.
+async fn held_queue(
+    server: &TestServer,
+    ms: u64,
+    workers: std::ops::Range<u32>,
+) -> Option<(std::net::TcpStream, Vec<std::net::TcpStream>)> {
+    let holder = raw_request(server.addr, &gate_request(ms, "holder"));
+    let inside = poll_held(
+        server,
+        "holder inside",
+        || !replied(&holder),
+        |h| h["gate"]["running"] == 1,
+    )
+    .await;
+    let calls = match inside {
+        Some(_) => queue_behind(server, &holder, workers).await,
+        None => None,
+    };
+    match calls {
+        Some(calls) => Some((holder, calls)),
+        None => {
+            read_all(holder);
+            wait_idle(server, "idle").await;
+            None
+        }
+    }
+}
+
 #[tokio::test]
 async fn callers_queued_behind_the_slot_are_served_in_queue_order_in_one_batch() {
     let (server, run) = server().await;
@@ -74,23 +103,8 @@ async fn callers_queued_behind_the_slot_are_served_in_queue_order_in_one_batch()
         let (server, run) = (&server, run.clone());
         async move {
             let before = counts(server).await;
-            let holder = raw_request(server.addr, &gate_request(ms, "holder"));
-            if poll_held(
-                server,
-                "holder inside",
-                || !replied(&holder),
-                |h| h["gate"]["running"] == 1,
-            )
-            .await
-            .is_none()
-            {
-                read_all(holder);
-                return too_slow(last, "holder inside");
-            }
-            let Some(calls) = queue_behind(server, &holder, first..first + 20).await else {
-                read_all(holder);
-                wait_idle(server, "idle").await;
-                return too_slow(last, "twenty callers queued");
+            let Some((holder, calls)) = held_queue(server, ms, first..first + 20).await else {
+                return too_slow(last, "the slot held and twenty callers queued");
             };
             read_all(holder);
             let tasks: Vec<u64> = calls
@@ -135,23 +149,8 @@ async fn a_caller_that_leaves_the_queue_is_skipped_and_leaks_nothing() {
         async move {
             let before = counts(server).await;
             let active_before = active(server, &run).await;
-            let holder = raw_request(server.addr, &gate_request(ms, "holder"));
-            if poll_held(
-                server,
-                "holder inside",
-                || !replied(&holder),
-                |h| h["gate"]["running"] == 1,
-            )
-            .await
-            .is_none()
-            {
-                read_all(holder);
-                return too_slow(last, "holder inside");
-            }
-            let Some(mut calls) = queue_behind(server, &holder, first..first + 6).await else {
-                read_all(holder);
-                wait_idle(server, "idle").await;
-                return too_slow(last, "six callers queued");
+            let Some((holder, mut calls)) = held_queue(server, ms, first..first + 6).await else {
+                return too_slow(last, "the slot held and six callers queued");
             };
             // Workers 2 and 4 of the six go away while queued; their places come back at once.
             let gone = [calls.remove(4), calls.remove(1)];
