@@ -98,7 +98,8 @@ pub struct Config {
     pub task_semaphore_size: usize,
     pub admission_queue: usize,
     admission_timeout_s: f64,
-    /// The most request_task critical sections one slot holder serves in a row (a batch).
+    /// request_task critical sections the slot holder serves between giving the slot back and
+    /// taking it again (see `admission::Batches`).
     pub request_task_batch: usize,
     pub max_concurrent_requests: Option<usize>,
     pub listen_backlog: u32,
