@@ -191,6 +191,14 @@ pub(super) fn server_numbers(before: Option<&str>, after: Option<&str>, s: &mut 
         s.request_task_critical = Some(h);
     }
     s.scheduler = scheduler(before, after, s.request_task_critical.as_ref());
+    for route in ["beat", "update_task"] {
+        let labels = [("route", route)];
+        let a = metric_sum(after, "shoal_loop_fast_path_total", &labels);
+        if let Some(a) = a {
+            let b = metric_sum(before, "shoal_loop_fast_path_total", &labels).unwrap_or(0.0);
+            s.loop_fast_path.insert(route.to_string(), a - b);
+        }
+    }
     for route in ROUTES {
         if let Some(h) = hist("shoal_http_request_duration_seconds", &[("route", route)]) {
             s.routes
@@ -293,6 +301,7 @@ shoal_http_requests_total{route=\"/api/beat\",status=\"200\"} 7
 shoal_http_requests_total{route=\"/api/beat\",status=\"500\"} 1
 shoal_http_requests_total{route=\"/healthz\",status=\"200\"} 3
 shoal_dead_tasks_total 4
+shoal_loop_fast_path_total{route=\"update_task\"} 5
 ";
 
     #[test]
@@ -369,5 +378,9 @@ shoal_gate_batch_size_bucket{gate=\"request_task\",le=\"+Inf\"} 150
         );
         assert_eq!(metric_sum(METRICS, "shoal_missing_total", &[]), None);
         assert!(PromHistogram::parse(METRICS, "shoal_missing_seconds", &[]).is_none());
+        let mut summary = ServerSummary::default();
+        server_numbers(Some(""), Some(METRICS), &mut summary);
+        assert_eq!(summary.loop_fast_path.get("update_task"), Some(&5.0));
+        assert_eq!(summary.loop_fast_path.get("beat"), None);
     }
 }

@@ -76,6 +76,10 @@ pub struct ServerSummary {
     /// the periodic jobs.
     pub internals: BTreeMap<String, ServerRoute>,
     pub log_warnings: Option<u64>,
+    /// Calls answered on the server's event loop without a pool token during the fleet phase,
+    /// by route (`shoal_loop_fast_path_total`: beats, plain updates).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub loop_fast_path: BTreeMap<String, f64>,
     /// The scheduler's hand-over during the fleet phase (request_task served in batches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<SchedulerReport>,
@@ -223,6 +227,17 @@ pub fn summary(r: &Report) -> String {
         opt(sv.dead_tasks, 0),
         opt(sv.gate_rejected, 0),
     ));
+    if !sv.loop_fast_path.is_empty() {
+        let parts: Vec<String> = sv
+            .loop_fast_path
+            .iter()
+            .map(|(route, n)| format!("{route} {n}"))
+            .collect();
+        line(format!(
+            "  answered on the event loop (no pool token): {}",
+            parts.join(", ")
+        ));
+    }
     if let Some(sc) = &sv.scheduler {
         line(format!(
             "  scheduler: {} served ({} tasks) in {} batches (mean {}, max <= {}), {} skipped; \
