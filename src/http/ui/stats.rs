@@ -578,6 +578,26 @@ fn live_elo(run: &Run) -> Option<LiveElo> {
     })
 }
 
+/// The run of a live Elo route, its gauges and whether nothing will change any more (decided,
+/// or stopped undecided); the HTML 404 unless an SPRT run.
+fn load_live(
+    db: &crate::rundb::RunDb,
+    ctx: &super::Ctx,
+    id: &str,
+) -> Result<(Run, LiveElo, bool), Out> {
+    let run = load(db, ctx, id)?;
+    let Some(e) = live_elo(&run) else {
+        return Err(errors::missing(ctx));
+    };
+    let decided = run.finished
+        || run
+            .args
+            .sprt
+            .as_ref()
+            .is_some_and(|s| s.state != SprtState::Running);
+    Ok((run, e, decided))
+}
+
 /// `GET /tests/live_elo/{id}`: 404 unless an SPRT run.
 pub async fn live_elo_page(
     State(state): State<Arc<AppState>>,
@@ -585,19 +605,11 @@ pub async fn live_elo_page(
     headers: HeaderMap,
 ) -> Response {
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
-            Ok(run) => run,
+        let (run, e, decided) = match load_live(db, ctx, &id) {
+            Ok(loaded) => loaded,
             Err(out) => return out,
         };
-        let Some(e) = live_elo(&run) else {
-            return errors::missing(ctx);
-        };
-        let live = !run.finished
-            && run
-                .args
-                .sprt
-                .as_ref()
-                .is_some_and(|s| s.state == SprtState::Running);
+        let live = !decided;
         let p = LiveEloPage {
             l: Layout::new(ctx, &format!("Live Elo - {}", page_title(&run))),
             id: run.id.clone(),
@@ -619,20 +631,10 @@ pub async fn live_elo_update(
     headers: HeaderMap,
 ) -> Response {
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
-            Ok(run) => run,
+        let (_, e, decided) = match load_live(db, ctx, &id) {
+            Ok(loaded) => loaded,
             Err(out) => return out,
         };
-        let Some(e) = live_elo(&run) else {
-            return errors::missing(ctx);
-        };
-        // Decided, or stopped undecided: nothing will change any more.
-        let decided = run.finished
-            || run
-                .args
-                .sprt
-                .as_ref()
-                .is_some_and(|s| s.state != SprtState::Running);
         let status = if decided {
             stop_polling()
         } else {
