@@ -280,11 +280,8 @@ pub struct BatchSnapshot {
     /// gone), and whether a holder is serving.
     pub queued: usize,
     pub serving: bool,
-    /// Assignments over the last closed second, and the most seen in one second.
+    /// Assignments over the last closed second (the gauge's value).
     pub per_second: f64,
-    pub peak_per_second: f64,
-    /// Seconds a holder spent serving.
-    pub busy_seconds: f64,
 }
 
 impl<J, R> Batches<J, R> {
@@ -331,8 +328,6 @@ impl<J, R> Batches<J, R> {
             queued: q.jobs.len(),
             serving: q.serving,
             per_second: t.last_rate,
-            peak_per_second: t.peak,
-            busy_seconds: t.busy,
         }
     }
 
@@ -495,6 +490,7 @@ impl<J, R> SlotHolder<J, R> {
     /// One batch: at most `max_batch` jobs served, in queue order. (served, skipped, assigned)
     fn batch<S: Service<J, R>>(b: &Batches<J, R>, service: &mut S) -> (usize, u64, u64) {
         let name = b.gate.config.name;
+        let waited = metrics::histogram!("shoal_gate_admission_to_slot_seconds", "gate" => name);
         let (mut served, mut skipped, mut assigned) = (0usize, 0u64, 0u64);
         while served < b.max_batch {
             let Some(q) = b.queue.lock().jobs.pop_front() else {
@@ -504,8 +500,7 @@ impl<J, R> SlotHolder<J, R> {
                 skipped += 1;
                 continue;
             }
-            metrics::histogram!("shoal_gate_admission_to_slot_seconds", "gate" => name)
-                .record(q.since.elapsed().as_secs_f64());
+            waited.record(q.since.elapsed().as_secs_f64());
             let result = service.serve(q.job);
             if service.assigned(&result) {
                 assigned += 1;
