@@ -411,6 +411,10 @@ fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
         spawn_job(state, "refresh_blocked_workers", s(5), s(5), |db| {
             db.refresh_blocked()
         }),
+        spawn_job(state, "refresh_legacy_usernames", s(5), s(5), |db| {
+            db.users.refresh_legacy_names().map(|_| ())?;
+            Ok(())
+        }),
         spawn_job(state, "clean_worker_runs", s(60), s(300), |db| {
             db.clean_worker_runs()
         }),

@@ -507,6 +507,7 @@ fn export_collection(
     };
     let mut after: Option<String> = None;
     let mut sessions = 0u64;
+    let mut hashed_only = 0u64;
     loop {
         let mut q = Query::new().sort("_id", Order::Asc).limit(page);
         if let Some(last) = &after {
@@ -514,6 +515,13 @@ fn export_collection(
         }
         let docs = store.find(coll, &q)?;
         let Some(last) = docs.last() else {
+            if hashed_only > 0 {
+                s.warnings.push(format!(
+                    "{hashed_only} users have only shoal's argon2id password hash, written to \
+                     Fishtest's password field: Fishtest cannot check it, so they need a new \
+                     password there"
+                ));
+            }
             if sessions > 0 {
                 s.warnings.push(format!(
                     "{sessions} login sessions of shoal's not exported (meaningless to Fishtest)"
@@ -530,6 +538,17 @@ fn export_collection(
                 sessions = sessions.saturating_add(1);
                 continue;
             }
+            let fishtest_user;
+            let d = if coll == Collection::Users {
+                let (user, hash_only) = for_fishtest_user(d);
+                if hash_only {
+                    hashed_only = hashed_only.saturating_add(1);
+                }
+                fishtest_user = user;
+                &fishtest_user
+            } else {
+                d
+            };
             match bson_map::to_bson(coll, d) {
                 Ok(b) => {
                     emit(&b).map_err(io_err(path))?;
@@ -539,6 +558,22 @@ fn export_collection(
             }
         }
     }
+}
+
+/// A user document as Fishtest's schema wants it: `password` is required and
+/// `password_hash` unknown to it, so a hash-only user gets the hash in `password` (which
+/// Fishtest cannot check: `true` is returned for the summary) and `password_hash` goes.
+fn for_fishtest_user(d: &Doc) -> (Doc, bool) {
+    let mut d = d.clone();
+    let hash = d.remove("password_hash");
+    let mut hash_only = false;
+    if !d.contains_key("password")
+        && let Some(hash) = hash
+    {
+        d.insert("password".into(), hash);
+        hash_only = true;
+    }
+    (d, hash_only)
 }
 
 /// A browser session's record (`rundb::sessions`): shoal's own state, and a credential.

@@ -121,6 +121,21 @@ enum UserAction {
     },
     /// List users.
     List,
+    /// End a trial beside Fishtest on one MongoDB database: every password Fishtest keeps in
+    /// plaintext gets its argon2id hash in shoal's `password_hash` field and the plaintext is
+    /// removed, so Fishtest can no longer log these users in. Logged as a `system_event`
+    /// action. Safe to run again (it finishes what an interrupted run left).
+    FinalizePasswords,
+    /// List the legacy user names (accepted from workers although they break the name rule),
+    /// or add and remove some. The list is kvstore's `legacy_usernames`, as in Fishtest.
+    LegacyNames {
+        /// A name to accept (repeatable).
+        #[arg(long)]
+        add: Vec<String>,
+        /// A name to stop accepting (repeatable).
+        #[arg(long)]
+        remove: Vec<String>,
+    },
     /// Change a user.
     Set {
         name: String,
@@ -155,7 +170,7 @@ fn secret_arg(text: &str) -> Result<Secret, std::convert::Infallible> {
 }
 
 fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
-    use shoal::rundb::users::{APPROVERS, Users, hash_password};
+    use shoal::rundb::users::{APPROVERS, Users};
     let store = shoal::app::open_store(config).map_err(|e| e.to_string())?;
     let users = Users::new(store.clone());
     let out = match action {
@@ -173,6 +188,72 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
                 "added user {} (machine limit {})",
                 u.username, u.machine_limit
             )
+        }
+        UserAction::FinalizePasswords => {
+            let mode = users.mode().map_err(|e| e.to_string())?;
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let progress = |done: usize, total: usize| {
+                if done == total || done.is_multiple_of(100) {
+                    eprintln!("finalize-passwords: {done}/{total} users");
+                }
+            };
+            let report = users
+                .finalize_passwords(threads, &progress)
+                .map_err(|e| e.to_string())?;
+            let mut message = format!(
+                "shoal user finalize-passwords: {} passwords moved to password_hash, \
+                 Fishtest's plaintext removed",
+                report.hashed
+            );
+            if !report.failed.is_empty() {
+                message.push_str(&format!("; {} failed", report.failed.len()));
+            }
+            log_cli_action(
+                &store,
+                "system_event",
+                "fishtest.system",
+                &[("message", &message)],
+            )?;
+            let mut out = match mode {
+                shoal::rundb::users::PasswordMode::Beside => {
+                    "the trial beside Fishtest is over: passwords are shoal's alone now\n"
+                        .to_string()
+                }
+                shoal::rundb::users::PasswordMode::Own => String::new(),
+            };
+            out.push_str(&format!(
+                "{} passwords moved to password_hash",
+                report.hashed
+            ));
+            for (name, why) in &report.failed {
+                out.push_str(&format!(
+                    "\nnot changed: {name}: {why} (run the command again)"
+                ));
+            }
+            if !report.failed.is_empty() {
+                store.close().map_err(|e| e.to_string())?;
+                return Err(out);
+            }
+            out
+        }
+        UserAction::LegacyNames { add, remove } => {
+            for name in &add {
+                users
+                    .set_legacy_name(name, true)
+                    .map_err(|e| e.to_string())?;
+            }
+            for name in &remove {
+                users
+                    .set_legacy_name(name, false)
+                    .map_err(|e| e.to_string())?;
+            }
+            users.refresh_legacy_names().map_err(|e| e.to_string())?;
+            let names = users.legacy_names();
+            if names.is_empty() {
+                "no legacy user names".to_string()
+            } else {
+                format!("legacy user names: {}", names.join(", "))
+            }
         }
         UserAction::List => {
             let mut out = format!(
@@ -223,11 +304,9 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
                 u.machine_limit = n;
             }
             if let Some(p) = password {
-                let p = p.expose();
-                if p.is_empty() || p.chars().count() > 72 {
-                    return Err("The password must be 1 to 72 characters long.".into());
-                }
-                u.password = hash_password(p).map_err(|e| e.to_string())?;
+                users
+                    .set_password(&mut u, p.expose())
+                    .map_err(|e| e.to_string())?;
             }
             if approver && !u.is_approver() {
                 u.groups.push(APPROVERS.to_string());
@@ -247,13 +326,7 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
                         _ => "unblocked",
                     };
                     f.insert("message".into(), serde_json::json!(message));
-                    f.insert("action".into(), serde_json::json!(action));
-                    f.insert("username".into(), serde_json::json!("shoal-cli"));
-                    let time = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
-                    f.insert("time".into(), serde_json::json!(time));
-                    store
-                        .insert(shoal::store::Collection::Actions, f)
-                        .map_err(|e| e.to_string())?;
+                    log_action_doc(&store, action, "shoal-cli", f)?;
                 }
             }
             format!(
@@ -268,6 +341,37 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
     };
     store.close().map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+/// Writes an action document as the server does (`time` in seconds, a float).
+fn log_action_doc(
+    store: &shoal::store::SharedStore,
+    action: &str,
+    username: &str,
+    mut fields: shoal::store::Doc,
+) -> Result<(), String> {
+    fields.insert("action".into(), serde_json::json!(action));
+    fields.insert("username".into(), serde_json::json!(username));
+    let time = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
+    fields.insert("time".into(), serde_json::json!(time));
+    store
+        .insert(shoal::store::Collection::Actions, fields)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// [`log_action_doc`] with string fields.
+fn log_cli_action(
+    store: &shoal::store::SharedStore,
+    action: &str,
+    username: &str,
+    fields: &[(&str, &str)],
+) -> Result<(), String> {
+    let mut f = shoal::store::Doc::new();
+    for (k, v) in fields {
+        f.insert((*k).into(), serde_json::json!(v));
+    }
+    log_action_doc(store, action, username, f)
 }
 
 /// Runs an import or export on the configured store and prints its summary.

@@ -10,7 +10,7 @@
 
 use serde_json::json;
 
-use super::users::{User, hash_password};
+use super::users::User;
 use super::{DbResult, RunDb, RunDbError};
 use crate::store::Doc;
 
@@ -92,7 +92,7 @@ impl RunDb {
         saved.tests_repo = change.tests_repo.trim_end_matches('/').to_string();
         let new_password = change.new_password.is_some();
         if let Some(p) = change.new_password {
-            saved.password = hash_password(&p)?;
+            self.users.set_password(&mut saved, &p)?;
         }
         self.users.save(&saved)?;
         if new_password {

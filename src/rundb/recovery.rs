@@ -92,6 +92,7 @@ impl RunDb {
             listed_changes: Default::default(),
         };
         db.load_limit_maxima()?;
+        db.users.refresh_legacy_names()?;
         if db.cfg.primary {
             db.load_unfinished()?;
             db.refresh_blocked()?;

@@ -68,7 +68,7 @@ fn kv_id(id: &str) -> String {
 }
 
 fn fingerprint(user: &User) -> String {
-    hex::encode(&Sha256::digest(user.password.as_bytes())[..8])
+    hex::encode(&Sha256::digest(user.secret().as_bytes())[..8])
 }
 
 fn now_s() -> i64 {

@@ -42,8 +42,15 @@ pub struct User {
     #[serde(rename = "_id")]
     pub id: String,
     pub username: String,
-    /// An argon2id PHC string, or (legacy Fishtest documents) the plaintext password.
-    pub password: String,
+    /// Fishtest's field: the plaintext password, as Fishtest writes and compares it. shoal
+    /// keeps it only while it shares a MongoDB database with Fishtest ([`PasswordMode::Beside`])
+    /// and removes it otherwise (a successful login, `shoal user finalize-passwords`). Stores
+    /// written by earlier shoal versions may hold an argon2id hash here instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// shoal's field: the argon2id PHC string of the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
     pub registration_time: Date,
     #[serde(default)]
     pub pending: bool,
@@ -69,7 +76,46 @@ impl User {
     pub fn is_approver(&self) -> bool {
         self.groups.iter().any(|g| g == APPROVERS)
     }
+
+    /// What a password is checked against: the hash if there is one, else Fishtest's
+    /// plaintext field (or the hash an earlier shoal kept there); empty when there is none,
+    /// which no password matches.
+    pub fn secret(&self) -> &str {
+        self.password_hash
+            .as_deref()
+            .or(self.password.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// Whether the document still holds a password in Fishtest's field (plaintext, or a hash
+    /// from an earlier shoal) that [`PasswordMode::Own`] moves to `password_hash`.
+    pub fn has_fishtest_password(&self) -> bool {
+        self.password.is_some()
+    }
 }
+
+/// Where passwords are kept: decided by the store and by the operator
+/// (docs/migrating-from-fishtest.md, "Running beside Fishtest").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordMode {
+    /// The store is shoal's alone (SQLite, or MongoDB after `shoal user finalize-passwords`):
+    /// the argon2id hash is in `password_hash` and `password` is removed at the first
+    /// successful login.
+    Own,
+    /// A MongoDB database shared with Fishtest, until the operator runs
+    /// `shoal user finalize-passwords`: user documents stay exactly as Fishtest's schema wants
+    /// them. Logins check Fishtest's plaintext and write nothing; a new account or a new
+    /// password is written as Fishtest writes it (plaintext in `password`), so that Fishtest
+    /// keeps working for every user.
+    Beside,
+}
+
+/// The `kvstore` document that records the end of a trial beside Fishtest
+/// (`{"_id": "shoal_passwords", "value": "finalized"}`): its presence makes
+/// [`PasswordMode::Own`] on MongoDB.
+pub const PASSWORDS_DOC: &str = "shoal_passwords";
+/// The `value` of [`PASSWORDS_DOC`] once finalized.
+pub const PASSWORDS_FINALIZED: &str = "finalized";
 
 /// Why a user operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +160,14 @@ pub fn valid_username(name: &str) -> bool {
     name.len() >= 2 && name.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
+/// The `kvstore` document listing the user names accepted although they break
+/// [`valid_username`] (`{"_id": "legacy_usernames", "value": [name, ...]}`): accounts older
+/// than the rule, which Fishtest records once and keeps accepting.
+pub const LEGACY_USERNAMES_DOC: &str = "legacy_usernames";
+
+/// The longest legacy name taken from the list (longer entries are ignored and logged).
+pub const LEGACY_NAME_MAX: usize = 256;
+
 pub fn hash_password(password: &str) -> Result<String, UserError> {
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
@@ -126,9 +180,13 @@ fn is_hashed(stored: &str) -> bool {
     stored.starts_with("$argon2")
 }
 
-/// The slow check: argon2 for hashes, constant-time equality for legacy plaintext.
+/// The slow check: argon2 for hashes, constant-time equality for legacy plaintext. An empty
+/// stored secret (a user without a password) matches nothing.
 fn verify_slow(stored: &str, password: &str) -> bool {
-    if is_hashed(stored) {
+    if stored.is_empty() {
+        let _ = verify_slow(dummy_hash(), password);
+        false
+    } else if is_hashed(stored) {
         PasswordHash::new(stored)
             .map(|h| {
                 Argon2::default()
@@ -147,9 +205,9 @@ fn verify_slow(stored: &str, password: &str) -> bool {
 struct Cached {
     user: User,
     read_at: Instant,
-    /// HMAC of the password that last verified against `user.password`.
+    /// HMAC of the password that last verified against `user.secret()`.
     verified: Option<[u8; 32]>,
-    /// HMACs of the last few passwords that failed against `user.password`, and when: a
+    /// HMACs of the last few passwords that failed against `user.secret()`, and when: a
     /// worker fleet configured with an old password is refused without an argon2 run per
     /// request.
     rejected: Vec<([u8; 32], Instant)>,
@@ -210,14 +268,27 @@ pub struct Users {
     slow_checks: std::sync::atomic::AtomicU64,
     /// The number of pending accounts and when it was counted ([`PENDING_TTL`]).
     pending: Mutex<Option<(Instant, u64)>>,
+    /// Whether the store may be shared with Fishtest (MongoDB): see [`Users::mode`].
+    shared_with_fishtest: bool,
+    /// The legacy user names ([`LEGACY_USERNAMES_DOC`]), as last read from the store.
+    legacy: parking_lot::RwLock<std::sync::Arc<std::collections::HashSet<String>>>,
 }
 
 /// How long the count of pending accounts (the navigation's badge) is trusted.
 pub const PENDING_TTL: Duration = Duration::from_secs(1);
 
 impl Users {
+    /// The users of a store; whether Fishtest may share it is the store's to say.
     pub fn new(store: SharedStore) -> Self {
+        let shared = store.shared_with_fishtest();
+        Self::with_sharing(store, shared)
+    }
+
+    /// The users of a store that Fishtest may share (`shared`: MongoDB), whose passwords
+    /// stay in Fishtest's form until finalized ([`Users::mode`]).
+    pub fn with_sharing(store: SharedStore, shared: bool) -> Self {
         Users {
+            shared_with_fishtest: shared,
             store,
             mac_key: <Hmac<Sha256> as KeyInit>::new(&rand::random::<[u8; 64]>().into()),
             cache: Mutex::new(HashMap::new()),
@@ -225,7 +296,172 @@ impl Users {
             unknown: Mutex::new(std::collections::VecDeque::new()),
             slow_checks: std::sync::atomic::AtomicU64::new(0),
             pending: Mutex::new(None),
+            legacy: Default::default(),
         }
+    }
+
+    /// Whether a worker may call itself `name`: Fishtest's rule, or a legacy name.
+    pub fn name_allowed(&self, name: &str) -> bool {
+        valid_username(name) || self.legacy.read().contains(name)
+    }
+
+    /// Re-reads the legacy user names from the store (at start and then periodically, so a
+    /// list changed by another instance or by Fishtest itself is followed). A missing document
+    /// is an empty list; entries that are not strings, are empty or longer than
+    /// [`LEGACY_NAME_MAX`] are skipped with a warning. Returns how many names are accepted.
+    pub fn refresh_legacy_names(&self) -> Result<usize, UserError> {
+        let doc = self.store.get(Collection::Kvstore, LEGACY_USERNAMES_DOC)?;
+        let names = legacy_names_of(doc.as_ref());
+        let n = names.len();
+        let changed = **self.legacy.read() != names;
+        if changed {
+            tracing::info!(count = n, "legacy user names loaded");
+            *self.legacy.write() = std::sync::Arc::new(names);
+        }
+        Ok(n)
+    }
+
+    /// Where passwords are kept now. SQLite: always [`PasswordMode::Own`]. MongoDB:
+    /// [`PasswordMode::Beside`] until [`PASSWORDS_DOC`] says finalized (read from the store
+    /// each time: every instance sees the operator's command at once).
+    pub fn mode(&self) -> Result<PasswordMode, UserError> {
+        if !self.shared_with_fishtest {
+            return Ok(PasswordMode::Own);
+        }
+        let doc = self.store.get(Collection::Kvstore, PASSWORDS_DOC)?;
+        let finalized = doc
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .and_then(Value::as_str)
+            == Some(PASSWORDS_FINALIZED);
+        Ok(if finalized {
+            PasswordMode::Own
+        } else {
+            PasswordMode::Beside
+        })
+    }
+
+    /// Sets a user's password as the current [`PasswordMode`] keeps it (the caller saves the
+    /// user). Checks Fishtest's length rule (1 to 72 characters).
+    pub fn set_password(&self, user: &mut User, password: &str) -> Result<(), UserError> {
+        if password.is_empty() || password.chars().count() > 72 {
+            return Err(UserError::Invalid(
+                "The password must be 1 to 72 characters long.".into(),
+            ));
+        }
+        match self.mode()? {
+            PasswordMode::Own => {
+                user.password_hash = Some(hash_password(password)?);
+                user.password = None;
+            }
+            PasswordMode::Beside => {
+                // As Fishtest writes it; no field Fishtest's schema does not know.
+                user.password = Some(password.to_string());
+                user.password_hash = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a trial beside Fishtest (`shoal user finalize-passwords`): records the decision
+    /// first (so that no instance writes another plaintext), then gives every user that
+    /// still has Fishtest's `password` field its argon2id hash in `password_hash` and
+    /// removes the field. Safe to run again: a second run finds nothing left to do.
+    /// `progress` is told after each user. Hashing runs on `threads` threads.
+    pub fn finalize_passwords(
+        &self,
+        threads: usize,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<FinalizeReport, UserError> {
+        let mut marker = Doc::new();
+        marker.insert("_id".into(), Value::String(PASSWORDS_DOC.into()));
+        marker.insert("value".into(), Value::String(PASSWORDS_FINALIZED.into()));
+        self.store.put(Collection::Kvstore, &marker)?;
+        let todo: Vec<User> = self
+            .list()?
+            .into_iter()
+            .filter(User::has_fishtest_password)
+            .collect();
+        let total = todo.len();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let failed: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+        let threads = threads.clamp(1, 64);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(user) = todo.get(i) else { break };
+                        let mut user = user.clone();
+                        let result = move_to_hash(&mut user, None).and_then(|()| self.save(&user));
+                        if let Err(e) = result {
+                            failed.lock().push((user.username.clone(), e.to_string()));
+                        }
+                        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        progress(n, total);
+                    }
+                });
+            }
+        });
+        let failed = failed.into_inner();
+        Ok(FinalizeReport {
+            hashed: total - failed.len(),
+            failed,
+        })
+    }
+
+    /// The legacy user names as last read, sorted.
+    pub fn legacy_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.legacy.read().iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Adds (`add`) or removes a legacy user name in the store's list and in memory. Returns
+    /// whether the list changed. The name must be one the rule refuses (a name the rule
+    /// accepts needs no entry) and at most [`LEGACY_NAME_MAX`] bytes, without control
+    /// characters.
+    pub fn set_legacy_name(&self, name: &str, add: bool) -> Result<bool, UserError> {
+        if add {
+            if valid_username(name) {
+                return Err(UserError::Invalid(format!(
+                    "{name:?} follows the username rule already: it needs no legacy entry"
+                )));
+            }
+            if name.is_empty() || name.len() > LEGACY_NAME_MAX || name.chars().any(char::is_control)
+            {
+                return Err(UserError::Invalid(format!(
+                    "{name:?} cannot be a user name (1 to {LEGACY_NAME_MAX} bytes, no control characters)"
+                )));
+            }
+        }
+        let doc = self.store.get(Collection::Kvstore, LEGACY_USERNAMES_DOC)?;
+        // Keep the stored order (and anything this version skips) as it is.
+        let mut list: Vec<Value> = doc
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let present = list.iter().any(|v| v.as_str() == Some(name));
+        let changed = if add && !present {
+            list.push(Value::String(name.to_string()));
+            true
+        } else if !add && present {
+            list.retain(|v| v.as_str() != Some(name));
+            true
+        } else {
+            false
+        };
+        if changed {
+            let mut doc = doc.unwrap_or_default();
+            doc.insert("_id".into(), Value::String(LEGACY_USERNAMES_DOC.into()));
+            doc.insert("value".into(), Value::Array(list));
+            self.store.put(Collection::Kvstore, &doc)?;
+        }
+        self.refresh_legacy_names()?;
+        Ok(changed)
     }
 
     fn mac(&self, username: &str, password: &str) -> [u8; 32] {
@@ -268,7 +504,7 @@ impl Users {
                 // What was verified (or refused) against the same password hash still holds.
                 let (verified, rejected) = cache
                     .get_mut(username)
-                    .filter(|c| c.user.password == u.password)
+                    .filter(|c| c.user.secret() == u.secret())
                     .map(|c| (c.verified, std::mem::take(&mut c.rejected)))
                     .unwrap_or_default();
                 cache.insert(
@@ -318,7 +554,7 @@ impl Users {
             this.cache
                 .lock()
                 .get(username)
-                .filter(|c| c.user.password == user.password)
+                .filter(|c| c.user.secret() == user.secret())
                 .and_then(|c| c.verdict(&mac))
         };
         if let Some(user) = &user
@@ -455,7 +691,7 @@ impl Users {
             .cache
             .lock()
             .get(username)
-            .filter(|c| c.user.password == user.password)
+            .filter(|c| c.user.secret() == user.secret())
             .and_then(|c| c.verdict(&mac))?;
         Some(if verdict {
             admit(user)
@@ -480,11 +716,11 @@ impl Users {
         self.slow_checks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         metrics::counter!("shoal_auth_slow_checks_total").increment(1);
-        if !verify_slow(&user.password, password) {
+        if !verify_slow(user.secret(), password) {
             let mut cache = self.cache.lock();
             if let Some(c) = cache
                 .get_mut(username)
-                .filter(|c| c.user.password == user.password)
+                .filter(|c| c.user.secret() == user.secret())
             {
                 c.rejected.retain(|(_, at)| at.elapsed() < REMEMBERED_TTL);
                 if c.rejected.len() >= REJECTED_KEPT {
@@ -495,11 +731,12 @@ impl Users {
             return Ok(false);
         }
         let mut user_now = user.clone();
-        if !is_hashed(&user.password) {
-            // A legacy plaintext password: replace it with its hash now.
-            user_now.password = hash_password(password)?;
+        if user.has_fishtest_password() && self.mode()? == PasswordMode::Own {
+            // Fishtest's field on a store that is shoal's alone: the hash moves to its own
+            // field (made now from a plaintext) and the plaintext goes.
+            move_to_hash(&mut user_now, Some(password))?;
             self.save(&user_now)?;
-            tracing::info!(username, "re-hashed a legacy plaintext password");
+            tracing::info!(username, "password moved to password_hash");
         }
         self.cache.lock().insert(
             username.to_string(),
@@ -541,15 +778,23 @@ impl Users {
                 "The password must be 1 to 72 characters long.".into(),
             ));
         }
+        if self.mode()? == PasswordMode::Beside && !plausible_email(email) {
+            return Err(UserError::Invalid(
+                "Beside Fishtest every user needs an email address (Fishtest's schema requires \
+                 one): give --email."
+                    .into(),
+            ));
+        }
         if self.load(username)?.is_some() {
             return Err(UserError::Invalid(format!(
                 "The username {username} is already taken."
             )));
         }
-        let user = User {
+        let mut user = User {
             id: crate::store::new_object_id(),
             username: username.to_string(),
-            password: hash_password(password)?,
+            password: None,
+            password_hash: None,
             registration_time: Date::now(),
             pending: false,
             blocked: false,
@@ -563,6 +808,7 @@ impl Users {
             machine_limit: machine_limit.unwrap_or(DEFAULT_MACHINE_LIMIT),
             extra: Default::default(),
         };
+        self.set_password(&mut user, password)?;
         self.store.insert(Collection::Users, to_doc(&user)?)?;
         Ok(user)
     }
@@ -595,10 +841,11 @@ impl Users {
         if email_taken || self.load(username)?.is_some() {
             return Err(UserError::Invalid(MSG_TAKEN.into()));
         }
-        let user = User {
+        let mut user = User {
             id: crate::store::new_object_id(),
             username: username.to_string(),
-            password: hash_password(password)?,
+            password: None,
+            password_hash: None,
             registration_time: Date::now(),
             pending: true,
             blocked: false,
@@ -608,6 +855,7 @@ impl Users {
             machine_limit: DEFAULT_MACHINE_LIMIT,
             extra: Default::default(),
         };
+        self.set_password(&mut user, password)?;
         self.store.insert(Collection::Users, to_doc(&user)?)?;
         *self.pending.lock() = None;
         Ok(user)
@@ -655,6 +903,69 @@ impl Users {
     }
 }
 
+/// An address Fishtest's email check can accept: one `@` with text on both sides and a dot
+/// in the domain (the form's own checks are in the signup page).
+fn plausible_email(email: &str) -> bool {
+    match email.split_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty()
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+                && !email.chars().any(char::is_whitespace)
+        }
+        None => false,
+    }
+}
+
+/// What [`Users::finalize_passwords`] did.
+#[derive(Debug, Default)]
+pub struct FinalizeReport {
+    /// Users whose password moved to `password_hash`.
+    pub hashed: usize,
+    /// Users that could not be changed, with why (run the command again).
+    pub failed: Vec<(String, String)>,
+}
+
+/// Moves a password out of Fishtest's field: a hash already there moves as it is, a plaintext
+/// is hashed (with `verified`, the password that just matched it, when the caller has it).
+fn move_to_hash(user: &mut User, verified: Option<&str>) -> Result<(), UserError> {
+    let Some(old) = user.password.take() else {
+        return Ok(());
+    };
+    if user.password_hash.is_none() {
+        user.password_hash = Some(if is_hashed(&old) {
+            old
+        } else {
+            hash_password(verified.unwrap_or(&old))?
+        });
+    }
+    Ok(())
+}
+
+/// The names listed in a `legacy_usernames` document (none when it is missing or malformed).
+fn legacy_names_of(doc: Option<&Doc>) -> std::collections::HashSet<String> {
+    let Some(doc) = doc else {
+        return Default::default();
+    };
+    let Some(list) = doc.get("value").and_then(Value::as_array) else {
+        tracing::warn!("kvstore legacy_usernames has no list as its value; no legacy names");
+        return Default::default();
+    };
+    list.iter()
+        .filter_map(|v| match v.as_str() {
+            Some(name) if !name.is_empty() && name.len() <= LEGACY_NAME_MAX => {
+                Some(name.to_string())
+            }
+            _ => {
+                tracing::warn!(entry = %v, "kvstore legacy_usernames: entry skipped (not a name)");
+                None
+            }
+        })
+        .collect()
+}
+
 /// A user whose password checked out may still be blocked or pending.
 fn admit(user: User) -> Result<User, UserError> {
     if user.blocked {
@@ -691,7 +1002,11 @@ mod tests {
         u.add("alice", "secret pw", "a@example.org", false, None)
             .expect("add");
         let user = u.authenticate("alice", "secret pw").expect("auth");
-        assert!(user.password.starts_with("$argon2id$"));
+        assert!(user.secret().starts_with("$argon2id$"));
+        assert_eq!(
+            user.password, None,
+            "no plaintext on a store that is shoal's alone"
+        );
         assert_eq!(user.machine_limit, 16);
         // Second time: the fast path.
         u.authenticate("alice", "secret pw").expect("auth again");
@@ -810,7 +1125,7 @@ mod tests {
         assert!(u.verifying.lock().is_empty(), "per-user locks are dropped");
         // A password change forgets both verdicts.
         let mut user = u.load("dave").expect("load").expect("some");
-        user.password = hash_password("old one").expect("hash");
+        user.password_hash = Some(hash_password("old one").expect("hash"));
         u.save(&user).expect("save");
         u.authenticate("dave", "old one").expect("the new password");
         assert!(u.authenticate("dave", "right one").is_err());
@@ -867,7 +1182,8 @@ mod tests {
     fn a_legacy_plaintext_password_is_refused_as_slowly_as_an_unknown_user() {
         let (_d, u) = users();
         let mut user = u.add("erin", "temp", "", false, None).expect("add");
-        user.password = "plain old".into();
+        user.password = Some("plain old".into());
+        user.password_hash = None;
         u.save(&user).expect("save");
         let time = |user: &str, i: usize| {
             let t = Instant::now();
@@ -887,11 +1203,13 @@ mod tests {
     fn legacy_plaintext_is_accepted_and_rehashed() {
         let (_d, u) = users();
         let mut user = u.add("bob", "temp", "", false, Some(4)).expect("add");
-        user.password = "plain old".into();
+        user.password = Some("plain old".into());
+        user.password_hash = None;
         u.save(&user).expect("save");
         u.authenticate("bob", "plain old").expect("legacy auth");
         let stored = u.load("bob").expect("load").expect("some");
-        assert!(stored.password.starts_with("$argon2id$"));
+        assert_eq!(stored.password, None, "the plaintext is gone");
+        assert!(stored.secret().starts_with("$argon2id$"));
         u.invalidate("bob");
         u.authenticate("bob", "plain old").expect("hashed auth");
         assert!(u.authenticate("bob", "plain").is_err());
@@ -916,12 +1234,157 @@ mod tests {
             Err(UserError::Refused(MSG_PENDING))
         ));
         user.pending = false;
-        user.password = hash_password("pw2").expect("hash");
+        user.password_hash = Some(hash_password("pw2").expect("hash"));
         u.save(&user).expect("save");
         assert!(
             u.authenticate("carol", "pw1").is_err(),
             "old password refused"
         );
         u.authenticate("carol", "pw2").expect("new password");
+    }
+
+    /// A store shared with Fishtest (as on MongoDB), on the test SQLite store.
+    fn beside() -> (tempfile::TempDir, Users) {
+        let (dir, store) = temp_store();
+        (dir, Users::with_sharing(store, true))
+    }
+
+    /// The user document exactly as stored.
+    fn stored(u: &Users, name: &str) -> Doc {
+        u.store
+            .find(
+                Collection::Users,
+                &Query::new().with(Cond::Eq("username".into(), Value::String(name.into()))),
+            )
+            .expect("find")
+            .pop()
+            .expect("stored")
+    }
+
+    #[test]
+    fn beside_fishtest_logins_write_nothing_and_new_passwords_are_fishtests() {
+        let (_d, u) = beside();
+        assert_eq!(u.mode().expect("mode"), PasswordMode::Beside);
+        assert!(
+            matches!(
+                u.add("nomail", "temp", "", false, None),
+                Err(UserError::Invalid(_))
+            ),
+            "beside Fishtest a user needs an email"
+        );
+        let mut fishtest = u
+            .add("frank", "temp", "frank@example.org", false, None)
+            .expect("add");
+        // Written as Fishtest writes it: the plaintext, and no field Fishtest does not know.
+        let doc = stored(&u, "frank");
+        assert_eq!(doc.get("password"), Some(&Value::String("temp".into())));
+        assert!(!doc.contains_key("password_hash"));
+        // A document as Fishtest wrote it.
+        fishtest.password = Some("fishtest pw".into());
+        u.save(&fishtest).expect("save");
+        let before = stored(&u, "frank");
+        u.authenticate("frank", "fishtest pw").expect("login");
+        u.invalidate("frank");
+        u.authenticate("frank", "fishtest pw").expect("login again");
+        assert!(u.authenticate("frank", "temp").is_err());
+        assert_eq!(stored(&u, "frank"), before, "a login changes nothing");
+
+        // The trial ends: every plaintext becomes a hash, and logins go on.
+        u.add("gina", "gina pw", "gina@example.org", false, None)
+            .expect("add");
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let report = u
+            .finalize_passwords(2, &|_, _| {
+                seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+            .expect("finalize");
+        assert_eq!(report.hashed, 2);
+        assert!(report.failed.is_empty());
+        assert_eq!(seen.into_inner(), 2);
+        assert_eq!(u.mode().expect("mode"), PasswordMode::Own);
+        for (name, pw) in [("frank", "fishtest pw"), ("gina", "gina pw")] {
+            let doc = stored(&u, name);
+            assert!(!doc.contains_key("password"), "{name}: plaintext removed");
+            let hash = doc
+                .get("password_hash")
+                .and_then(Value::as_str)
+                .expect("hash");
+            assert!(hash.starts_with("$argon2id$"));
+            u.invalidate(name);
+            u.authenticate(name, pw).expect("login after finalize");
+        }
+        // Run again: nothing left to do.
+        let again = u.finalize_passwords(1, &|_, _| {}).expect("again");
+        assert_eq!(again.hashed, 0);
+        // A new account now gets a hash only.
+        u.add("hank", "hank pw", "", false, None).expect("add");
+        assert!(!stored(&u, "hank").contains_key("password"));
+    }
+
+    #[test]
+    fn an_earlier_shoals_hash_in_the_password_field_still_works_and_moves() {
+        let (_d, u) = users();
+        let mut user = u.add("ivy", "temp", "", false, None).expect("add");
+        user.password = Some(hash_password("ivy pw").expect("hash"));
+        user.password_hash = None;
+        u.save(&user).expect("save");
+        u.authenticate("ivy", "ivy pw").expect("login");
+        let doc = stored(&u, "ivy");
+        assert!(!doc.contains_key("password"));
+        assert!(
+            doc.get("password_hash")
+                .and_then(Value::as_str)
+                .is_some_and(|h| h.starts_with("$argon2id$"))
+        );
+    }
+
+    #[test]
+    fn a_user_without_any_password_never_logs_in() {
+        let (_d, u) = users();
+        let mut user = u.add("jo", "temp", "", false, None).expect("add");
+        user.password = None;
+        user.password_hash = None;
+        u.save(&user).expect("save");
+        assert!(u.authenticate("jo", "").is_err());
+        assert!(u.authenticate("jo", "temp").is_err());
+    }
+
+    #[test]
+    fn legacy_user_names_are_read_added_and_removed() {
+        let (_d, u) = users();
+        assert!(u.name_allowed("alice"));
+        assert!(!u.name_allowed("old.timer"));
+        // As Fishtest stores the list (kvstore), with an entry that is no name.
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), Value::String(LEGACY_USERNAMES_DOC.into()));
+        doc.insert("value".into(), serde_json::json!(["old.timer", 7, "a"]));
+        u.store.put(Collection::Kvstore, &doc).expect("put");
+        assert!(!u.name_allowed("old.timer"), "not before the list is read");
+        assert_eq!(u.refresh_legacy_names().expect("refresh"), 2);
+        assert!(u.name_allowed("old.timer"));
+        assert!(u.name_allowed("a"));
+        assert!(!u.name_allowed("b"));
+        // Added and removed through shoal (the CLI), kept in the same document.
+        assert!(u.set_legacy_name("x_y", true).expect("add"));
+        assert!(!u.set_legacy_name("x_y", true).expect("again"));
+        assert!(u.name_allowed("x_y"));
+        assert!(matches!(
+            u.set_legacy_name("fine", true),
+            Err(UserError::Invalid(_))
+        ));
+        assert!(u.set_legacy_name("old.timer", false).expect("remove"));
+        assert!(!u.name_allowed("old.timer"));
+        let list = u
+            .store
+            .get(Collection::Kvstore, LEGACY_USERNAMES_DOC)
+            .expect("get")
+            .and_then(|d| d.get("value").cloned());
+        assert_eq!(list, Some(serde_json::json!([7, "a", "x_y"])));
+        // A removed document: no legacy names.
+        u.store
+            .delete(Collection::Kvstore, LEGACY_USERNAMES_DOC)
+            .expect("delete");
+        assert_eq!(u.refresh_legacy_names().expect("refresh"), 0);
+        assert!(!u.name_allowed("a"));
     }
 }

@@ -273,6 +273,12 @@ pub trait Store: Send + Sync + 'static {
     fn flush_runs(&self, runs: &[RunRecord]) -> StoreResult<()>;
     /// Makes everything durable and refuses further calls.
     fn close(&self) -> StoreResult<()>;
+    /// Whether Fishtest itself may read and write this database while shoal runs (MongoDB):
+    /// then shoal writes only documents Fishtest's schema accepts (docs/migrating-from-fishtest.md,
+    /// "Running beside Fishtest").
+    fn shared_with_fishtest(&self) -> bool {
+        false
+    }
 }
 
 pub type SharedStore = Arc<dyn Store>;

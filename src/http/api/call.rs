@@ -94,8 +94,18 @@ fn valid_unique_key(key: &str) -> bool {
         && is_hex(parts[4], 12)
 }
 
-/// Checks the exact key set, the types and the value rules of `worker_info`.
+/// Checks the exact key set, the types and the value rules of `worker_info`, with Fishtest's
+/// username rule and no legacy names.
 pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError> {
+    parse_worker_info_with(raw, &crate::rundb::users::valid_username)
+}
+
+/// [`parse_worker_info`], with `name_allowed` deciding the username (the rule, or a legacy
+/// name: `Users::name_allowed`).
+pub fn parse_worker_info_with(
+    raw: Map<String, Value>,
+    name_allowed: &dyn Fn(&str) -> bool,
+) -> Result<WorkerInfo, ApiError> {
     if let Some(k) = raw.keys().find(|k| !WorkerInfo::KEYS.contains(&k.as_str())) {
         return Err(bad(format!("worker_info: unknown key {k:?}")));
     }
@@ -180,7 +190,7 @@ pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError
             limits::MAX_NPS
         )));
     }
-    if !crate::rundb::users::valid_username(&wi.username) {
+    if !name_allowed(&wi.username) {
         return Err(bad("worker_info: invalid username"));
     }
     Ok(wi)
@@ -264,7 +274,8 @@ pub(crate) fn validate(
     headers: &HeaderMap,
     needs: Needs,
 ) -> Result<Call, ApiError> {
-    let mut wi = parse_worker_info(req.worker_info)?;
+    let users = &state.rundb.users;
+    let mut wi = parse_worker_info_with(req.worker_info, &|name| users.name_allowed(name))?;
     wi.remote_addr = client_addr(state, peer, headers);
     wi.country_code = country(headers);
     if req.task_id.is_some() && req.run_id.is_none() {

@@ -737,7 +737,8 @@ mod tests {
         User {
             id: "1".into(),
             username: "bob".into(),
-            password: String::new(),
+            password: None,
+            password_hash: None,
             registration_time: crate::store::Date::now(),
             pending: false,
             blocked: false,

@@ -66,6 +66,8 @@ impl IndexSpec {
 pub const JOURNAL: &str = "shoal_journal";
 /// Each run's last flushed journal seq.
 pub const RUN_SEQ: &str = "shoal_run_seq";
+/// shoal's own fields of each run (`_id`: the run's), kept out of Fishtest's `runs`.
+pub const RUN_EXTRAS: &str = "shoal_run_extras";
 
 /// Every index the store makes sure exists (`_id` indexes are MongoDB's own).
 pub fn all() -> Vec<IndexSpec> {

@@ -40,7 +40,11 @@ use super::{
     StoreResult, new_object_id,
 };
 use crate::secret::SecretUri;
-use indexes::{JOURNAL, RUN_SEQ};
+use indexes::{JOURNAL, RUN_EXTRAS, RUN_SEQ};
+
+/// The fields of shoal's run documents that Fishtest's have not: on MongoDB they live in
+/// [`RUN_EXTRAS`], beside the run, so that `runs` holds only what Fishtest's schema accepts.
+pub const SHOAL_RUN_FIELDS: &[&str] = &["trajectory"];
 
 /// The database when `mongodb_uri` names none: Fishtest's.
 pub const DEFAULT_DATABASE: &str = "fishtest_new";
@@ -213,6 +217,7 @@ impl MongoStore {
     /// Creates every index of [`indexes::all`] that is missing. An index of the same name
     /// with other options (made by hand) is left alone and logged.
     fn create_indexes(&self) -> StoreResult<()> {
+        let mut skipped = Vec::new();
         for spec in indexes::all() {
             let coll = self.db.collection::<Document>(spec.collection);
             match self.retrying("create_index", || coll.create_index(spec.model()).run()) {
@@ -224,8 +229,22 @@ impl MongoStore {
                     tracing::warn!(collection = spec.collection, index = spec.name, %message,
                         "an index of this name exists with other options; kept as it is");
                 }
+                // The store works without any one index (slower, or for a unique index
+                // without the server's own duplicate check): an index the server refuses
+                // (a text index on a server without text search, say; shoal never runs a
+                // `$text` query) is named in the log and start-up goes on.
+                Err(StoreError::Backend { message, .. }) => {
+                    let unique = spec.unique;
+                    tracing::error!(collection = spec.collection, index = spec.name, unique,
+                        %message, "cannot create this index; going on without it");
+                    skipped.push(format!("{}.{}", spec.collection, spec.name));
+                }
                 Err(e) => return Err(e),
             }
+        }
+        if !skipped.is_empty() {
+            tracing::warn!(indexes = %skipped.join(", "),
+                "mongodb store open without these indexes (see the errors above)");
         }
         Ok(())
     }
@@ -299,6 +318,60 @@ impl MongoStore {
 
     fn replace_upsert(q: Document, u: Document) -> Document {
         doc! {"q": q, "u": u, "upsert": true}
+    }
+
+    /// Takes shoal's own fields out of a run document bound for `runs` (Fishtest validates
+    /// run documents against a schema that knows no other field) and returns the update that
+    /// keeps them in [`indexes::RUN_EXTRAS`], if the run has any.
+    fn split_run_extras(id: &str, run: &mut Document) -> Option<Document> {
+        let mut extras = Document::new();
+        for field in SHOAL_RUN_FIELDS {
+            if let Some(v) = run.remove(*field) {
+                extras.insert(*field, v);
+            }
+        }
+        (!extras.is_empty()).then(|| doc! {"q": {"_id": id}, "u": {"$set": extras}, "upsert": true})
+    }
+
+    /// Puts shoal's own fields of these run documents back from [`indexes::RUN_EXTRAS`].
+    fn merge_run_extras(&self, runs: &mut [Doc]) -> StoreResult<()> {
+        let ids: Vec<Bson> = runs
+            .iter()
+            .filter_map(|d| d.get("_id").and_then(Value::as_str))
+            .map(|id| Bson::String(id.to_string()))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let c = self.named(RUN_EXTRAS);
+        let extras: Vec<Document> = self.retrying("run_extras", || {
+            c.find(doc! {"_id": {"$in": ids.clone()}}).run()?.collect()
+        })?;
+        if extras.is_empty() {
+            return Ok(());
+        }
+        let mut by_id: std::collections::HashMap<String, Document> = extras
+            .into_iter()
+            .filter_map(|mut d| match d.remove("_id") {
+                Some(Bson::String(id)) => Some((id, d)),
+                _ => None,
+            })
+            .collect();
+        for run in runs.iter_mut() {
+            let Some(extra) = run
+                .get("_id")
+                .and_then(Value::as_str)
+                .and_then(|id| by_id.remove(id))
+            else {
+                continue;
+            };
+            for (k, v) in extra {
+                if SHOAL_RUN_FIELDS.contains(&k.as_str()) {
+                    run.insert(k.clone(), bson_map::to_value(v, &k).map_err(mapping)?);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A PGN's bytes: from the recent ones, else fetched whole (then kept).
@@ -479,9 +552,16 @@ impl Store for MongoStore {
         let filter = query::by_id(coll, id)?;
         let c = self.coll(coll);
         let found = self.retrying("get", || c.find_one(filter.clone()).run())?;
-        found
+        let Some(mut doc) = found
             .map(|d| bson_map::to_doc(coll, d).map_err(mapping))
-            .transpose()
+            .transpose()?
+        else {
+            return Ok(None);
+        };
+        if coll == Collection::Runs {
+            self.merge_run_extras(std::slice::from_mut(&mut doc))?;
+        }
+        Ok(Some(doc))
     }
 
     fn put(&self, coll: Collection, doc: &Doc) -> StoreResult<()> {
@@ -490,11 +570,19 @@ impl Store for MongoStore {
 
     fn put_many(&self, coll: Collection, docs: &[Doc]) -> StoreResult<()> {
         let mut updates = Vec::with_capacity(docs.len());
+        let mut extras = Vec::new();
         for d in docs {
-            let (q, u) = replacement(coll, d)?;
+            let (q, mut u) = replacement(coll, d)?;
+            if coll == Collection::Runs
+                && let Some(id) = d.get("_id").and_then(Value::as_str)
+                && let Some(x) = Self::split_run_extras(id, &mut u)
+            {
+                extras.push(x);
+            }
             updates.push(Self::replace_upsert(q, u));
         }
-        self.bulk_update(coll.name(), updates)
+        self.bulk_update(coll.name(), updates)?;
+        self.bulk_update(RUN_EXTRAS, extras)
     }
 
     fn insert(&self, coll: Collection, mut doc: Doc) -> StoreResult<String> {
@@ -519,6 +607,14 @@ impl Store for MongoStore {
         let (_, mut b) = replacement(coll, &doc)?;
         if !b.contains_key("_id") {
             b.insert("_id", ObjectId::new());
+        }
+        let extras = if coll == Collection::Runs {
+            Self::split_run_extras(&id, &mut b)
+        } else {
+            None
+        };
+        if let Some(x) = extras {
+            self.bulk_update(RUN_EXTRAS, vec![x])?;
         }
         // A key-field collection (nets, workers) has no unique `_id` to catch a second
         // document of the same name: look first (`workers` also has a unique index).
@@ -567,9 +663,14 @@ impl Store for MongoStore {
             }
             f.run()?.collect()
         })?;
-        docs.into_iter()
+        let mut docs = docs
+            .into_iter()
             .map(|d| bson_map::to_doc(coll, d).map_err(mapping))
-            .collect()
+            .collect::<StoreResult<Vec<Doc>>>()?;
+        if coll == Collection::Runs {
+            self.merge_run_extras(&mut docs)?;
+        }
+        Ok(docs)
     }
 
     fn count(&self, coll: Collection, filter: &[Cond]) -> StoreResult<u64> {
@@ -706,13 +807,17 @@ impl Store for MongoStore {
         let mut updates = Vec::with_capacity(runs.len());
         let mut seqs = Vec::with_capacity(runs.len());
         let mut trims = Vec::with_capacity(runs.len());
+        let mut extras = Vec::new();
         for r in runs {
             let d: Doc = serde_json::from_str(&r.json).map_err(|source| StoreError::Corrupt {
                 collection: "runs",
                 id: r.id.clone(),
                 source,
             })?;
-            let (q, u) = replacement(Collection::Runs, &d)?;
+            let (q, mut u) = replacement(Collection::Runs, &d)?;
+            if let Some(x) = Self::split_run_extras(&r.id, &mut u) {
+                extras.push(x);
+            }
             updates.push(Self::replace_upsert(q, u));
             let seq = i64::try_from(r.seq).unwrap_or(i64::MAX);
             seqs.push(doc! {
@@ -721,6 +826,7 @@ impl Store for MongoStore {
             trims.push(doc! {"q": {"run_id": r.id.clone(), "_id": {"$lte": seq}}, "limit": 0});
         }
         self.bulk_update(Collection::Runs.name(), updates)?;
+        self.bulk_update(RUN_EXTRAS, extras)?;
         self.bulk_update(RUN_SEQ, seqs)?;
         self.bulk(JOURNAL, "delete", "deletes", trims)
     }
@@ -732,6 +838,10 @@ impl Store for MongoStore {
         let _ = &self.client;
         tracing::info!("mongodb store closed");
         Ok(())
+    }
+
+    fn shared_with_fishtest(&self) -> bool {
+        true
     }
 }
 
