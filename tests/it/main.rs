@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod batches;
+mod beside_fishtest;
 mod browser;
 mod browser_nets;
 mod browser_record;
@@ -16,6 +17,7 @@ mod fuzz;
 mod hardening;
 mod harness;
 mod limits;
+mod mongo;
 mod openapi;
 mod sim;
 mod soak;

@@ -235,6 +235,8 @@ impl MongoStore {
                 // `$text` query) is named in the log and start-up goes on.
                 Err(StoreError::Backend { message, .. }) => {
                     let unique = spec.unique;
+                    // The driver's message ends with the raw server reply: keep the words.
+                    let message = message.split(", labels:").next().unwrap_or_default();
                     tracing::error!(collection = spec.collection, index = spec.name, unique,
                         %message, "cannot create this index; going on without it");
                     skipped.push(format!("{}.{}", spec.collection, spec.name));

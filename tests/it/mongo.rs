@@ -1,0 +1,137 @@
+//! A MongoDB-compatible server for the tests: SecantusDB (PyPI `SecantusDB`, its
+//! `secantusd-py` command), started once per test binary on an ephemeral loopback port with
+//! in-memory storage, and killed with the test binary. Each test takes a database of its own
+//! ([`fresh_uri`]).
+//!
+//! `.ci/run` installs it; on a machine without it these tests fail and say how to install it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use bson::Document;
+
+static PORT: OnceLock<Result<u16, String>> = OnceLock::new();
+
+/// The command that starts the server (`SHOAL_TEST_SECANTUSD` overrides it).
+fn command() -> String {
+    std::env::var("SHOAL_TEST_SECANTUSD").unwrap_or_else(|_| "secantusd-py".to_string())
+}
+
+/// Starts the server: a thread of its own spawns it (the child is killed when that thread
+/// ends, so with the test binary) and keeps draining its log.
+fn start() -> Result<u16, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<u16>();
+    let cmd = command();
+    let mut child = {
+        let mut c = Command::new(&cmd);
+        c.args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--storage-path",
+            ":memory:",
+            "--log-level",
+            "INFO",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        // SAFETY: prctl(2) in the child between fork and exec, touching no memory of ours:
+        // the server gets SIGKILL when the thread that started it (below: alive as long as
+        // the test binary) ends.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        c.spawn().map_err(|e| {
+            format!(
+                "cannot start {cmd} ({e}): the MongoDB tests need SecantusDB \
+                 (`pip install SecantusDB`, as .ci/run does)"
+            )
+        })?
+    };
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    std::thread::Builder::new()
+        .name("secantusd".into())
+        .spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if !sent
+                    && let Some(port) = line
+                        .split("listening on 127.0.0.1:")
+                        .nth(1)
+                        .and_then(|p| p.trim().parse::<u16>().ok())
+                {
+                    let _ = tx.send(port);
+                    sent = true;
+                }
+            }
+            let _ = child.wait();
+            // Parked, not returned: the death signal is tied to this thread.
+            loop {
+                std::thread::park();
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv_timeout(Duration::from_secs(60))
+        .map_err(|_| format!("{cmd} did not say where it listens within 60 s"))
+}
+
+/// The port of the shared server (started on first use).
+pub fn port() -> u16 {
+    match PORT.get_or_init(start) {
+        Ok(port) => *port,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A connection string to a database no other test uses (`<tag>_<random>`).
+pub fn fresh_uri(tag: &str) -> String {
+    format!(
+        "mongodb://127.0.0.1:{}/{tag}_{:016x}",
+        port(),
+        rand::random::<u64>()
+    )
+}
+
+/// The database of `uri`, through the driver's blocking API (call it off the async runtime:
+/// [`docs`], [`run`]).
+pub fn database(uri: &str) -> mongodb::sync::Database {
+    let client = mongodb::sync::Client::with_uri_str(uri).expect("client");
+    let name = uri
+        .rsplit('/')
+        .next()
+        .and_then(|n| n.split('?').next())
+        .expect("a database in the URI");
+    client.database(name)
+}
+
+/// Runs blocking driver calls on a blocking thread.
+pub async fn run<T: Send + 'static>(
+    uri: &str,
+    f: impl FnOnce(mongodb::sync::Database) -> T + Send + 'static,
+) -> T {
+    let uri = uri.to_string();
+    tokio::task::spawn_blocking(move || f(database(&uri)))
+        .await
+        .expect("blocking task")
+}
+
+/// Every document of `coll` matching `filter`.
+pub async fn docs(uri: &str, coll: &'static str, filter: Document) -> Vec<Document> {
+    run(uri, move |db| {
+        db.collection::<Document>(coll)
+            .find(filter)
+            .run()
+            .expect("find")
+            .map(|d| d.expect("document"))
+            .collect()
+    })
+    .await
+}
