@@ -4,7 +4,8 @@
 //!    kept) and its response, and a debug-level tracing span per request carrying it.
 //! 1. **envelope**: stamps the start time; on the way out serialises [`PendingJson`] with
 //!    `duration` (and the `"<path>: "` error prefix), turns any bare error status under `/api`
-//!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics.
+//!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics. A
+//!    response marked `RawBody` (a `BareJson` read reply, a stream) keeps its body as it is.
 //! 2. **shutdown guard**: an empty 503 while draining (an empty body makes the official worker
 //!    retry later; a JSON `error` would make it fail its task or exit).
 //! 3. **HEAD as GET**.

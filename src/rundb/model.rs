@@ -169,11 +169,17 @@ pub struct RunArgs {
     pub master_repo: Option<String>,
     #[serde(default)]
     pub auto_purge: bool,
-    #[serde(default = "hundred")]
+    /// An int in Fishtest's documents (its form reads it with `int()`): integral values go
+    /// out as integers.
+    #[serde(
+        default = "hundred",
+        serialize_with = "crate::spsa::serialize_integral_f64"
+    )]
     pub throughput: f64,
     #[serde(default = "hundred")]
     pub itp: f64,
-    #[serde(default)]
+    /// An int in Fishtest's documents, like `throughput`.
+    #[serde(default, serialize_with = "crate::spsa::serialize_integral_f64")]
     pub priority: f64,
     #[serde(default = "yes")]
     pub adjudication: bool,

@@ -138,8 +138,11 @@ pub struct SpsaResult {
 
 /// Fishtest stores `A` as a Python int; writing `10.0` would turn it into a
 /// float there and break its `{A:d}` formatting, so integral values go out as
-/// integers.
-fn serialize_integral_f64<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+/// integers. (Also the run's `throughput` and `priority`, ints in Fishtest.)
+pub fn serialize_integral_f64<S: Serializer>(
+    value: &f64,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     // 2^53: beyond it not every integer is representable, so stay a float.
     const EXACT_INT_LIMIT: f64 = 9_007_199_254_740_992.0;
     if value.is_finite() && value.fract() == 0.0 && value.abs() <= EXACT_INT_LIMIT {

@@ -10,7 +10,7 @@
 //! original, which mutates the dict in place and can leave it half-updated
 //! when it raises, [`update_sprt`] changes nothing when it returns an error.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::elo::{bayeselo_to_elo, draw_elo_calc};
 use super::llr::{llr_logistic, llr_normalized};
@@ -93,17 +93,34 @@ pub struct Overshoot {
     /// Samples that arrived outside exact batch steps (audit only).
     pub skipped_updates: u64,
     /// Running minimum of the LLR since the last reset.
+    #[serde(serialize_with = "zero_as_int")]
     pub ref0: f64,
     /// Sum of the downward jumps of `ref0`.
+    #[serde(serialize_with = "zero_as_int")]
     pub m0: f64,
     /// Sum of the squares of those jumps.
+    #[serde(serialize_with = "zero_as_int")]
     pub sq0: f64,
     /// Running maximum of the LLR since the last reset.
+    #[serde(serialize_with = "zero_as_int")]
     pub ref1: f64,
     /// Sum of the upward jumps of `ref1`.
+    #[serde(serialize_with = "zero_as_int")]
     pub m1: f64,
     /// Sum of the squares of those jumps.
+    #[serde(serialize_with = "zero_as_int")]
     pub sq1: f64,
+}
+
+/// A zero as Python's int `0`, any other value as a float: Fishtest's `SPRT()` starts `llr`
+/// and the overshoot sums at the int 0, and they stay ints until an update moves them, so a
+/// zero goes out (and through the read API) as Fishtest shows it.
+fn zero_as_int<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    if *value == 0.0 && value.is_sign_positive() {
+        serializer.serialize_i64(0)
+    } else {
+        serializer.serialize_f64(*value)
+    }
 }
 
 fn default_batch_size() -> u64 {
@@ -131,7 +148,7 @@ pub struct SprtRecord {
     #[serde(default)]
     pub state: SprtState,
     /// The exact LLR after the last update.
-    #[serde(default)]
+    #[serde(default, serialize_with = "zero_as_int")]
     pub llr: f64,
     /// Samples per update (game pairs for pentanomial runs); Fishtest reads it
     /// with a default of 1.

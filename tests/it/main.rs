@@ -3,6 +3,7 @@
 // Tests may panic on the unexpected: that is how they fail (Cargo.toml denies these in src/).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_shapes;
 mod batches;
 mod beside_fishtest;
 mod browser;

@@ -274,14 +274,7 @@ async fn rate_limit_has_fishtests_shape_with_shoals_figures() {
         .collect();
     assert_eq!(
         keys,
-        BTreeSet::from([
-            "duration",
-            "limit",
-            "remaining",
-            "reset",
-            "resource",
-            "used"
-        ])
+        BTreeSet::from(["limit", "remaining", "reset", "resource", "used"])
     );
     assert_eq!(body["resource"], "core");
     assert_eq!(body["used"], 0);

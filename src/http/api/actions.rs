@@ -2,7 +2,8 @@
 //!
 //! Owns: the route and its reply: the body is a query in the subset of MongoDB operators that
 //! `rundb::actions::ActionFilter::from_mongo` accepts; the reply is a JSON array of at most
-//! [`API_ACTIONS_CAP`] actions, newest first, `_id` as a string, with CORS `*`. A query
+//! [`API_ACTIONS_CAP`] actions, newest first, `_id` as a string, with CORS `*` and without
+//! `duration` (`BareJson`, as Fishtest answers). A query
 //! outside the subset answers `[]`, as Fishtest answers a bad query (the reason is logged at
 //! debug level); a body that is not JSON is a 400 like every API body.
 //! Must not: read the store outside the pool; let a client name arbitrary fields or operators.
@@ -11,14 +12,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
 use crate::http::AppState;
 use crate::http::extract::ApiJson;
-use crate::http::reply::ApiError;
+use crate::http::reply::{ApiError, BareJson};
 use crate::rundb::actions::ActionFilter;
 
 /// At most this many actions per reply (Fishtest's cap).
@@ -41,33 +41,27 @@ pub fn router() -> Router<Arc<AppState>> {
             (at most 1,000 values) and `$exists`; anything else matches nothing"
     ),
     responses(
-        (status = 200, description = "At most 200 actions, newest first (a JSON array; \
-            `Access-Control-Allow-Origin: *`)", body = Vec<Object>),
-        (status = 400, description = "The body is not JSON")
+        (status = 200, description = "At most 200 actions, newest first (a JSON array, `_id` \
+            a string; no `duration`; `Access-Control-Allow-Origin: *`)", body = Vec<Object>),
+        (status = 400, description = "The body is not JSON", body = crate::http::api::schema::ErrorReply)
     )
 )]
 pub async fn actions(
     State(state): State<Arc<AppState>>,
     ApiJson(query): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let rows = match ActionFilter::from_mongo(&query) {
+    let body = match ActionFilter::from_mongo(&query) {
         Ok(filter) => {
             let db = state.rundb.clone();
             state
                 .offload
-                .run(move || db.find_actions(&filter, 0, API_ACTIONS_CAP))
+                .run(move || BareJson::of(&db.find_actions(&filter, 0, API_ACTIONS_CAP)?))
                 .await??
         }
         Err(reason) => {
             tracing::debug!(%reason, "api/actions: query refused");
-            Vec::new()
+            BareJson::of(&Vec::<Value>::new())?
         }
     };
-    let rows: Vec<Value> = rows.into_iter().map(Value::Object).collect();
-    let mut r = axum::Json(rows).into_response();
-    r.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    Ok(r)
+    Ok(body.cors().into_response())
 }

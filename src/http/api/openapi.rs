@@ -14,16 +14,14 @@
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use utoipa::OpenApi;
 
 use super::{actions, files, public, rate_limit, runs, schema, upload, worker};
 use crate::http::AppState;
-use crate::http::reply::{ApiError, RawBody};
+use crate::http::reply::{ApiError, BareJson};
 
 /// The document: every JSON route's handler, and the schemas they name.
 #[derive(OpenApi)]
@@ -31,8 +29,9 @@ use crate::http::reply::{ApiError, RawBody};
     info(
         title = "shoal",
         description = "A Fishtest-compatible server: the worker protocol, the read API, run \
-            submission and control, PGN and net files. Every JSON reply carries `duration` \
-            (seconds); errors are `{\"error\": \"<path>: <message>\"}`.",
+            submission and control, PGN and net files. As in Fishtest, the worker API's \
+            replies and every error carry `duration` (seconds); the read API's successful \
+            replies do not. Errors are `{\"error\": \"<path>: <message>\", \"duration\"}`.",
         license(name = "GPL-3.0-or-later", identifier = "GPL-3.0-or-later")
     ),
     paths(
@@ -100,18 +99,10 @@ pub async fn openapi_json(State(state): State<Arc<AppState>>) -> Result<Response
         .run(document_json)
         .await?
         .map_err(ApiError::Internal)?;
-    let mut r = (StatusCode::OK, Body::from(json)).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    // The document is not an API reply: the envelope must not add `duration` to it.
-    r.extensions_mut().insert(RawBody);
-    Ok(r)
+    // Not an API reply: no `duration` (BareJson leaves the body as it is).
+    Ok(BareJson::from_bytes(json.as_bytes().to_vec())
+        .cors()
+        .into_response())
 }
 
 #[cfg(test)]

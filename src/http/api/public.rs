@@ -2,25 +2,31 @@
 //! `get_task`, `active_runs`, `finished_runs`.
 //!
 //! Owns: parameter rules and reply shapes of these routes, and the rendering of run documents
-//! for the API (dates as Python's `str()` of an aware datetime, task lists emptied).
-//! Must not: compute statistics on the event loop (every computation goes through the pool) or
-//! change anything.
+//! for the API as Fishtest shows them ([`RunView`]: dates as Python's `str()` of an aware
+//! datetime, task lists absent or emptied, shoal's own `trajectory` never shown). A successful
+//! reply is a [`BareJson`], without `duration` (Fishtest adds it only to the worker API and to
+//! errors); an error is an [`ApiError`], which carries it. The route-by-route comparison with
+//! Fishtest is in docs/fishtest-compatibility.md.
+//! Must not: compute statistics or render runs on the event loop (every computation and every
+//! run body goes through the pool) or change anything.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use axum::Router;
 use axum::routing::get;
 
 use super::call::bad;
-use super::schema::{CalcEloReply, ErrorReply, RunDocument, RunsById, TaskDocument};
+use super::schema::{
+    CalcEloReply, EloRunDocument, ErrorReply, RunDocument, RunsById, TaskDocument,
+};
 use crate::http::AppState;
-use crate::http::reply::{ApiError, ApiReply, ApiResult};
+use crate::http::reply::{ApiError, BareJson};
 use crate::rundb::model::Date;
 use crate::rundb::model::Run;
 use crate::rundb::queries::{FinishedFilter, TaskList};
@@ -37,9 +43,15 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/api/finished_runs", get(finished_runs))
 }
 
-/// Python's `str(datetime)` for an aware UTC datetime: `YYYY-MM-DD HH:MM:SS.ffffff+00:00`.
+/// Python's `str(datetime)` for an aware UTC datetime: `YYYY-MM-DD HH:MM:SS.ffffff+00:00`,
+/// or `YYYY-MM-DD HH:MM:SS+00:00` when the microseconds are 0 (Python then omits the
+/// fraction; with MongoDB's millisecond dates that is one date in a thousand).
 pub fn python_date(d: &Date) -> String {
-    d.0.format("%Y-%m-%d %H:%M:%S%.6f+00:00").to_string()
+    if d.0.timestamp_subsec_micros() == 0 {
+        d.0.format("%Y-%m-%d %H:%M:%S+00:00").to_string()
+    } else {
+        d.0.format("%Y-%m-%d %H:%M:%S%.6f+00:00").to_string()
+    }
 }
 
 /// Replaces every `{"$date": ...}` object by Python's string form.
@@ -62,27 +74,91 @@ fn render_dates(v: &mut Value) {
     }
 }
 
-/// A run as the API shows it: tasks, bad_tasks and the SPSA history emptied, no trajectory.
-pub fn api_run(run: &Run) -> Value {
-    let mut run = run.clone();
-    run.tasks.clear();
-    run.bad_tasks.clear();
-    run.trajectory = Default::default();
-    if let Some(spsa) = run.args.spsa.as_mut() {
-        spsa.param_history = Some(Vec::new());
-    }
-    let mut v = serde_json::to_value(&run).unwrap_or(Value::Null);
-    render_dates(&mut v);
-    v
+/// The two ways Fishtest shows a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunView {
+    /// active_runs and finished_runs: Fishtest reads the runs with a projection, so `tasks`,
+    /// `bad_tasks` and `args.spsa.param_history` are absent.
+    Listed,
+    /// get_run and get_elo (Fishtest's `strip_run`): `tasks` and `bad_tasks` are `[]`, and
+    /// `args.spsa.param_history` is `[]` when the run has one.
+    Stripped,
 }
 
-fn cors(reply: ApiReply) -> Response {
-    let mut r = reply.into_response();
-    r.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    r
+/// A run as the API shows it (`view`): `_id` a string, `start_time` and `last_updated` (and
+/// any other date) as Python prints them, shoal's `trajectory` left out.
+pub fn api_run(mut run: Run, view: RunView) -> Result<Value, ApiError> {
+    run.tasks = Vec::new();
+    run.bad_tasks = Vec::new();
+    // shoal's own field (the charts' samples): not Fishtest's, never shown.
+    run.trajectory = Default::default();
+    let had_history = run
+        .args
+        .spsa
+        .as_mut()
+        .is_some_and(|spsa| spsa.param_history.take().is_some());
+    let mut v = serde_json::to_value(&run)
+        .map_err(|e| ApiError::Internal(format!("rendering run {}: {e}", run.id)))?;
+    if let Value::Object(m) = &mut v {
+        m.remove("trajectory");
+        match view {
+            RunView::Listed => {
+                m.remove("tasks");
+                m.remove("bad_tasks");
+            }
+            RunView::Stripped => {
+                if had_history
+                    && let Some(Value::Object(spsa)) =
+                        m.get_mut("args").and_then(|a| a.get_mut("spsa"))
+                {
+                    spsa.insert("param_history".into(), json!([]));
+                }
+            }
+        }
+    }
+    render_dates(&mut v);
+    Ok(v)
+}
+
+/// A task as get_task shows it: the worker's `unique_key` cut to 8 characters and `...`, its
+/// `remote_addr` hidden as `?.?.?.?`, dates as Python prints them, an infinite `residual` as
+/// `"inf"` and `spsa_params.packed_flips` as a list of byte values.
+fn api_task(mut task: Value) -> Value {
+    if let Some(wi) = task.get_mut("worker_info").and_then(Value::as_object_mut) {
+        if let Some(Value::String(k)) = wi.get_mut("unique_key") {
+            *k = format!("{}...", k.chars().take(8).collect::<String>());
+        }
+        if let Some(addr) = wi.get_mut("remote_addr") {
+            *addr = json!("?.?.?.?");
+        }
+    }
+    // A residual written by Fishtest may be an infinity, which a shoal document holds as
+    // Extended JSON (shoal's own purge writes "inf" already).
+    if let Some(r) = task.get_mut("residual")
+        && r.get("$numberDouble").and_then(Value::as_str) == Some("Infinity")
+    {
+        *r = json!("inf");
+    }
+    // packed_flips is an array of bytes in shoal's typed tasks; a copy kept as Fishtest's
+    // binary (in `bad_tasks`) is turned into the same list.
+    if let Some(flips) = task
+        .get_mut("spsa_params")
+        .and_then(|p| p.get_mut("packed_flips"))
+        && let Some(b64) = flips
+            .get("$binary")
+            .and_then(|b| b.get("base64"))
+            .and_then(Value::as_str)
+        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64)
+    {
+        *flips = json!(bytes);
+    }
+    render_dates(&mut task);
+    task
+}
+
+/// 404 `The run <id> does not exist` (Fishtest's message).
+fn no_run(id: &str) -> ApiError {
+    ApiError::NotFound(format!("The run {id} does not exist"))
 }
 
 /// The largest count calc_elo accepts per cell (each cell is exact in an f64 far beyond it).
@@ -128,14 +204,14 @@ fn count(params: &HashMap<String, String>, key: &str) -> Result<Option<f64>, Api
         ("elo_model" = Option<String>, Query, description = "normalized (default), logistic or BayesElo"),
     ),
     responses(
-        (status = 200, description = "Elo, its 95% interval and LOS; with bounds also a, b and LLR", body = CalcEloReply),
+        (status = 200, description = "Elo, its 95% interval and LOS; with bounds also a, b and LLR (no `duration`)", body = CalcEloReply),
         (status = 400, description = "Missing or bad counts or bounds", body = ErrorReply),
     )
 )]
 pub async fn calc_elo(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult {
+) -> Result<Response, ApiError> {
     let penta_keys = ["LL", "LD", "DDWL", "WD", "WW"];
     let penta: Vec<Option<f64>> = penta_keys
         .iter()
@@ -227,7 +303,7 @@ pub async fn calc_elo(
         })
         .await?
         .map_err(|e| bad(format!("cannot compute: {e}")))?;
-    Ok(ApiReply::json(body))
+    Ok(BareJson::of(&body)?.into_response())
 }
 
 /// `SPRT_elo`'s output under Fishtest's key names.
@@ -264,15 +340,17 @@ fn valid_id(id: &str) -> bool {
     id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// GET /api/get_elo/{id}: `{}` for non-SPRT runs, else the run plus `elo`.
+/// GET /api/get_elo/{id}: `{}` for non-SPRT runs, else the run (as get_run shows it) plus
+/// `elo`.
 #[utoipa::path(
     get,
     path = "/api/get_elo/{id}",
     tag = "read",
     params(("id" = String, Path, description = "The run id (24 hex digits)")),
     responses(
-        (status = 200, description = "The run plus `elo`; `{}` for a run that is not an SPRT", body = RunDocument),
-        (status = 404, description = "No such run", body = ErrorReply),
+        (status = 200, description = "The run as get_run shows it plus `elo`; `{}` for a run \
+            that is not an SPRT (no `duration`; `Access-Control-Allow-Origin: *`)", body = EloRunDocument),
+        (status = 404, description = "No such run: `The run <id> does not exist`", body = ErrorReply),
     )
 )]
 pub async fn get_elo_route(
@@ -280,41 +358,39 @@ pub async fn get_elo_route(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     if !valid_id(&id) {
-        return Err(ApiError::NotFound("Not Found".into()));
+        return Err(no_run(&id));
     }
     let db = state.rundb.clone();
     let body = state
         .offload
-        .run(move || -> Result<Option<Value>, ApiError> {
-            let Some(run) = db.get_run(&id)? else {
-                return Ok(None);
+        .run(move || -> Result<BareJson, ApiError> {
+            let Some(run) = db.run_head(&id)? else {
+                return Err(no_run(&id));
             };
             let Some(summary) = sprt_summary(&run) else {
-                return Ok(Some(Value::Object(Map::new())));
+                return BareJson::of(&Map::new());
             };
-            let elo = summary.map_err(|e| ApiError::Internal(e.to_string()))?;
-            let mut v = api_run(&run);
+            let elo = summary.map_err(ApiError::Internal)?;
+            let mut v = api_run(run, RunView::Stripped)?;
             if let Value::Object(m) = &mut v {
                 m.insert("elo".into(), elo);
             }
-            Ok(Some(v))
+            BareJson::of(&v)
         })
         .await??;
-    match body {
-        Some(v) => Ok(cors(ApiReply::json(v))),
-        None => Err(ApiError::NotFound("Not Found".into())),
-    }
+    Ok(body.cors().into_response())
 }
 
-/// GET /api/get_run/{id}: the run without its task lists.
+/// GET /api/get_run/{id}: the run with its task lists emptied.
 #[utoipa::path(
     get,
     path = "/api/get_run/{id}",
     tag = "read",
     params(("id" = String, Path, description = "The run id (24 hex digits)")),
     responses(
-        (status = 200, description = "The run without its task lists", body = RunDocument),
-        (status = 404, description = "No such run", body = ErrorReply),
+        (status = 200, description = "The run, `tasks` and `bad_tasks` emptied (no `duration`; \
+            `Access-Control-Allow-Origin: *`)", body = RunDocument),
+        (status = 404, description = "No such run: `The run <id> does not exist`", body = ErrorReply),
     )
 )]
 pub async fn get_run(
@@ -322,14 +398,27 @@ pub async fn get_run(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     if !valid_id(&id) {
-        return Err(ApiError::NotFound("Not Found".into()));
+        return Err(no_run(&id));
     }
     let db = state.rundb.clone();
-    let run = state.offload.run(move || db.get_run(&id)).await??;
-    match run {
-        Some(run) => Ok(cors(ApiReply::json(api_run(&run)))),
-        None => Err(ApiError::NotFound("Not Found".into())),
+    let body = state
+        .offload
+        .run(move || match db.run_head(&id)? {
+            Some(run) => BareJson::of(&api_run(run, RunView::Stripped)?),
+            None => Err(no_run(&id)),
+        })
+        .await??;
+    Ok(body.cors().into_response())
+}
+
+/// Runs keyed by their id, each shown as `active_runs` and `finished_runs` show it.
+fn runs_by_id(runs: Vec<Run>) -> Result<BareJson, ApiError> {
+    let mut body = Map::new();
+    for run in runs {
+        let id = run.id.clone();
+        body.insert(id, api_run(run, RunView::Listed)?);
     }
+    BareJson::of(&body)
 }
 
 /// GET /api/active_runs: every unfinished run, keyed by id, without task lists.
@@ -337,16 +426,29 @@ pub async fn get_run(
     get,
     path = "/api/active_runs",
     tag = "read",
-    responses((status = 200, description = "Every unfinished run, keyed by id", body = RunsById))
+    responses((status = 200, description = "Every unfinished run, keyed by id, without `tasks`, \
+        `bad_tasks` and `args.spsa.param_history`; nothing else (no `duration`; \
+        `Access-Control-Allow-Origin: *`)", body = RunsById))
 )]
 pub async fn active_runs(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let db = state.rundb.clone();
-    let runs = state.offload.run(move || db.active_heads()).await??;
-    let mut body = Map::new();
-    for run in &runs {
-        body.insert(run.id.clone(), api_run(run));
-    }
-    Ok(cors(ApiReply::ok(body)))
+    let body = state
+        .offload
+        .run(move || runs_by_id(db.active_heads()?))
+        .await??;
+    Ok(body.cors().into_response())
+}
+
+/// The page parameter as Fishtest reads it: required, an integer from 1 (shoal: up to
+/// [`MAX_PAGE`]).
+fn page_number(page: Option<&String>) -> Result<u64, ApiError> {
+    let page = page
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| bad("Please provide a Page number."))?;
+    page.parse()
+        .ok()
+        .filter(|p| (1..=MAX_PAGE).contains(p))
+        .ok_or_else(|| bad("Please provide a valid Page number."))
 }
 
 /// GET /api/finished_runs?page=N[&username=..&success_only=1&yellow_only=1&ltc_only=1
@@ -356,7 +458,7 @@ pub async fn active_runs(State(state): State<Arc<AppState>>) -> Result<Response,
     path = "/api/finished_runs",
     tag = "read",
     params(
-        ("page" = Option<u64>, Query, description = "The page, from 1 (50 runs a page, newest first)"),
+        ("page" = u64, Query, description = "The page, from 1 to 1,000,000 (50 runs a page, newest first)"),
         ("username" = Option<String>, Query, description = "Only this user's runs"),
         ("success_only" = Option<String>, Query, description = "Only green runs (any value but empty, 0 or false)"),
         ("yellow_only" = Option<String>, Query, description = "Only yellow runs"),
@@ -364,22 +466,18 @@ pub async fn active_runs(State(state): State<Arc<AppState>>) -> Result<Response,
         ("timestamp" = Option<i64>, Query, description = "Only runs updated since this 10-digit Unix time"),
     ),
     responses(
-        (status = 200, description = "Finished runs, keyed by id", body = RunsById),
-        (status = 400, description = "A bad page or timestamp", body = ErrorReply),
+        (status = 200, description = "Finished runs, keyed by id, shown as active_runs shows \
+            them; nothing else (no `duration`; `Access-Control-Allow-Origin: *`)", body = RunsById),
+        (status = 400, description = "No page (`Please provide a Page number.`), a bad one \
+            (`Please provide a valid Page number.`) or a bad timestamp (`Please provide a \
+            valid UNIX timestamp.`)", body = ErrorReply),
     )
 )]
 pub async fn finished_runs(
     State(state): State<Arc<AppState>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let page: u64 = match params.get("page") {
-        None => 1,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|p| (1..=MAX_PAGE).contains(p))
-            .ok_or_else(|| bad(format!("page must be an integer between 1 and {MAX_PAGE}")))?,
-    };
+    let page = page_number(params.get("page"))?;
     let flag = |k: &str| {
         params
             .get(k)
@@ -395,25 +493,21 @@ pub async fn finished_runs(
         since: None,
     };
     if let Some(ts) = params.get("timestamp") {
+        let bad_ts = || bad("Please provide a valid UNIX timestamp.");
         let secs: i64 = ts
             .parse()
             .ok()
             .filter(|_| ts.len() == 10)
-            .ok_or_else(|| bad("timestamp must be a 10-digit Unix time"))?;
-        let since = chrono::DateTime::from_timestamp(secs, 0)
-            .ok_or_else(|| bad("timestamp out of range"))?;
+            .ok_or_else(bad_ts)?;
+        let since = chrono::DateTime::from_timestamp(secs, 0).ok_or_else(bad_ts)?;
         filter.since = Some(Date(since));
     }
     let db = state.rundb.clone();
-    let runs = state
+    let body = state
         .offload
-        .run(move || db.finished_runs(&filter))
+        .run(move || runs_by_id(db.finished_runs(&filter)?))
         .await??;
-    let mut body = Map::new();
-    for run in runs {
-        body.insert(run.id.clone(), api_run(&run));
-    }
-    Ok(cors(ApiReply::ok(body)))
+    Ok(body.cors().into_response())
 }
 
 /// GET /api/get_task/{id}/{tid}: one task (or, with the suffix `bad`, one bad task), with the
@@ -427,15 +521,15 @@ pub async fn finished_runs(
         ("tid" = String, Path, description = "The task's index, or the index and `bad` for a purged task"),
     ),
     responses(
-        (status = 200, description = "The task", body = TaskDocument),
-        (status = 404, description = "No such run or task", body = ErrorReply),
+        (status = 200, description = "The task (no `duration`; `Access-Control-Allow-Origin: *`)", body = TaskDocument),
+        (status = 404, description = "No such run or task: `The task <id>/<tid> does not exist`", body = ErrorReply),
     )
 )]
 pub async fn get_task(
     State(state): State<Arc<AppState>>,
     Path((id, tid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let not_found = || ApiError::NotFound("Not Found".into());
+    let not_found = || ApiError::NotFound(format!("The task {id}/{tid} does not exist"));
     if !valid_id(&id) {
         return Err(not_found());
     }
@@ -449,21 +543,20 @@ pub async fn get_task(
         TaskList::Tasks
     };
     let db = state.rundb.clone();
-    let task = state
+    let run_id = id.clone();
+    let body = state
         .offload
-        .run(move || db.task_view(&id, index, list))
+        .run(move || -> Result<Option<BareJson>, ApiError> {
+            match db.task_view(&run_id, index, list)? {
+                Some(task) => Ok(Some(BareJson::of(&api_task(task))?)),
+                None => Ok(None),
+            }
+        })
         .await??;
-    let Some(mut task) = task else {
-        return Err(not_found());
-    };
-    if let Some(wi) = task.get_mut("worker_info").and_then(Value::as_object_mut) {
-        if let Some(Value::String(k)) = wi.get_mut("unique_key") {
-            *k = format!("{}...", k.chars().take(8).collect::<String>());
-        }
-        wi.insert("remote_addr".into(), json!("?.?.?.?"));
+    match body {
+        Some(body) => Ok(body.cors().into_response()),
+        None => Err(not_found()),
     }
-    render_dates(&mut task);
-    Ok(cors(ApiReply::json(task)))
 }
 
 #[cfg(test)]
@@ -478,5 +571,31 @@ mod tests {
                 .with_timezone(&chrono::Utc),
         );
         assert_eq!(python_date(&d), "2026-11-22 03:57:26.123000+00:00");
+        // Python omits a zero fraction.
+        let whole = Date(
+            chrono::DateTime::parse_from_rfc3339("2026-11-22T03:57:26.000Z")
+                .expect("date")
+                .with_timezone(&chrono::Utc),
+        );
+        assert_eq!(python_date(&whole), "2026-11-22 03:57:26+00:00");
+    }
+
+    #[test]
+    fn a_task_as_get_task_shows_it() {
+        let task = json!({
+            "last_updated": {"$date": "2026-08-24T16:00:00.500Z"},
+            "residual": {"$numberDouble": "Infinity"},
+            "worker_info": {"unique_key": "0123456789-abcdef", "remote_addr": "192.0.2.1"},
+            "spsa_params": {"iter": 3, "packed_flips": {"$binary": {"base64": "gAE=", "subType": "00"}}},
+        });
+        let t = api_task(task);
+        assert_eq!(t["last_updated"], "2026-08-24 16:00:00.500000+00:00");
+        assert_eq!(t["residual"], "inf");
+        assert_eq!(t["worker_info"]["unique_key"], "01234567...");
+        assert_eq!(t["worker_info"]["remote_addr"], "?.?.?.?");
+        assert_eq!(t["spsa_params"]["packed_flips"], json!([128, 1]));
+        // Nothing is added that was not there.
+        let t = api_task(json!({"worker_info": {}}));
+        assert_eq!(t, json!({"worker_info": {}}));
     }
 }

@@ -18,14 +18,14 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::http::AppState;
-use crate::http::reply::ApiReply;
+use crate::http::reply::{ApiError, BareJson};
 
 /// The hourly quota GitHub grants an authenticated caller on its `core` resource, which
 /// Fishtest's server spends; shoal reports it whole.
 pub const NOMINAL_LIMIT: u64 = 5000;
 
-/// The GitHub quota as Fishtest's `/api/rate_limit` reports it (the envelope adds
-/// `duration`).
+/// The GitHub quota as Fishtest's `/api/rate_limit` reports it (GitHub's `core` resource as
+/// GitHub sends it: no `duration`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct GithubQuota {
     /// Calls allowed per hour.
@@ -80,11 +80,11 @@ pub fn router() -> Router<Arc<AppState>> {
     path = "/api/rate_limit",
     tag = "read",
     responses((status = 200, description = "The server's GitHub quota (shoal calls no GitHub: \
-        nothing is ever used); the envelope adds `duration`", body = GithubQuota))
+        nothing is ever used; no `duration`)", body = GithubQuota))
 )]
-pub async fn rate_limit() -> Response {
+pub async fn rate_limit() -> Result<Response, ApiError> {
     // A clock read and a small object: nothing here can block.
-    ApiReply::json(serde_json::to_value(GithubQuota::now()).unwrap_or_default()).into_response()
+    Ok(BareJson::of(&GithubQuota::now())?.into_response())
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! `worker.rs`) rather than from a struct, so that `openapi.rs` can describe them.
 //!
 //! Owns: the documented shapes of those replies, each next to the handler annotation that
-//! names it (`#[utoipa::path(..., responses(...))]`). The envelope adds `duration` to every
-//! JSON reply; each shape lists it.
+//! names it (`#[utoipa::path(..., responses(...))]`). As in Fishtest, the worker API's replies
+//! and every error carry `duration` (the envelope adds it), and their shapes list it; the read
+//! API's successful replies (`http::reply::BareJson`) do not, and neither do their shapes.
 //! Must not: be used to build a reply (the handlers and `replies.rs` do), or hold logic. A
 //! reply that is a struct already (request_spsa's `SpsaReply`, the run endpoints' replies,
 //! `rate_limit`) is described by that struct itself, not here.
@@ -73,6 +74,7 @@ pub struct TaskAliveReply {
 }
 
 /// calc_elo's reply: `{elo, ci, LOS}`, plus `a`, `b` and `LLR` when SPRT bounds were given.
+/// No `duration`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CalcEloReply {
     pub elo: f64,
@@ -86,23 +88,33 @@ pub struct CalcEloReply {
     pub b: Option<f64>,
     #[serde(rename = "LLR")]
     pub llr: Option<f64>,
-    pub duration: f64,
 }
 
-/// A run as the read API shows it: the stored document with `tasks`, `bad_tasks` and the
-/// SPSA history emptied and dates as Python prints them (`YYYY-MM-DD HH:MM:SS.ffffff+00:00`).
-/// get_elo adds `elo` (calc_elo's SPRT shape); get_elo of a run that is not an SPRT is `{}`.
+/// A run as get_run shows it: the stored document (Fishtest's field names; `_id` a string)
+/// with `tasks` and `bad_tasks` emptied (`[]`), `args.spsa.param_history` emptied when
+/// present, and `start_time` and `last_updated` as Python prints them
+/// (`YYYY-MM-DD HH:MM:SS.ffffff+00:00`, or `YYYY-MM-DD HH:MM:SS+00:00` when the microseconds
+/// are 0). No `duration`.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(value_type = Object)]
 pub struct RunDocument(pub Value);
 
-/// One task (get_task): the worker's `unique_key` cut to 8 characters and `...`, its
-/// `remote_addr` hidden as `?.?.?.?`.
+/// get_elo's reply: a run as get_run shows it plus `elo` (calc_elo's SPRT shape: `a`, `b`,
+/// `elo`, `ci`, `LOS`, `LLR`); `{}` for a run that is not an SPRT. No `duration`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(value_type = Object)]
+pub struct EloRunDocument(pub Value);
+
+/// One task (get_task): the stored task with the worker's `unique_key` cut to 8 characters
+/// and `...`, its `remote_addr` hidden as `?.?.?.?`, `last_updated` as Python prints it, an
+/// infinite `residual` as `"inf"` and `spsa_params.packed_flips` as a list of byte values. No
+/// `duration`.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(value_type = Object)]
 pub struct TaskDocument(pub Value);
 
-/// active_runs and finished_runs: runs keyed by id (and `duration`).
+/// active_runs and finished_runs: runs keyed by id and nothing else (no `duration`), each
+/// as get_run shows it but with `tasks`, `bad_tasks` and `args.spsa.param_history` absent.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RunsById(pub BTreeMap<String, RunDocument>);
 
