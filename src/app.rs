@@ -140,7 +140,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 source,
             })?;
             let secret = load_or_create_secret(&c)?;
-            crate::rundb::nets::sweep_stale_uploads(&c.data_dir);
+            crate::rundb::nets::sweep_stale_parts(&c.nets_dir());
             let store = open_store(&c)?;
             let books = Books::load(c.books_file.as_deref())?;
             let cfg = RunDbConfig {

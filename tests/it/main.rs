@@ -16,6 +16,7 @@ mod fuzz;
 mod hardening;
 mod harness;
 mod limits;
+mod nets_store;
 mod openapi;
 mod sim;
 mod soak;
