@@ -187,8 +187,15 @@ async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
     for (path, methods) in documented(&doc) {
         for m in methods {
             let op = &doc["paths"][&path][&m];
-            let success = if path == "/api/nn/{name}" { "302" } else { "200" };
-            assert!(op["responses"][success].is_object(), "{m} {path}: no {success}");
+            let success = if path == "/api/nn/{name}" {
+                "302"
+            } else {
+                "200"
+            };
+            assert!(
+                op["responses"][success].is_object(),
+                "{m} {path}: no {success}"
+            );
             let id = op["operationId"].as_str().expect("operationId").to_string();
             assert!(ids.insert(id.clone()), "duplicate operationId {id}");
             if m == "post" {

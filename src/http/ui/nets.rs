@@ -234,6 +234,7 @@ pub async fn nns(
 ) -> Response {
     let q = NetsQuery::parse(&raw);
     let dir = state.config.nets_dir();
+    let elsewhere = state.config.nn_url.is_some();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let mut nets: Vec<NetRecord> = match db.nets() {
             Ok(n) => n.into_iter().filter(|n| q.keeps(n)).collect(),
@@ -242,11 +243,18 @@ pub async fn nns(
                 return errors::internal();
             }
         };
-        // One listing of the net directory; if it cannot be read, no net is called missing.
-        let files = db
-            .net_files(&dir)
-            .map_err(|e| tracing::warn!(error = %e, dir = %dir.display(), "net directory not read"))
-            .ok();
+        // One listing of the net directory. If it cannot be read, or if `nn_url` sends the
+        // workers elsewhere and there is no local directory (the files live on another
+        // host), no net is called missing.
+        let files = if elsewhere && !dir.is_dir() {
+            None
+        } else {
+            db.net_files(&dir)
+                .map_err(
+                    |e| tracing::warn!(error = %e, dir = %dir.display(), "net directory not read"),
+                )
+                .ok()
+        };
         let missing = files
             .as_ref()
             .map_or(0, |f| nets.iter().filter(|n| !f.contains(&n.name)).count());
