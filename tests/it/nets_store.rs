@@ -80,11 +80,15 @@ fn no_redirects() -> reqwest::Client {
 
 /// `GET /api/nn/<name>` without following: (status, Location).
 async fn api_nn(server: &TestServer, name: &str) -> (u16, String) {
-    let r = no_redirects()
-        .get(server.url(&format!("/api/nn/{name}")))
-        .send()
-        .await
-        .expect("GET /api/nn");
+    api_nn_with(server, name, &[]).await
+}
+
+async fn api_nn_with(server: &TestServer, name: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = no_redirects().get(server.url(&format!("/api/nn/{name}")));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.expect("GET /api/nn");
     let location = r
         .headers()
         .get("location")
@@ -242,6 +246,9 @@ async fn import_with_nets_moves_them_and_api_nn_redirects_and_counts() {
     let (status, location) = api_nn(&server, &good_name).await;
     assert_eq!(status, 302);
     assert_eq!(location, server.url(&format!("/nn/{good_name}")));
+    // A client's own X-Forwarded-Proto is not believed (no proxy is trusted here).
+    let (_, location) = api_nn_with(&server, &good_name, &[("x-forwarded-proto", "https")]).await;
+    assert_eq!(location, server.url(&format!("/nn/{good_name}")));
     let r = server.client.get(&location).send().await.expect("GET /nn");
     assert_eq!(r.status(), 200);
     assert_eq!(
@@ -250,9 +257,9 @@ async fn import_with_nets_moves_them_and_api_nn_redirects_and_counts() {
     );
     assert_eq!(r.bytes().await.expect("bytes").as_ref(), good_gz.as_slice());
     assert_eq!(download_as_worker(&server, &good_name).await, good);
-    // Two downloads on top of Fishtest's 5.
+    // Three downloads on top of Fishtest's 5.
     let row = nns_row(&server, &good_name).await;
-    assert!(row.contains("<td class=\"num\">7</td>"), "{row}");
+    assert!(row.contains("<td class=\"num\">8</td>"), "{row}");
     assert!(
         row.contains(&format!("href=\"/api/nn/{good_name}\"")),
         "{row}"
@@ -318,7 +325,7 @@ async fn import_with_nets_moves_them_and_api_nn_redirects_and_counts() {
         )
     );
     let row = nns_row(&redirecting, &good_name).await;
-    assert!(row.contains("<td class=\"num\">8</td>"), "{row}");
+    assert!(row.contains("<td class=\"num\">9</td>"), "{row}");
 }
 
 #[test]
@@ -369,7 +376,16 @@ async fn a_plain_net_of_the_older_layout_is_still_served() {
             .expect("insert");
         store.close().expect("close");
     }
-    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
+    // Behind a trusted proxy that says https, the redirect keeps the scheme.
+    let server = TestServer::start_with(
+        Opts::new()
+            .data_dir(&data)
+            .set("trusted_proxies", r#"["127.0.0.1"]"#),
+    )
+    .await;
+    let (status, location) = api_nn_with(&server, &name, &[("x-forwarded-proto", "https")]).await;
+    assert_eq!(status, 302);
+    assert_eq!(location, format!("https://{}/nn/{name}", server.addr));
     let r = server
         .client
         .get(server.url(&format!("/api/nn/{name}")))
@@ -382,7 +398,7 @@ async fn a_plain_net_of_the_older_layout_is_still_served() {
     assert_eq!(download_as_worker(&server, &name).await, content);
     let row = nns_row(&server, &name).await;
     assert!(!row.contains("file missing"), "{row}");
-    assert!(row.contains("<td class=\"num\">2</td>"), "{row}");
+    assert!(row.contains("<td class=\"num\">3</td>"), "{row}");
 
     // `shoal nn` adds a net gzipped, and gives a recorded net whose file is missing its file
     // back without touching its record.

@@ -6,13 +6,13 @@
 //!
 //! An upload is streamed: each piece of the body is hashed and gzipped into a temporary file
 //! in the net directory (Fishtest's layout, `rundb::nets`), in the pool, about a mebibyte at
-//! a time, so a net is never held whole in memory. Checked before a byte is written: the CSRF token, the login, the
-//! name (`nn-<12 hex>.nnue`) and that no net of that name exists; while it arrives: the size
-//! (`nn_upload_limit_bytes`); at the end: that the name's 12 digits begin its SHA-256. Only
-//! then is it installed (`RunDb::install_net`: linked to its name, exclusively). A refused
-//! upload leaves nothing behind: its temporary file is removed on every path, a dropped
-//! connection included ([`TempFile`]). A body that stops arriving for `body_read_timeout_s`
-//! is refused.
+//! a time, so a net is never held whole in memory. Checked before a byte is written: the CSRF
+//! token, the login, the name (`nn-<12 hex>.nnue`) and that no net of that name exists (in
+//! `nns` or on disk); while it arrives: the size (`nn_upload_limit_bytes`); at the end: that
+//! the name's 12 digits begin its SHA-256. Only then is it installed (`RunDb::install_net`:
+//! linked to `<name>.gz`, exclusively). A refused upload leaves nothing behind: its temporary
+//! file is removed on every path, a dropped connection included ([`TempFile`]). A body that
+//! stops arriving for `body_read_timeout_s` is refused.
 //! Owns: the pages, the upload's reading, the refusal messages. Must not: write a net other
 //! than through `rundb::nets`; block the event loop (every file step runs in the pool); keep
 //! reading a body past the limit.
