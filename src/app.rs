@@ -140,7 +140,13 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 source,
             })?;
             let secret = load_or_create_secret(&c)?;
-            crate::rundb::nets::sweep_stale_uploads(&c.data_dir);
+            crate::rundb::nets::sweep_stale_parts(&c.nets_dir());
+            if let Some(url) = &c.nn_url
+                && url.trim_end_matches('/').ends_with("/nn")
+            {
+                // nn_url is Fishtest's FISHTEST_NN_URL: the base address, `/nn/` is appended.
+                tracing::warn!(nn_url = %url, "nn_url ends in /nn: workers are sent to <nn_url>/nn/<name>");
+            }
             let store = open_store(&c)?;
             let books = Books::load(c.books_file.as_deref())?;
             let cfg = RunDbConfig {

@@ -47,6 +47,7 @@ pub const KEYS: &[&str] = &[
     "shutdown_grace_s",
     "books_file",
     "nn_url",
+    "nn_dir",
     "public_url",
     "page_render_concurrency",
     "page_render_nice",
@@ -119,7 +120,12 @@ pub struct Config {
     pub auth_throttle_per_user: u32,
     shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
+    /// Where `/api/nn/<name>` sends workers: a 302 to `<nn_url>/nn/<name>` (Fishtest's
+    /// `FISHTEST_NN_URL`); unset, to this server's own `/nn/<name>`.
     pub nn_url: Option<String>,
+    /// The net directory (Fishtest's layout, `nn-<12 hex>.nnue.gz`); unset, `<data_dir>/nn`.
+    /// Read it through [`Config::nets_dir`].
+    pub nn_dir: Option<PathBuf>,
     /// The address people use to reach the server (`https://…` makes the session cookie
     /// `Secure`).
     pub public_url: Option<String>,
@@ -174,6 +180,7 @@ impl Default for Config {
             shutdown_grace_s: 10.0,
             books_file: None,
             nn_url: None,
+            nn_dir: None,
             public_url: None,
             page_render_concurrency: 0,
             page_render_nice: 10,
@@ -497,6 +504,11 @@ impl Config {
         {
             return Err(invalid("books_file", "must not be empty when set"));
         }
+        if let Some(path) = &self.nn_dir
+            && path.as_os_str().is_empty()
+        {
+            return Err(invalid("nn_dir", "must not be empty when set"));
+        }
         if let Some(secret) = &self.secret
             && secret.expose().len() < 32
         {
@@ -509,6 +521,13 @@ impl Config {
             return Err(invalid("log", format!("not a valid log filter: {e}")));
         }
         Ok(())
+    }
+
+    /// The net directory: `nn_dir`, or `<data_dir>/nn` when it is unset.
+    pub fn nets_dir(&self) -> PathBuf {
+        self.nn_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("nn"))
     }
 
     /// An instance is primary when its port equals the primary port, or when no primary port
@@ -724,6 +743,7 @@ mod tests {
             ("flush_runs_per_tick = 0", "flush_runs_per_tick"),
             ("scavenge_interval_s = 0", "scavenge_interval_s"),
             ("books_file = \"\"", "books_file"),
+            ("nn_dir = \"\"", "nn_dir"),
             ("nn_url = \"ftp://x\"", "nn_url"),
             ("public_url = \"example.org\"", "public_url"),
             ("secret = \"short\"", "secret"),

@@ -8,11 +8,19 @@
 //! whole. Import upserts by `_id` (PGNs by their ObjectId), so importing twice adds nothing;
 //! into a store that holds data it refuses unless told to merge.
 //!
+//! `--nets DIR` ([`import_nets`]) moves the net files of Fishtest's net directory
+//! (`nn-<12 hex>.nnue.gz`) into shoal's (`nn_dir`), each checked first (`rundb::nets`: a
+//! readable gzip whose decoded SHA-256 matches its name, streamed); the summary lists what
+//! moved, what was refused and why, nets recorded without a file, and files no record names
+//! (those are left where they are). Without `--nets` the summary still lists the recorded nets
+//! that have no file.
+//!
 //! Owns: the file format of a dump directory, the batching, the summary and the progress
-//! bar. Must not: run on the event loop (it blocks; it is a CLI command), interpret
+//! bar; which files of a net directory are moved. Must not: run on the event loop (it blocks; it is a CLI command), interpret
 //! documents (the mapping does), or write a document it could not map (it is skipped and
 //! reported).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +30,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde_json::Value;
 
+use crate::rundb::nets;
 use crate::store::bson_map::{self, MapError, PgnDoc};
 use crate::store::{Collection, Cond, Doc, Order, Query, Store, StoreError};
 
@@ -100,6 +109,8 @@ pub struct Summary {
     pub ignored_files: Vec<String>,
     /// Collections with no file in the directory.
     pub missing: Vec<String>,
+    /// The nets' files (`import_nets`), when looked at.
+    pub nets: Option<NetsSummary>,
 }
 
 impl Summary {
@@ -132,6 +143,81 @@ impl std::fmt::Display for Summary {
         }
         if !self.ignored_files.is_empty() {
             writeln!(f, "not read: {}", self.ignored_files.join(", "))?;
+        }
+        if let Some(nets) = &self.nets {
+            write!(f, "{nets}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`import_nets`] found and did. File names are those of the source directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetsSummary {
+    /// shoal's net directory.
+    pub dir: PathBuf,
+    /// Fishtest's net directory, when `--nets` named one.
+    pub source: Option<PathBuf>,
+    /// Files moved into the net directory.
+    pub moved: Vec<String>,
+    /// Nets whose file was already in the net directory (their source files are left).
+    pub already: Vec<String>,
+    /// Files refused by the check, with why (left where they are).
+    pub bad: Vec<(String, String)>,
+    /// Nets recorded in the database that have no file in the net directory afterwards.
+    pub missing: Vec<String>,
+    /// Net files no record names (left where they are).
+    pub unrecorded: Vec<String>,
+    /// Other entries of the source directory (left where they are).
+    pub ignored: Vec<String>,
+    /// Moved files whose source could not be removed, with why.
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Display for NetsSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dir = self.dir.display();
+        write!(
+            f,
+            "{:<11} {:>9} files moved into {dir}",
+            "nets",
+            self.moved.len()
+        )?;
+        for (n, what) in [
+            (self.already.len(), "already there"),
+            (self.bad.len(), "refused"),
+            (self.missing.len(), "recorded without a file"),
+            (self.unrecorded.len(), "not in the database"),
+        ] {
+            if n > 0 {
+                write!(f, ", {n} {what}")?;
+            }
+        }
+        writeln!(f)?;
+        let source = self
+            .source
+            .as_ref()
+            .map_or_else(String::new, |s| s.display().to_string());
+        for (file, why) in &self.bad {
+            writeln!(f, "    refused {file}: {why} (left in {source})")?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "    warning {w}")?;
+        }
+        for name in &self.missing {
+            writeln!(f, "    missing {name}: in the database, no file in {dir}")?;
+        }
+        for file in &self.unrecorded {
+            writeln!(f, "    not in the database {file} (left in {source})")?;
+        }
+        for file in &self.ignored {
+            writeln!(f, "    not a net file {file} (left in {source})")?;
+        }
+        if self.source.is_none() && !self.missing.is_empty() {
+            writeln!(
+                f,
+                "    (pass --nets DIR, Fishtest's net directory, to move the net files in)"
+            )?;
         }
         Ok(())
     }
@@ -428,6 +514,117 @@ impl<'de, F: FnMut(Value) -> Result<(), StoreError>> Visitor<'de> for EachSeed<'
         }
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Nets
+
+/// Moves the net files of `source` (Fishtest's net directory, when given) into the net
+/// directory `dir`, and lists the nets recorded in `nns` that have no file there. Only files
+/// of recorded nets are moved, each after its check (`rundb::nets::import_file`: a readable
+/// gzip, or a plain file, whose content's SHA-256 matches the name; streamed); a net whose
+/// file `dir` already has is left alone. Nothing of a refused file changes.
+pub fn import_nets(
+    store: &dyn Store,
+    source: Option<&Path>,
+    dir: &Path,
+    show_progress: bool,
+) -> Result<NetsSummary, DumpError> {
+    let recorded: BTreeSet<String> = store
+        .find(Collection::Nns, &Query::new())?
+        .iter()
+        .filter_map(|d| d.get("name").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    let mut summary = NetsSummary {
+        dir: dir.to_path_buf(),
+        source: source.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    if let Some(source) = source {
+        move_nets(&recorded, source, dir, show_progress, &mut summary)?;
+    }
+    let present = nets::present(dir).map_err(io_err(dir))?;
+    summary.missing = recorded
+        .into_iter()
+        .filter(|n| nets::valid_name(n) && !present.contains(n))
+        .collect();
+    tracing::info!(
+        moved = summary.moved.len(),
+        refused = summary.bad.len(),
+        missing = summary.missing.len(),
+        "nets imported"
+    );
+    Ok(summary)
+}
+
+fn move_nets(
+    recorded: &BTreeSet<String>,
+    source: &Path,
+    dir: &Path,
+    show_progress: bool,
+    summary: &mut NetsSummary,
+) -> Result<(), DumpError> {
+    // The directory's net files by net (a net may be there gzipped and plain).
+    let mut files: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
+    for entry in std::fs::read_dir(source).map_err(io_err(source))? {
+        let entry = entry.map_err(io_err(source))?;
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        match nets::net_of_file(&file) {
+            Some((net, gzipped)) if is_file => files
+                .entry(net.to_string())
+                .or_default()
+                .push((file.clone(), gzipped)),
+            _ => summary.ignored.push(file),
+        }
+    }
+    summary.ignored.sort();
+    let bar = progress(
+        show_progress,
+        files.values().map(|v| v.len() as u64).sum(),
+        "nets",
+    );
+    if let Ok(style) = ProgressStyle::with_template("{prefix:>11} [{bar:30}] {pos}/{len} files") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    for (net, mut candidates) in files {
+        bar.inc(candidates.len() as u64);
+        if !recorded.contains(&net) {
+            summary
+                .unrecorded
+                .extend(candidates.into_iter().map(|(f, _)| f));
+            continue;
+        }
+        if nets::locate(dir, &net).map_err(io_err(dir))?.is_some() {
+            summary.already.push(net);
+            continue;
+        }
+        // The gzipped file first: it is Fishtest's layout.
+        candidates.sort_by_key(|(_, gzipped)| !*gzipped);
+        for (file, gzipped) in candidates {
+            match nets::import_file(&source.join(&file), &net, gzipped, dir) {
+                Ok(done) => {
+                    if let nets::Imported::SourceKept(why) = done {
+                        summary.warnings.push(format!(
+                            "{file} copied, but not removed from the source: {why}"
+                        ));
+                    }
+                    summary.moved.push(file);
+                    break;
+                }
+                Err(nets::NetError::Duplicate(_)) => {
+                    summary.already.push(net.clone());
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(file = %file, error = %e, "net file refused");
+                    summary.bad.push((file, e.to_string()));
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

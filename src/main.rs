@@ -37,11 +37,12 @@ enum Command {
         #[command(subcommand)]
         action: UserAction,
     },
-    /// Add a net file to the server's net store (workers download it via /api/nn/<name>).
+    /// Add a net file to the server's net store, gzipped (workers download it via
+    /// /api/nn/<name>); for a net recorded without a file, add the file.
     Nn {
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// The file, named nn-<first 12 hex digits of its sha256>.nnue.
+        /// The file, named nn-<first 12 hex digits of its sha256>.nnue (or .nnue.gz, gzipped).
         file: PathBuf,
         /// Recorded as the net's uploader.
         #[arg(long, default_value = "shoal-cli")]
@@ -63,6 +64,10 @@ enum Command {
         /// Add to a store that already holds data (documents with the same `_id` are replaced).
         #[arg(long)]
         merge: bool,
+        /// Fishtest's net directory (`nn-<12 hex>.nnue.gz` files): the files of the nets the
+        /// dump records are checked and moved into the net directory (`nn_dir`).
+        #[arg(long, value_name = "NETSDIR")]
+        nets: Option<PathBuf>,
     },
     /// Export the configured store as a Fishtest database dump (for `mongoimport`).
     Export {
@@ -379,6 +384,7 @@ fn dump_command(
     config: Option<&PathBuf>,
     run: impl FnOnce(
         &dyn shoal::store::Store,
+        &Config,
         bool,
     ) -> Result<shoal::dump::Summary, shoal::dump::DumpError>,
 ) -> ExitCode {
@@ -395,7 +401,7 @@ fn dump_command(
             return ExitCode::FAILURE;
         }
     };
-    let result = run(store.as_ref(), std::io::stderr().is_terminal());
+    let result = run(store.as_ref(), &config, std::io::stderr().is_terminal());
     let closed = store.close();
     match (result, closed) {
         (Ok(summary), Ok(())) => {
@@ -477,14 +483,18 @@ fn main() -> ExitCode {
             let result = shoal::app::open_store(&config)
                 .map_err(|e| e.to_string())
                 .and_then(|store| {
-                    let name = shoal::rundb::nets::add(&store, &config.data_dir, &file, &user)
+                    let added = shoal::rundb::nets::add(&store, &config.nets_dir(), &file, &user)
                         .map_err(|e| e.to_string());
                     store.close().map_err(|e| e.to_string())?;
-                    name
+                    added
                 });
             match result {
-                Ok(name) => {
-                    println!("added net {name}");
+                Ok(added) => {
+                    if added.file_only {
+                        println!("added the file of net {} (already recorded)", added.name);
+                    } else {
+                        println!("added net {}", added.name);
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -497,12 +507,23 @@ fn main() -> ExitCode {
             config,
             fishtest,
             merge,
-        } => dump_command(config.as_ref(), |store, progress| {
-            shoal::dump::import(store, &fishtest, merge, progress)
+            nets,
+        } => dump_command(config.as_ref(), |store, config, progress| {
+            let mut summary = shoal::dump::import(store, &fishtest, merge, progress)?;
+            let dir = config.nets_dir();
+            summary.nets = Some(shoal::dump::import_nets(
+                store,
+                nets.as_deref(),
+                &dir,
+                progress,
+            )?);
+            Ok(summary)
         }),
-        Command::Export { config, fishtest } => dump_command(config.as_ref(), |store, progress| {
-            shoal::dump::export(store, &fishtest, progress)
-        }),
+        Command::Export { config, fishtest } => {
+            dump_command(config.as_ref(), |store, _, progress| {
+                shoal::dump::export(store, &fishtest, progress)
+            })
+        }
         Command::Sim(options) => {
             run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
         }

@@ -68,13 +68,18 @@ pub fn check(state: &AppState, scope: &Scope, ctx: &KeyCtx<'_>) -> Result<(), Ra
     state.rundb.limits().rate_check(scope, ctx, Instant::now())
 }
 
-/// Scopes `api` (every `/api` path) and `ui` (every page; not `/healthz`, `/metrics` or
-/// static files), keyed by the client's address; checked before the handler.
+/// Scopes `api` (every `/api` path) and `ui` (every page; not `/healthz`, `/metrics`, static
+/// files or the net files under `/nn/`, which nginx would serve), keyed by the client's
+/// address; checked before the handler.
 pub async fn rate_layer(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let scope = if path.starts_with("/api/") {
         Scope::Api
-    } else if path == "/healthz" || path == "/metrics" || path.starts_with("/static/") {
+    } else if path == "/healthz"
+        || path == "/metrics"
+        || path.starts_with("/static/")
+        || path.starts_with("/nn/")
+    {
         return next.run(req).await;
     } else {
         Scope::Ui

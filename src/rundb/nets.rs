@@ -1,16 +1,36 @@
 //! Neural-network files ("nets") the workers download while building engines.
 //!
 //! Owns: the `nns` collection's documents ({name, user, downloads, is_master?, first_test?,
-//! last_test?}), the net directory `<data_dir>/nn`, name rules and the content check (the
-//! first 12 hex digits of the file's SHA-256 are the name's `nn-<12 hex>.nnue`), the upload's
-//! temporary file ([`NetWriter`]: written and hashed one piece at a time) and its atomic,
-//! exclusive installation ([`install`]), the list of nets ([`list`]).
-//! Must not: be called from the event loop (file and store I/O); leave a refused upload's
-//! bytes behind; replace a net that exists.
+//! last_test?}), the net directory (`nn_dir`, by default `<data_dir>/nn`) and its layout, the
+//! name rule and the content check, an upload's temporary file ([`NetWriter`]: compressed and
+//! hashed one piece at a time) and its exclusive installation ([`install`]), adding a file
+//! from the command line ([`add`]), moving a Fishtest net file in ([`import_file`]), the
+//! download count ([`count_download`]) and the list of nets ([`list`]).
+//!
+//! The layout is Fishtest's: net `nn-<12 hex>.nnue` is the file `<dir>/nn-<12 hex>.nnue.gz`,
+//! gzipped; the name's 12 hex digits begin the SHA-256 of the *decoded* content, which is what
+//! a worker checks after its HTTP client decodes `Content-Encoding: gzip`. nginx with
+//! `gzip_static always` serves the directory as it is, and so does shoal (`GET /nn/<name>`).
+//! A plain `<dir>/nn-<12 hex>.nnue` (the layout shoal used before it kept nets gzipped) is
+//! still found ([`locate`]) and served as it is; new nets are always written gzipped.
+//!
+//! Every file is written under a temporary name in the same directory (`.<what>-<random>.part`)
+//! and then linked to its final name exclusively: a net that exists is never replaced, and a
+//! reader (shoal, nginx) never sees half a net. A crash leaves only a `.part` file, which
+//! [`sweep_stale_parts`] removes at the next start.
+//!
+//! Must not: be called from the event loop (file and store I/O); leave a refused net's bytes
+//! behind; replace a net that exists; hold a net in memory (everything streams); look at a
+//! path that is not `<dir>/<valid net name>[.gz]`.
 
-use std::io::{Read as _, Write as _};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufReader, Read, Write as _};
 use std::path::{Path, PathBuf};
 
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -18,10 +38,12 @@ use crate::store::{Collection, Cond, Date, Doc, Query, SharedStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
-    #[error("{0:?} is not a net name (nn-<12 hex digits>.nnue)")]
+    #[error("{0:?} is not a net name (nn-<12 hex digits>.nnue, or .nnue.gz for a gzipped file)")]
     BadName(String),
-    #[error("the file's sha256 starts with {found}, but its name says {expected}")]
+    #[error("the content's sha256 starts with {found}, but the name says {expected}")]
     WrongContent { expected: String, found: String },
+    #[error("not a readable gzip file: {0}")]
+    BadGzip(std::io::Error),
     #[error("net {0} is already known")]
     Duplicate(String),
     #[error("i/o: {0}")]
@@ -40,105 +62,274 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-pub fn net_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("nn")
+/// The file name of net `name` in the gzipped layout: `<name>.gz`.
+pub fn gz_file_name(name: &str) -> String {
+    format!("{name}.gz")
 }
 
-fn sha256_prefix(path: &Path) -> Result<String, NetError> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
+/// The net a file name holds and whether it is gzipped: `nn-<12 hex>.nnue.gz` (gzipped) or
+/// `nn-<12 hex>.nnue` (plain). Anything else is not a net file.
+pub fn net_of_file(file: &str) -> Option<(&str, bool)> {
+    match file.strip_suffix(".gz") {
+        Some(net) if valid_name(net) => Some((net, true)),
+        _ if valid_name(file) => Some((file, false)),
+        _ => None,
+    }
+}
+
+/// A net's file in the net directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetFile {
+    /// `<name>.gz`: sent as it is with `Content-Encoding: gzip`.
+    Gzip(PathBuf),
+    /// `<name>`, the older plain layout: sent as it is.
+    Plain(PathBuf),
+}
+
+impl NetFile {
+    pub fn path(&self) -> &Path {
+        match self {
+            NetFile::Gzip(p) | NetFile::Plain(p) => p,
         }
+    }
+
+    pub fn is_gzip(&self) -> bool {
+        matches!(self, NetFile::Gzip(_))
+    }
+}
+
+/// The file of net `name` in `dir`: the gzipped layout first, then the plain one; `None`
+/// when neither is a regular file, or when `name` is not a net name (so nothing outside
+/// `dir` is ever looked at).
+pub fn locate(dir: &Path, name: &str) -> std::io::Result<Option<NetFile>> {
+    if !valid_name(name) {
+        return Ok(None);
+    }
+    for (file, gzipped) in [(gz_file_name(name), true), (name.to_string(), false)] {
+        let path = dir.join(file);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                return Ok(Some(if gzipped {
+                    NetFile::Gzip(path)
+                } else {
+                    NetFile::Plain(path)
+                }));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// The names of the nets with a file in `dir`, in either layout (one directory listing). A
+/// directory that does not exist holds none.
+pub fn present(dir: &Path) -> std::io::Result<HashSet<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names = HashSet::new();
+    for entry in entries {
+        let entry = entry?;
+        let file = entry.file_name();
+        if let Some((net, _)) = file.to_str().and_then(net_of_file)
+            && entry
+                .file_type()
+                .is_ok_and(|t| t.is_file() || t.is_symlink())
+        {
+            names.insert(net.to_string());
+        }
+    }
+    Ok(names)
+}
+
+/// Bytes read (and hashed) at a time.
+const BUF: usize = 1 << 20;
+
+/// The first 12 hex digits of the SHA-256 of everything `reader` gives, a buffer at a time.
+fn sha256_prefix_of(mut reader: impl Read) -> std::io::Result<String> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; BUF];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         hasher.update(&buf[..n]);
     }
     Ok(hex::encode(hasher.finalize())[..12].to_string())
 }
 
-/// Checks a net file against its name, copies it into the net directory and records it.
-pub fn add(
-    store: &SharedStore,
-    data_dir: &Path,
-    file: &Path,
-    user: &str,
-) -> Result<String, NetError> {
-    let name = file
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_string();
-    if !valid_name(&name) {
-        return Err(NetError::BadName(name));
+/// The first 12 hex digits of the SHA-256 of a net file's content: a gzipped file decoded
+/// (its CRC checked), a plain one as it is. Streams: bounded memory whatever the size.
+pub fn content_prefix(path: &Path, gzipped: bool) -> Result<String, NetError> {
+    let file = File::open(path)?;
+    if gzipped {
+        sha256_prefix_of(GzDecoder::new(BufReader::with_capacity(BUF, file)))
+            .map_err(NetError::BadGzip)
+    } else {
+        Ok(sha256_prefix_of(file)?)
     }
-    let found = sha256_prefix(file)?;
+}
+
+/// Checks a net file's content against net `name`.
+pub fn verify(path: &Path, name: &str, gzipped: bool) -> Result<(), NetError> {
+    if !valid_name(name) {
+        return Err(NetError::BadName(name.to_string()));
+    }
+    let found = content_prefix(path, gzipped)?;
     if found != name[3..15] {
         return Err(NetError::WrongContent {
             expected: name[3..15].to_string(),
             found,
         });
     }
-    if !store
-        .find(
-            Collection::Nns,
-            &Query::new().with(Cond::Eq("name".into(), json!(name))),
-        )?
-        .is_empty()
-    {
-        return Err(NetError::Duplicate(name));
+    Ok(())
+}
+
+/// A new temporary file `<dir>/.<what>-<random>.part` (the directory created if needed),
+/// created exclusively.
+fn temp_file(dir: &Path, what: &str) -> std::io::Result<(File, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!(".{what}-{:016x}.part", rand::random::<u64>()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((file, path))
+}
+
+/// Whether a file name is one of this module's temporary files.
+fn is_part(file: &str) -> bool {
+    file.starts_with('.') && file.ends_with(".part")
+}
+
+/// Gives the complete, synced temporary file `tmp` the final name `target` with a hard link,
+/// which fails if `target` exists (a net is never replaced, and of two writers of one net
+/// only one wins). `tmp` is removed either way.
+fn place(tmp: &Path, target: &Path, name: &str) -> Result<(), NetError> {
+    let linked = std::fs::hard_link(tmp, target);
+    discard(tmp);
+    match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(NetError::Duplicate(name.to_string()))
+        }
+        Err(e) => Err(e.into()),
     }
-    let dir = net_dir(data_dir);
-    std::fs::create_dir_all(&dir)?;
-    // Copy to a temporary name, then rename: a reader never sees half a net.
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::copy(file, &tmp)?;
-    std::fs::rename(&tmp, dir.join(&name))?;
+}
+
+/// Records net `name` in `nns` (`downloads: 0`).
+fn record(store: &SharedStore, name: &str, user: &str) -> Result<(), NetError> {
     let mut doc = Doc::new();
     doc.insert("_id".into(), json!(name));
     doc.insert("name".into(), json!(name));
     doc.insert("user".into(), json!(user));
     doc.insert("downloads".into(), json!(0));
     doc.insert("time".into(), Date::now().to_value());
-    store.insert(Collection::Nns, doc)?;
-    Ok(name)
+    match store.insert(Collection::Nns, doc) {
+        Ok(_) => Ok(()),
+        Err(StoreError::Duplicate(_)) => Err(NetError::Duplicate(name.to_string())),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Whether a net of this name is recorded in `nns` or present in the net directory.
-pub fn known(store: &SharedStore, data_dir: &Path, name: &str) -> Result<bool, NetError> {
-    Ok(store.get(Collection::Nns, name)?.is_some()
-        || !store
-            .find(
-                Collection::Nns,
-                &Query::new().with(Cond::Eq("name".into(), json!(name))),
-            )?
-            .is_empty()
-        || net_dir(data_dir).join(name).exists())
+/// What [`add`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    pub name: String,
+    /// The net was already recorded (e.g. imported from Fishtest) without a file: only the
+    /// file was added, the record (uploader, downloads) kept.
+    pub file_only: bool,
+}
+
+/// Checks a net file against its name (`nn-<12 hex>.nnue`, or `nn-<12 hex>.nnue.gz` for a
+/// gzipped one), writes it gzipped into the net directory `dir` and records it; for a net
+/// recorded without a file, adds the file only. A net whose file exists is refused. The
+/// given file is left as it was.
+pub fn add(store: &SharedStore, dir: &Path, file: &Path, user: &str) -> Result<Added, NetError> {
+    let file_name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let Some((name, gzipped)) = net_of_file(file_name) else {
+        return Err(NetError::BadName(file_name.to_string()));
+    };
+    let name = name.to_string();
+    verify(file, &name, gzipped)?;
+    if locate(dir, &name)?.is_some() {
+        return Err(NetError::Duplicate(name));
+    }
+    let file_only = find(store, &name)?.is_some();
+    let (out, tmp) = temp_file(dir, "add")?;
+    let written = (|| -> std::io::Result<()> {
+        let mut source = File::open(file)?;
+        if gzipped {
+            let mut out = out;
+            std::io::copy(&mut source, &mut out)?;
+            out.sync_all()
+        } else {
+            let mut encoder = GzEncoder::new(out, Compression::default());
+            std::io::copy(&mut source, &mut encoder)?;
+            encoder.finish()?.sync_all()
+        }
+    })();
+    if let Err(e) = written {
+        discard(&tmp);
+        return Err(e.into());
+    }
+    if file_only {
+        place(&tmp, &dir.join(gz_file_name(&name)), &name)?;
+    } else {
+        install(store, dir, &tmp, &name, user)?;
+    }
+    Ok(Added { name, file_only })
+}
+
+/// Whether a net of this name is recorded in `nns` or has a file in the net directory.
+pub fn known(store: &SharedStore, dir: &Path, name: &str) -> Result<bool, NetError> {
+    Ok(find(store, name)?.is_some() || locate(dir, name)?.is_some())
+}
+
+/// The `nns` document of net `name` (keyed by its name; a document stored under another
+/// `_id` is found by its `name` field).
+fn find(store: &SharedStore, name: &str) -> Result<Option<Doc>, StoreError> {
+    if let Some(doc) = store.get(Collection::Nns, name)? {
+        return Ok(Some(doc));
+    }
+    Ok(store
+        .find(
+            Collection::Nns,
+            &Query::new()
+                .with(Cond::Eq("name".into(), json!(name)))
+                .limit(1),
+        )?
+        .into_iter()
+        .next())
 }
 
 /// An upload being written: a temporary file in the net directory (a name no net can have),
-/// created exclusively, and the SHA-256 of what was written so far. Blocking: call its
-/// methods in the pool. The caller removes the file ([`discard`]) unless [`install`] took it.
+/// created exclusively, gzipped as it is written, and the SHA-256 of the bytes given so far
+/// (the net's own, not the gzip's). Blocking: call its methods in the pool. The caller
+/// removes the file ([`discard`]) unless [`install`] took it.
 pub struct NetWriter {
-    file: std::fs::File,
+    encoder: GzEncoder<File>,
     hasher: Sha256,
     path: PathBuf,
     written: u64,
 }
 
 impl NetWriter {
-    /// Creates `<data_dir>/nn/.upload-<random>.part`.
-    pub fn create(data_dir: &Path) -> std::io::Result<NetWriter> {
-        let dir = net_dir(data_dir);
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!(".upload-{:016x}.part", rand::random::<u64>()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+    /// Creates `<dir>/.upload-<random>.part`.
+    pub fn create(dir: &Path) -> std::io::Result<NetWriter> {
+        let (file, path) = temp_file(dir, "upload")?;
         Ok(NetWriter {
-            file,
+            encoder: GzEncoder::new(file, Compression::default()),
             hasher: Sha256::new(),
             path,
             written: 0,
@@ -150,44 +341,43 @@ impl NetWriter {
         &self.path
     }
 
-    /// Bytes written so far.
+    /// Bytes of the net written so far (before compression).
     pub fn written(&self) -> u64 {
         self.written
     }
 
-    /// Appends and hashes `bytes`.
+    /// Appends (compressed) and hashes `bytes`.
     pub fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.file.write_all(bytes)?;
+        self.encoder.write_all(bytes)?;
         self.hasher.update(bytes);
         self.written = self.written.saturating_add(bytes.len() as u64);
         Ok(())
     }
 
-    /// Flushes the file to disk and gives its path and the first 12 hex digits of its
-    /// SHA-256.
+    /// Ends the gzip stream, flushes the file to disk and gives its path and the first 12
+    /// hex digits of the net's SHA-256.
     pub fn finish(self) -> std::io::Result<(PathBuf, String)> {
-        self.file.sync_all()?;
+        self.encoder.finish()?.sync_all()?;
         let digest = hex::encode(self.hasher.finalize());
         Ok((self.path, digest[..12].to_string()))
     }
 }
 
-/// Temporary upload files untouched for this long are abandoned (an upload in progress
-/// writes to its file at least every `body_read_timeout_s`).
-pub const STALE_UPLOAD: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Temporary files untouched for this long are abandoned (an upload in progress writes to
+/// its file at least every `body_read_timeout_s`; an import or `shoal nn` copies steadily).
+pub const STALE_PART: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Removes abandoned temporary upload files (a server killed mid-upload leaves one): those
-/// in the net directory not written for [`STALE_UPLOAD`]. Other instances sharing the data
-/// directory may be uploading, hence the age. Returns how many were removed.
-pub fn sweep_stale_uploads(data_dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(net_dir(data_dir)) else {
+/// Removes abandoned temporary files (a server or an import killed mid-write leaves one):
+/// those in the net directory not written for [`STALE_PART`]. Other instances sharing the
+/// directory may be writing, hence the age. Returns how many were removed.
+pub fn sweep_stale_parts(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with(".upload-") && name.ends_with(".part")) {
+        if !is_part(&name.to_string_lossy()) {
             continue;
         }
         let stale = entry
@@ -195,19 +385,19 @@ pub fn sweep_stale_uploads(data_dir: &Path) -> usize {
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age >= STALE_UPLOAD);
+            .is_some_and(|age| age >= STALE_PART);
         if stale {
             discard(&entry.path());
             removed += 1;
         }
     }
     if removed > 0 {
-        tracing::info!(removed, "abandoned net uploads removed");
+        tracing::info!(removed, "abandoned temporary net files removed");
     }
     removed
 }
 
-/// Removes a temporary upload file (already gone is fine).
+/// Removes a temporary file (already gone is fine).
 pub fn discard(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -216,56 +406,96 @@ pub fn discard(path: &Path) {
     }
 }
 
-/// Installs a checked upload as net `name` and records it (`downloads: 0`): the temporary
-/// file is linked to its final name, which fails if a net of that name exists (two uploads
-/// of one net cannot both win), then unlinked. On any failure nothing of the upload is left.
+/// Installs a checked, gzipped net as `<dir>/<name>.gz` and records it (`downloads: 0`): the
+/// temporary file is linked to its final name, which fails if a net of that name exists
+/// (two uploads of one net cannot both win), then unlinked. On any failure nothing of the
+/// net is left.
 pub fn install(
     store: &SharedStore,
-    data_dir: &Path,
-    tmp: &Path,
-    name: &str,
-    user: &str,
-) -> Result<(), NetError> {
-    let result = install_inner(store, data_dir, tmp, name, user);
-    discard(tmp);
-    result
-}
-
-fn install_inner(
-    store: &SharedStore,
-    data_dir: &Path,
+    dir: &Path,
     tmp: &Path,
     name: &str,
     user: &str,
 ) -> Result<(), NetError> {
     if !valid_name(name) {
+        discard(tmp);
         return Err(NetError::BadName(name.to_string()));
     }
-    if known(store, data_dir, name)? {
-        return Err(NetError::Duplicate(name.to_string()));
+    match known(store, dir, name) {
+        Ok(false) => {}
+        Ok(true) => {
+            discard(tmp);
+            return Err(NetError::Duplicate(name.to_string()));
+        }
+        Err(e) => {
+            discard(tmp);
+            return Err(e);
+        }
     }
-    let target = net_dir(data_dir).join(name);
-    match std::fs::hard_link(tmp, &target) {
-        Ok(()) => {}
+    let target = dir.join(gz_file_name(name));
+    place(tmp, &target, name)?;
+    if let Err(e) = record(store, name, user) {
+        discard(&target);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What [`import_file`] did with a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imported {
+    /// Renamed into the net directory.
+    Moved,
+    /// Copied into the net directory (another file system), then removed from the source.
+    Copied,
+    /// In the net directory, but the source could not be removed (why): it is still there.
+    SourceKept(String),
+}
+
+/// Moves the net file `src` (gzipped or plain, as `gzipped` says) into the net directory
+/// `dir` under its own file name, after checking its content against net `name` (streamed).
+/// A file that fails the check is left where it is. The target is never replaced
+/// ([`NetError::Duplicate`] when it exists). Across file systems the file is copied to a
+/// temporary file, synced, linked to its name, and only then removed from the source.
+pub fn import_file(
+    src: &Path,
+    name: &str,
+    gzipped: bool,
+    dir: &Path,
+) -> Result<Imported, NetError> {
+    verify(src, name, gzipped)?;
+    std::fs::create_dir_all(dir)?;
+    let file_name = if gzipped {
+        gz_file_name(name)
+    } else {
+        name.to_string()
+    };
+    let target = dir.join(file_name);
+    let remove_source = |done: Imported| match std::fs::remove_file(src) {
+        Ok(()) => done,
+        Err(e) => Imported::SourceKept(e.to_string()),
+    };
+    // A hard link is an exclusive rename on one file system: it fails if the target exists,
+    // where rename(2) would replace it.
+    match std::fs::hard_link(src, &target) {
+        Ok(()) => return Ok(remove_source(Imported::Moved)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             return Err(NetError::Duplicate(name.to_string()));
         }
-        Err(e) => return Err(e.into()),
+        // Another file system (or one without hard links): copy.
+        Err(_) => {}
     }
-    let mut doc = Doc::new();
-    doc.insert("_id".into(), json!(name));
-    doc.insert("name".into(), json!(name));
-    doc.insert("user".into(), json!(user));
-    doc.insert("downloads".into(), json!(0));
-    doc.insert("time".into(), Date::now().to_value());
-    if let Err(e) = store.insert(Collection::Nns, doc) {
-        discard(&target);
-        return Err(match e {
-            StoreError::Duplicate(_) => NetError::Duplicate(name.to_string()),
-            other => other.into(),
-        });
+    let (mut out, tmp) = temp_file(dir, "import")?;
+    let copied = (|| -> std::io::Result<()> {
+        std::io::copy(&mut File::open(src)?, &mut out)?;
+        out.sync_all()
+    })();
+    if let Err(e) = copied {
+        discard(&tmp);
+        return Err(e.into());
     }
-    Ok(())
+    place(&tmp, &target, name)?;
+    Ok(remove_source(Imported::Copied))
 }
 
 /// One recorded net, as the nets page lists it.
@@ -318,14 +548,22 @@ pub fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
         .collect())
 }
 
-/// Counts a download (Fishtest increments `downloads` on every request).
-pub fn count_download(store: &SharedStore, name: &str) -> Result<(), StoreError> {
-    if let Some(mut doc) = store.get(Collection::Nns, name)? {
-        let n = doc.get("downloads").and_then(Value::as_u64).unwrap_or(0);
-        doc.insert("downloads".into(), json!(n + 1));
-        store.put(Collection::Nns, &doc)?;
-    }
-    Ok(())
+/// Serialises download counts within this process: the store has no atomic increment, so
+/// two downloads at once would otherwise both write the same count. (Instances sharing one
+/// MongoDB database can still lose a count when they race.)
+static COUNTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// Counts a download of net `name` (Fishtest increments `downloads` on every request).
+/// `false` when no net of that name is recorded (nothing changes).
+pub fn count_download(store: &SharedStore, name: &str) -> Result<bool, StoreError> {
+    let _turn = COUNTS.lock();
+    let Some(mut doc) = find(store, name)? else {
+        return Ok(false);
+    };
+    let n = doc.get("downloads").and_then(Value::as_u64).unwrap_or(0);
+    doc.insert("downloads".into(), json!(n.saturating_add(1)));
+    store.put(Collection::Nns, &doc)?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -333,63 +571,162 @@ mod tests {
     use super::*;
     use crate::rundb::testkit::temp_store;
 
+    fn gunzip(path: &Path) -> Vec<u8> {
+        let mut out = Vec::new();
+        GzDecoder::new(File::open(path).expect("open"))
+            .read_to_end(&mut out)
+            .expect("gunzip");
+        out
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut e = GzEncoder::new(Vec::new(), Compression::default());
+        e.write_all(bytes).expect("gzip");
+        e.finish().expect("gzip")
+    }
+
+    fn name_of(content: &[u8]) -> String {
+        format!("nn-{}.nnue", &hex::encode(Sha256::digest(content))[..12])
+    }
+
     #[test]
-    fn add_checks_name_and_content() {
+    fn names_and_layouts() {
+        assert!(!valid_name("nn-ABCDEF123456.nnue"));
+        assert!(!valid_name("../../etc/passwd"));
+        assert_eq!(
+            net_of_file("nn-0123456789ab.nnue.gz"),
+            Some(("nn-0123456789ab.nnue", true))
+        );
+        assert_eq!(
+            net_of_file("nn-0123456789ab.nnue"),
+            Some(("nn-0123456789ab.nnue", false))
+        );
+        for other in [
+            "nn-0123456789ab.gz",
+            ".upload-1.part",
+            "../nn-0123456789ab.nnue",
+        ] {
+            assert_eq!(net_of_file(other), None, "{other}");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(locate(dir.path(), "../x").expect("locate"), None);
+        assert_eq!(
+            locate(&dir.path().join("none"), "nn-0123456789ab.nnue").expect("locate"),
+            None
+        );
+        assert!(
+            present(&dir.path().join("none"))
+                .expect("present")
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn add_checks_name_and_content_and_stores_gzipped() {
         let (dir, store) = temp_store();
+        let nets = dir.path().join("nn");
         let content = b"not really a net, but bytes all the same";
-        let prefix = &hex::encode(Sha256::digest(content))[..12];
-        let good = dir.path().join(format!("nn-{prefix}.nnue"));
+        let good = dir.path().join(name_of(content));
         std::fs::write(&good, content).expect("write");
-        let name = add(&store, dir.path(), &good, "alice").expect("add");
-        assert!(net_dir(dir.path()).join(&name).exists());
+        let name = add(&store, &nets, &good, "alice").expect("add").name;
+        let file = locate(&nets, &name).expect("locate").expect("file");
+        assert_eq!(file, NetFile::Gzip(nets.join(format!("{name}.gz"))));
+        assert_eq!(gunzip(file.path()), content);
+        assert!(good.exists(), "the source is left as it was");
         assert!(matches!(
-            add(&store, dir.path(), &good, "alice"),
+            add(&store, &nets, &good, "alice"),
             Err(NetError::Duplicate(_))
         ));
         let liar = dir.path().join("nn-000000000000.nnue");
         std::fs::write(&liar, content).expect("write");
         assert!(matches!(
-            add(&store, dir.path(), &liar, "alice"),
+            add(&store, &nets, &liar, "alice"),
             Err(NetError::WrongContent { .. })
         ));
-        assert!(!valid_name("nn-ABCDEF123456.nnue"));
-        assert!(!valid_name("../../etc/passwd"));
-        count_download(&store, &name).expect("count");
+        // A gzipped file is checked decoded and stored as it is.
+        let other = b"another net";
+        let gz = dir.path().join(format!("{}.gz", name_of(other)));
+        std::fs::write(&gz, gzip(other)).expect("write");
+        let other_name = add(&store, &nets, &gz, "bob").expect("add gz").name;
+        assert_eq!(gunzip(&nets.join(format!("{other_name}.gz"))), other);
+        let not_gz = dir.path().join(format!("{}.gz", name_of(b"x")));
+        std::fs::write(&not_gz, b"x").expect("write");
+        assert!(matches!(
+            add(&store, &nets, &not_gz, "bob"),
+            Err(NetError::BadGzip(_))
+        ));
+        let names = present(&nets).expect("present");
+        assert_eq!(names.len(), 2);
+        assert!(names.contains(&name) && names.contains(&other_name));
+        // No temporary file is left behind.
+        let files = std::fs::read_dir(&nets).expect("dir").count();
+        assert_eq!(files, 2);
+        assert!(count_download(&store, &name).expect("count"));
+        assert!(!count_download(&store, "nn-000000000000.nnue").expect("count"));
         let doc = store
             .get(Collection::Nns, &name)
             .expect("get")
             .expect("doc");
         assert_eq!(doc["downloads"], 1);
+        // A recorded net whose file went missing gets its file back, its record kept.
+        std::fs::remove_file(nets.join(format!("{name}.gz"))).expect("rm");
+        let again = add(&store, &nets, &good, "carol").expect("add again");
+        assert!(again.file_only);
+        let doc = store
+            .get(Collection::Nns, &name)
+            .expect("get")
+            .expect("doc");
+        assert_eq!(
+            (doc["user"].as_str(), doc["downloads"].as_u64()),
+            (Some("alice"), Some(1))
+        );
+        assert_eq!(gunzip(&nets.join(format!("{name}.gz"))), content);
+    }
+
+    #[test]
+    fn the_plain_layout_is_still_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let content = b"an old net";
+        let name = name_of(content);
+        std::fs::write(dir.path().join(&name), content).expect("write");
+        let file = locate(dir.path(), &name).expect("locate").expect("file");
+        assert!(!file.is_gzip());
+        assert!(present(dir.path()).expect("present").contains(&name));
+        // Both present: the gzipped one wins.
+        std::fs::write(dir.path().join(format!("{name}.gz")), gzip(content)).expect("write");
+        assert!(
+            locate(dir.path(), &name)
+                .expect("locate")
+                .expect("file")
+                .is_gzip()
+        );
     }
 
     #[test]
     fn upload_writer_install_and_sweep() {
         let (dir, store) = temp_store();
+        let nets = dir.path().join("nn");
         let content = b"an uploaded net";
-        let prefix = &hex::encode(Sha256::digest(content))[..12];
-        let name = format!("nn-{prefix}.nnue");
-        let mut w = NetWriter::create(dir.path()).expect("create");
+        let name = name_of(content);
+        let mut w = NetWriter::create(&nets).expect("create");
         w.write(&content[..5]).expect("write");
         w.write(&content[5..]).expect("write");
         assert_eq!(w.written(), content.len() as u64);
         let (tmp, sha) = w.finish().expect("finish");
-        assert_eq!(sha, prefix);
+        assert_eq!(sha, name[3..15]);
         // A fresh temporary file is not swept.
-        assert_eq!(sweep_stale_uploads(dir.path()), 0);
+        assert_eq!(sweep_stale_parts(&nets), 0);
         assert!(tmp.exists());
-        install(&store, dir.path(), &tmp, &name, "alice").expect("install");
+        install(&store, &nets, &tmp, &name, "alice").expect("install");
         assert!(!tmp.exists(), "the temporary file is gone");
-        assert_eq!(
-            std::fs::read(net_dir(dir.path()).join(&name)).expect("net"),
-            content
-        );
-        assert!(known(&store, dir.path(), &name).expect("known"));
+        assert_eq!(gunzip(&nets.join(format!("{name}.gz"))), content);
+        assert!(known(&store, &nets, &name).expect("known"));
         // A second installation of the same name is refused and leaves nothing.
-        let mut w = NetWriter::create(dir.path()).expect("create");
+        let mut w = NetWriter::create(&nets).expect("create");
         w.write(content).expect("write");
         let (tmp2, _) = w.finish().expect("finish");
         assert!(matches!(
-            install(&store, dir.path(), &tmp2, &name, "bob"),
+            install(&store, &nets, &tmp2, &name, "bob"),
             Err(NetError::Duplicate(_))
         ));
         assert!(!tmp2.exists());
@@ -397,5 +734,47 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!((listed[0].user.as_str(), listed[0].downloads), ("alice", 0));
         assert!(listed[0].time.is_some());
+    }
+
+    #[test]
+    fn import_file_moves_checked_nets_and_leaves_bad_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
+        std::fs::create_dir_all(&src).expect("mkdir");
+        let content = b"a fishtest net";
+        let name = name_of(content);
+        let from = src.join(format!("{name}.gz"));
+        std::fs::write(&from, gzip(content)).expect("write");
+        assert_eq!(
+            import_file(&from, &name, true, &dst).expect("import"),
+            Imported::Moved
+        );
+        assert!(!from.exists());
+        assert_eq!(gunzip(&dst.join(format!("{name}.gz"))), content);
+        // The same net again: the target is not replaced and the source stays.
+        std::fs::write(&from, gzip(content)).expect("write");
+        assert!(matches!(
+            import_file(&from, &name, true, &dst),
+            Err(NetError::Duplicate(_))
+        ));
+        assert!(from.exists());
+        // A truncated gzip and a wrong hash are refused and left where they are.
+        let other = b"another fishtest net";
+        let other_name = name_of(other);
+        let truncated = src.join(format!("{other_name}.gz"));
+        let full = gzip(other);
+        std::fs::write(&truncated, &full[..full.len() - 6]).expect("write");
+        assert!(matches!(
+            import_file(&truncated, &other_name, true, &dst),
+            Err(NetError::BadGzip(_))
+        ));
+        assert!(truncated.exists());
+        std::fs::write(&truncated, gzip(b"something else")).expect("write");
+        assert!(matches!(
+            import_file(&truncated, &other_name, true, &dst),
+            Err(NetError::WrongContent { .. })
+        ));
+        assert!(truncated.exists());
+        assert!(!dst.join(format!("{other_name}.gz")).exists());
     }
 }

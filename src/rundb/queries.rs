@@ -142,8 +142,9 @@ impl RunDb {
         Ok(self.store.pgn_read(&pgn.handle, offset, len)?)
     }
 
-    /// Counts one download of a net (if the net is known).
-    pub fn count_net_download(&self, name: &str) -> DbResult<()> {
+    /// Counts one download of a net; `false` (and nothing counted) when no net of that name
+    /// is recorded.
+    pub fn count_net_download(&self, name: &str) -> DbResult<bool> {
         Ok(super::nets::count_download(&self.store, name)?)
     }
 

@@ -71,15 +71,7 @@ async fn upload_a_net_through_the_form_and_see_it_listed() {
         .await
         .expect("href");
     assert_eq!(href.as_deref(), Some(format!("/api/nn/{name}").as_str()));
-    let got = server
-        .client
-        .get(server.url(&format!("/api/nn/{name}")))
-        .send()
-        .await
-        .expect("download")
-        .bytes()
-        .await
-        .expect("bytes");
+    let got = crate::nets_store::download_as_worker(&server, &name).await;
     assert_eq!(Sha256::digest(&got), Sha256::digest(&bytes));
     c.close().await.expect("close");
 }

@@ -19,6 +19,7 @@ mod hardening;
 mod harness;
 mod limits;
 mod mongo;
+mod nets_store;
 mod openapi;
 mod sim;
 mod soak;

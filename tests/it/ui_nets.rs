@@ -1,7 +1,8 @@
 //! The nets pages through real HTTP: `/upload` takes a multipart net from a logged-in user,
 //! refuses bad tokens, anonymous visitors, wrong names, wrong hashes, oversized and duplicate
 //! nets with a message and without storing anything (no record, no file, no temporary file);
-//! an accepted net is listed on `/nns` and downloads from `/api/nn/{name}` byte for byte.
+//! an accepted net is stored gzipped (`<name>.gz`), is listed on `/nns` and downloads from
+//! `/api/nn/{name}` intact (as the worker decodes and checks it).
 
 use sha2::{Digest, Sha256};
 
@@ -120,7 +121,7 @@ async fn an_uploaded_net_is_listed_and_downloads_intact() {
     let page = upload(&mut alice, Some(&token), Some((&name, &bytes))).await;
     assert_eq!(page.status, 302, "{}", page.body);
     assert_eq!(page.location, "/nns");
-    assert_eq!(net_files(&server), vec![name.clone()]);
+    assert_eq!(net_files(&server), vec![format!("{name}.gz")]);
 
     let page = anon.get("/nns").await;
     assert_eq!(page.status, 200);
@@ -132,16 +133,8 @@ async fn an_uploaded_net_is_listed_and_downloads_intact() {
     assert!(page.body.contains("<td>alice</td>"));
 
     // Downloadable, byte for byte, and counted.
-    let r = server
-        .client
-        .get(server.url(&format!("/api/nn/{name}")))
-        .send()
-        .await
-        .expect("download");
-    assert_eq!(r.status(), 200);
-    let got = r.bytes().await.expect("bytes");
-    assert_eq!(got.len(), bytes.len());
-    assert_eq!(Sha256::digest(&got), Sha256::digest(&bytes));
+    let got = crate::nets_store::download_as_worker(&server, &name).await;
+    assert_eq!(got, bytes);
     let records = stored(&server, shoal::store::Collection::Nns);
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["user"], "alice");
@@ -182,7 +175,7 @@ async fn an_uploaded_net_is_listed_and_downloads_intact() {
             .contains(&format!("Network {name} already exists"))
     );
     assert_eq!(net_records(&server), 1);
-    assert_eq!(net_files(&server), vec![name.clone()]);
+    assert_eq!(net_files(&server), vec![format!("{name}.gz")]);
 }
 
 #[tokio::test]
@@ -278,7 +271,7 @@ async fn bad_uploads_are_refused_and_leave_nothing() {
     // The good net still goes in afterwards.
     let page = upload(&mut alice, Some(&token), Some((&name, &bytes))).await;
     assert_eq!((page.status, page.location.as_str()), (302, "/nns"));
-    assert_eq!(net_files(&server), vec![name]);
+    assert_eq!(net_files(&server), vec![format!("{name}.gz")]);
 }
 
 #[tokio::test]

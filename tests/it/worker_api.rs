@@ -1095,27 +1095,21 @@ async fn nets_are_served_to_workers_or_redirected() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r = server
-        .client
-        .get(server.url(&format!("/api/nn/{name}")))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(r.status(), 200);
-    let body = r.bytes().await.expect("bytes");
-    // The worker's check: sha256 prefix of the content equals the name.
+    // As Fishtest: a 302 to /nn/<name>, which sends the stored gzip with
+    // `Content-Encoding: gzip`; the worker decodes it and checks the SHA-256 prefix.
+    let body = crate::nets_store::download_as_worker(&server, &name).await;
     assert_eq!(hex::encode(sha2::Sha256::digest(&body))[..12], prefix);
-    assert_eq!(body.len(), content.len());
+    assert_eq!(body, content);
     for bad in ["nn-000000000000.nnue", "..%2F..%2Fsecret", "nn-XYZ.nnue"] {
         let (status, _) = server.get_json(&format!("/api/nn/{bad}")).await;
         assert_eq!(status, 404, "{bad}");
     }
-    // With nn_url set, a redirect like Fishtest's.
+    // With nn_url set, a redirect to <nn_url>/nn/<name>, like Fishtest's FISHTEST_NN_URL.
     let redirecting = TestServer::start_with(
         Opts::new()
             .data_dir(&server.data_dir)
             .set("primary_port", 1)
-            .set("nn_url", "\"https://nets.example.org/nn/\""),
+            .set("nn_url", "\"https://nets.example.org/\""),
     )
     .await;
     let client = reqwest::Client::builder()

@@ -1,14 +1,18 @@
-//! Files: PGN uploads (`upload`) and the streamed downloads of PGNs and nets.
+//! Files: PGN uploads (`upload`) and the streamed downloads of PGNs and nets: `/api/nn/{name}`
+//! (counts and redirects, as Fishtest) and `/nn/{name}` (the net directory served as nginx
+//! serves Fishtest's, for a shoal without a proxy in front).
 //!
 //! Owns: streaming stored bytes one pool-read chunk at a time (never buffered whole, never on
-//! the event loop), the download routes' name rules and content types.
-//! Must not: read the store except through `RunDb`'s queries.
+//! the event loop), the download routes' name rules, content types and encodings.
+//! Must not: read the store except through `RunDb`'s queries; open a path but through
+//! `rundb::nets::locate` (a name that is not `nn-<12 hex>.nnue` never reaches the disk).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +22,7 @@ use super::schema::{Binary, ErrorReply};
 use crate::http::AppState;
 use crate::http::auth::rundb;
 use crate::http::reply::ApiError;
+use crate::rundb::nets::{self, NetFile};
 
 /// Uploads (any instance: Fishtest sends PGNs to a secondary) and downloads.
 pub fn router() -> Router<Arc<AppState>> {
@@ -25,6 +30,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/api/upload_pgn", post(super::upload::upload_pgn))
         .route("/api/pgn/{name}", get(download_pgn))
         .route("/api/nn/{name}", get(download_net))
+        .route("/nn/{name}", get(serve_net))
         .route("/api/run_pgns/{name}", get(download_run_pgns))
 }
 
@@ -83,50 +89,126 @@ fn stream_pgns(state: &Arc<AppState>, pgns: Vec<crate::rundb::queries::PgnInfo>)
     stream_chunks(state, pgns, read)
 }
 
-/// GET /api/nn/{name}: the net file (or a 302 to `nn_url`), counting the download.
+/// GET /api/nn/{name}: counts the download and redirects, as Fishtest does, to
+/// `<nn_url>/nn/<name>`, or to this server's own `/nn/<name>` when `nn_url` is unset (so the
+/// download is counted whether shoal or a proxy such as nginx sends the bytes). A net not
+/// recorded in `nns` is a 404 and counts nothing; a recorded net whose file is missing is
+/// counted and redirected all the same (the file server answers 404), as in Fishtest.
 #[utoipa::path(
     get,
     path = "/api/nn/{name}",
     tag = "files",
     params(("name" = String, Path, description = "The net's file name (`nn-<12 hex>.nnue`)")),
     responses(
-        (status = 200, description = "The net file", content_type = "application/octet-stream", body = Binary),
-        (status = 302, description = "The net at `nn_url` (when set)"),
+        (status = 302, description = "The download counted; `Location` is `<nn_url>/nn/<name>`, \
+            or this server's `/nn/<name>` (the net, gzipped, sent with `Content-Encoding: gzip`)"),
         (status = 404, description = "No such net", body = ErrorReply),
     )
 )]
 pub async fn download_net(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    req: Request,
 ) -> Result<Response, ApiError> {
-    use crate::rundb::nets;
     if !nets::valid_name(&name) {
         return Err(ApiError::NotFound("Not Found".into()));
     }
-    let path = nets::net_dir(&state.config.data_dir).join(&name);
     let db = rundb(&state);
-    let (n, p) = (name.clone(), path.clone());
-    let exists = state
+    let n = name.clone();
+    let known = state
         .offload
-        .run(move || -> Result<bool, ApiError> {
-            let exists = p.is_file();
-            if exists {
-                db.count_net_download(&n)?;
-            }
-            Ok(exists)
-        })
+        .run(move || db.count_net_download(&n))
         .await??;
-    if let Some(base) = &state.config.nn_url {
-        let location = format!("{}/{name}", base.trim_end_matches('/'));
-        let mut r = StatusCode::FOUND.into_response();
-        if let Ok(v) = HeaderValue::from_str(&location) {
-            r.headers_mut().insert(header::LOCATION, v);
-        }
-        return Ok(r);
-    }
-    if !exists {
+    if !known {
         return Err(ApiError::NotFound("Not Found".into()));
     }
+    let base = match &state.config.nn_url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => own_base(&state, &req),
+    };
+    let mut r = StatusCode::FOUND.into_response();
+    let location = HeaderValue::from_str(&format!("{base}/nn/{name}"))
+        .map_err(|e| ApiError::Internal(format!("net location: {e}")))?;
+    r.headers_mut().insert(header::LOCATION, location);
+    Ok(r)
+}
+
+/// This server's address as the client named it, `scheme://host[:port]` (Fishtest's
+/// `request.host_url`): the host from the request's URI or `Host` header, the scheme `https`
+/// when a trusted proxy (`trusted_proxies`) says so in `X-Forwarded-Proto`, else `http`. A
+/// request without a usable host gets a relative redirect (empty base).
+fn own_base(state: &AppState, req: &Request) -> String {
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+        });
+    let Some(host) = host else {
+        return String::new();
+    };
+    let peer_trusted = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_some_and(|c| {
+            state
+                .config
+                .trusted_proxies
+                .iter()
+                .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == c.0.ip()))
+        });
+    let https = peer_trusted
+        && req
+            .headers()
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
+    format!("{}://{host}", if https { "https" } else { "http" })
+}
+
+/// GET /nn/{name}: the net file from the net directory, as nginx's `gzip_static always`
+/// serves Fishtest's: a gzipped net (`<name>.gz`) as its stored bytes with
+/// `Content-Encoding: gzip`, a plain one (the older layout) as it is. Counts nothing (the
+/// count is `/api/nn/{name}`'s). Not an API route: a missing net is a plain 404.
+pub async fn serve_net(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    if !nets::valid_name(&name) {
+        return (StatusCode::NOT_FOUND, "Not Found").into_response();
+    }
+    let dir = state.config.nets_dir();
+    let found = state
+        .offload
+        .run(move || -> std::io::Result<Option<(NetFile, u64)>> {
+            match nets::locate(&dir, &name)? {
+                Some(file) => {
+                    let len = std::fs::metadata(file.path())?.len();
+                    Ok(Some((file, len)))
+                }
+                None => Ok(None),
+            }
+        })
+        .await;
+    let (file, len) = match found {
+        Ok(Ok(Some(found))) => found,
+        Ok(Ok(None)) => return (StatusCode::NOT_FOUND, "Not Found").into_response(),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "net file not read");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "net file not looked up");
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    };
+    let gzipped = file.is_gzip();
     let read: ReadChunk<std::path::PathBuf> = Arc::new(|path, offset| {
         use std::os::unix::fs::FileExt as _;
         let file = std::fs::File::open(path)?;
@@ -135,12 +217,18 @@ pub async fn download_net(
         buf.truncate(n);
         Ok(buf)
     });
-    let mut r = (StatusCode::OK, stream_chunks(&state, vec![path], read)).into_response();
-    r.headers_mut().insert(
+    let body = stream_chunks(&state, vec![file.path().to_path_buf()], read);
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    Ok(r)
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if gzipped {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    r
 }
 
 fn gzip_response(body: Body, content_type: &'static str, encoded: bool) -> Response {

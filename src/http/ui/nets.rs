@@ -1,21 +1,23 @@
 //! The nets: `GET /nns` (the recorded nets with their download counts; filters
-//! `network_name`, `user`, `master_only`; `sort`, `order`, `page`, `view=all`) and
+//! `network_name`, `user`, `master_only`; `sort`, `order`, `page`, `view=all`; a net whose
+//! file is missing from the net directory is shown as such, not as a link that would 404) and
 //! `GET/POST /upload` (a logged-in person uploads a net as the multipart file field
 //! `network`, after the hidden `csrf_token`).
 //!
-//! An upload is streamed: each piece of the body is appended to a temporary file in the net
-//! directory and hashed there, in the pool, about a mebibyte at a time, so a net is never
-//! held whole in memory. Checked before a byte is written: the CSRF token, the login, the
-//! name (`nn-<12 hex>.nnue`) and that no net of that name exists; while it arrives: the size
-//! (`nn_upload_limit_bytes`); at the end: that the name's 12 digits begin its SHA-256. Only
-//! then is it installed (`RunDb::install_net`: linked to its name, exclusively). A refused
-//! upload leaves nothing behind: its temporary file is removed on every path, a dropped
-//! connection included ([`TempFile`]). A body that stops arriving for `body_read_timeout_s`
-//! is refused.
+//! An upload is streamed: each piece of the body is hashed and gzipped into a temporary file
+//! in the net directory (Fishtest's layout, `rundb::nets`), in the pool, about a mebibyte at
+//! a time, so a net is never held whole in memory. Checked before a byte is written: the CSRF
+//! token, the login, the name (`nn-<12 hex>.nnue`) and that no net of that name exists (in
+//! `nns` or on disk); while it arrives: the size (`nn_upload_limit_bytes`); at the end: that
+//! the name's 12 digits begin its SHA-256. Only then is it installed (`RunDb::install_net`:
+//! linked to `<name>.gz`, exclusively). A refused upload leaves nothing behind: its temporary
+//! file is removed on every path, a dropped connection included ([`TempFile`]). A body that
+//! stops arriving for `body_read_timeout_s` is refused.
 //! Owns: the pages, the upload's reading, the refusal messages. Must not: write a net other
 //! than through `rundb::nets`; block the event loop (every file step runs in the pool); keep
 //! reading a body past the limit.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +58,8 @@ pub struct NetRow {
     pub first_test: Option<(String, String)>,
     pub last_test: Option<(String, String)>,
     pub downloads: u64,
+    /// The net is recorded but has no file in the net directory.
+    pub missing: bool,
 }
 
 fn test_link(t: &Option<(String, Option<crate::store::Date>)>) -> Option<(String, String)> {
@@ -69,7 +73,7 @@ fn test_link(t: &Option<(String, Option<crate::store::Date>)>) -> Option<(String
 }
 
 impl NetRow {
-    fn of(n: &NetRecord) -> Self {
+    fn of(n: &NetRecord, files: Option<&HashSet<String>>) -> Self {
         NetRow {
             time: n
                 .time
@@ -82,6 +86,7 @@ impl NetRow {
             first_test: test_link(&n.first_test),
             last_test: test_link(&n.last_test),
             downloads: n.downloads,
+            missing: files.is_some_and(|f| !f.contains(&n.name)),
         }
     }
 }
@@ -103,6 +108,8 @@ pub struct NetsPage {
     pub master_nets: usize,
     pub contributors: usize,
     pub downloads: u64,
+    /// Nets of the filtered set without a file in the net directory.
+    pub missing: usize,
     pub columns: Vec<Column>,
     pub rows: Vec<NetRow>,
     pub all: bool,
@@ -226,6 +233,8 @@ pub async fn nns(
     Query(raw): Query<Vec<(String, String)>>,
 ) -> Response {
     let q = NetsQuery::parse(&raw);
+    let dir = state.config.nets_dir();
+    let elsewhere = state.config.nn_url.is_some();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let mut nets: Vec<NetRecord> = match db.nets() {
             Ok(n) => n.into_iter().filter(|n| q.keeps(n)).collect(),
@@ -234,6 +243,21 @@ pub async fn nns(
                 return errors::internal();
             }
         };
+        // One listing of the net directory. If it cannot be read, or if `nn_url` sends the
+        // workers elsewhere and there is no local directory (the files live on another
+        // host), no net is called missing.
+        let files = if elsewhere && !dir.is_dir() {
+            None
+        } else {
+            db.net_files(&dir)
+                .map_err(
+                    |e| tracing::warn!(error = %e, dir = %dir.display(), "net directory not read"),
+                )
+                .ok()
+        };
+        let missing = files
+            .as_ref()
+            .map_or(0, |f| nets.iter().filter(|n| !f.contains(&n.name)).count());
         sort_nets(&mut nets, q.sort, q.desc);
         let contributors = nets
             .iter()
@@ -252,7 +276,7 @@ pub async fn nns(
             .iter()
             .skip((page_no - 1).saturating_mul(per_page))
             .take(per_page)
-            .map(NetRow::of)
+            .map(|n| NetRow::of(n, files.as_ref()))
             .collect();
         let columns = SORTS
             .iter()
@@ -277,6 +301,7 @@ pub async fn nns(
             master_nets: nets.iter().filter(|n| n.is_master).count(),
             contributors,
             downloads,
+            missing,
             columns,
             rows,
             all: q.all,
@@ -437,9 +462,9 @@ async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> R
             .to_string()
             .into());
     }
-    let data_dir = state.config.data_dir.clone();
+    let nets_dir = state.config.nets_dir();
     let db = state.rundb.clone();
-    let (d, n) = (data_dir.clone(), name.clone());
+    let (d, n) = (nets_dir.clone(), name.clone());
     let known = pool(state, move || db.net_known(&d, &n)).await?;
     match known {
         Ok(false) => {}
@@ -449,7 +474,7 @@ async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> R
             return Err(format!("Failed to write network {name}").into());
         }
     }
-    let d = data_dir.clone();
+    let d = nets_dir;
     let writer = pool(state, move || NetWriter::create(&d))
         .await?
         .map_err(|e| {
@@ -484,7 +509,7 @@ async fn write_and_install(
     name: &str,
     user: String,
 ) -> Result<(), Refusal> {
-    let data_dir = state.config.data_dir.clone();
+    let nets_dir = state.config.nets_dir();
     let idle = state.config.body_read_timeout();
     let limit = state.config.nn_upload_limit_bytes;
     let too_big = || format!("Network must be < {}", limit_text(limit));
@@ -538,7 +563,7 @@ async fn write_and_install(
     }
     let db = state.rundb.clone();
     let n = name.to_string();
-    let installed = pool(state, move || db.install_net(&data_dir, &path, &n, &user)).await?;
+    let installed = pool(state, move || db.install_net(&nets_dir, &path, &n, &user)).await?;
     match installed {
         Ok(()) => Ok(()),
         Err(NetError::Duplicate(_)) => Err(format!("Network {name} already uploaded").into()),
