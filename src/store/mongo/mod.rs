@@ -20,6 +20,7 @@
 
 pub mod indexes;
 pub mod query;
+mod retention;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -372,23 +373,6 @@ fn replacement(coll: Collection, d: &Doc) -> StoreResult<(Document, Document)> {
     Ok((query::by_id(coll, id)?, b))
 }
 
-/// The runs PGN retention may empty: finished, `last_updated` before `cutoff`.
-fn expired_filter(cutoff: &Date) -> StoreResult<Document> {
-    let mut f = Document::new();
-    f.insert("finished", true);
-    f.insert("last_updated", doc! {"$lt": bson_date(&cutoff.to_iso())?});
-    Ok(f)
-}
-
-/// An ISO date string (a [`Date`]'s form) as a BSON date.
-fn bson_date(iso: &str) -> StoreResult<Bson> {
-    let t = chrono::DateTime::parse_from_rfc3339(iso)
-        .map_err(|e| StoreError::InvalidQuery(format!("bad date {iso:?}: {e}")))?;
-    Ok(Bson::DateTime(bson::DateTime::from_millis(
-        t.timestamp_millis(),
-    )))
-}
-
 /// `len` bytes of `bytes` from `offset`, clamped to its end.
 fn chunk(bytes: &[u8], offset: u64, len: usize) -> &[u8] {
     let start = usize::try_from(offset)
@@ -676,62 +660,7 @@ impl Store for MongoStore {
         after: Option<&RunPosition>,
         limit: usize,
     ) -> StoreResult<ExpiredRuns> {
-        let mut filter = expired_filter(cutoff)?;
-        if let Some(p) = after {
-            let at = bson_date(&p.last_updated)?;
-            // Run ids are ObjectIds (as `query::by_id` maps them), else strings.
-            let id = match ObjectId::parse_str(&p.id) {
-                Ok(o) if p.id.bytes().all(|b| !b.is_ascii_uppercase()) => Bson::ObjectId(o),
-                _ => Bson::String(p.id.clone()),
-            };
-            filter.insert(
-                "$or",
-                vec![
-                    Bson::Document(doc! {"last_updated": {"$gt": at.clone()}}),
-                    Bson::Document(doc! {"last_updated": at, "_id": {"$gt": id}}),
-                ],
-            );
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let runs = self.coll(Collection::Runs);
-        let found: Vec<Document> = self.retrying("expired_pgn_runs", || {
-            runs.find(filter.clone())
-                .projection(doc! {"_id": 1, "last_updated": 1})
-                .sort(doc! {"last_updated": 1, "_id": 1})
-                .limit(limit)
-                .run()?
-                .collect()
-        })?;
-        let pgns = self.named("pgns");
-        let mut page = ExpiredRuns::default();
-        for d in &found {
-            let id = match d.get("_id") {
-                Some(Bson::ObjectId(o)) => o.to_hex(),
-                Some(Bson::String(s)) => s.clone(),
-                _ => continue,
-            };
-            let last_updated = match d.get("last_updated") {
-                Some(Bson::DateTime(t)) => {
-                    match chrono::DateTime::from_timestamp_millis(t.timestamp_millis()) {
-                        Some(t) => Date(t).to_iso(),
-                        None => continue,
-                    }
-                }
-                _ => continue,
-            };
-            let prefix = format!("^{}-", regex::escape(&id));
-            let one = self.retrying("expired_pgn_runs", || {
-                pgns.find_one(doc! {"run_id": {"$regex": prefix.clone()}})
-                    .projection(doc! {"_id": 1})
-                    .run()
-            })?;
-            if one.is_some() {
-                page.with_pgns.push(id.clone());
-            }
-            page.runs = page.runs.saturating_add(1);
-            page.last = Some(RunPosition { last_updated, id });
-        }
-        Ok(page)
+        retention::expired_runs(self, cutoff, after, limit)
     }
 
     fn pgn_delete_expired(
@@ -741,62 +670,7 @@ impl Store for MongoStore {
         limit: usize,
         max_bytes: u64,
     ) -> StoreResult<PgnsDeleted> {
-        // No multi-document transaction: the run is checked just before the batch is deleted
-        // (a run revived in between, within milliseconds, could lose this one batch).
-        let mut filter = expired_filter(cutoff)?;
-        filter.extend(query::by_id(Collection::Runs, run_id)?);
-        let runs = self.coll(Collection::Runs);
-        if self.retrying("pgn_delete_expired", || {
-            runs.count_documents(filter.clone()).limit(1).run()
-        })? == 0
-        {
-            return Ok(PgnsDeleted::default());
-        }
-        let pattern = format!("^{}-[0-9]+$", regex::escape(run_id));
-        let pgns = self.named("pgns");
-        let found: Vec<Document> = self.retrying("pgn_delete_expired", || {
-            pgns.find(doc! {"run_id": {"$regex": pattern.clone()}})
-                .projection(doc! {"_id": 1, "size": 1})
-                .sort(doc! {"_id": 1})
-                .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-                .run()?
-                .collect()
-        })?;
-        let mut ids = Vec::new();
-        let mut bytes = 0u64;
-        for d in &found {
-            let (Some(id), Some((_, info))) = (d.get("_id"), Self::pgn_doc_info(d)) else {
-                continue;
-            };
-            let total = bytes.saturating_add(info.size);
-            if !ids.is_empty() && total > max_bytes {
-                break;
-            }
-            bytes = total;
-            ids.push(id.clone());
-        }
-        if ids.is_empty() {
-            return Ok(PgnsDeleted::default());
-        }
-        let more = ids.len() < found.len() || found.len() >= limit;
-        let selected = ids.len();
-        let filter = doc! {"_id": {"$in": ids}};
-        let deleted = self.retrying("pgn_delete_expired", || {
-            pgns.delete_many(filter.clone()).run()
-        })?;
-        self.recent_pgns.lock().clear();
-        if deleted.deleted_count < selected as u64 {
-            // Some were deleted by someone else meanwhile: their sizes are not ours to count.
-            bytes = bytes
-                .saturating_mul(deleted.deleted_count)
-                .checked_div(selected as u64)
-                .unwrap_or(0);
-        }
-        Ok(PgnsDeleted {
-            count: deleted.deleted_count,
-            bytes,
-            more,
-        })
+        retention::delete_expired(self, run_id, cutoff, limit, max_bytes)
     }
 
     fn reclaim_space(&self, _max_pages: u32) -> StoreResult<u64> {
