@@ -12,7 +12,8 @@
 //! Owns: the copy (stepped, [`STEP_PAGES`] pages a step), its temporary file next to `FILE`
 //! (mode 0600: the store holds password hashes and session ids), the rename at the end, the
 //! refusal to replace an existing `FILE` without `force`.
-//! Must not: write to the source database; leave a partial file under `FILE`'s name.
+//! Must not: change the source database (its connection is `query_only`); write over the
+//! store itself; leave a partial file under `FILE`'s name.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,8 @@ pub enum BackupError {
     Sqlite(#[from] rusqlite::Error),
     #[error("the store stayed busy for {0:?}; try again")]
     Busy(Duration),
+    #[error("{0} is the store itself (or one of its files); write the copy elsewhere")]
+    SameFile(PathBuf),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BackupError + 'a {
@@ -113,6 +116,20 @@ fn backup_in_steps(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if !dir.is_dir() {
+        return Err(BackupError::Io {
+            what: "no such directory:",
+            path: dir,
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    // The copy must not land on the live database, its write-ahead log or its shared memory.
+    if let (Ok(store_dir), Ok(target_dir)) = (data_dir.canonicalize(), dir.canonicalize())
+        && store_dir == target_dir
+        && name.to_string_lossy().starts_with(DB_FILE)
+    {
+        return Err(BackupError::SameFile(file.to_path_buf()));
+    }
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(".partial-{}", std::process::id()));
@@ -282,6 +299,10 @@ mod tests {
             .map(|d| d.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         assert!(!names.iter().any(|n| n.contains("partial")), "{names:?}");
+        let e = backup(&data, &data.join(DB_FILE), true).expect_err("itself");
+        assert!(matches!(e, BackupError::SameFile(_)), "{e}");
+        let e = backup(&data, &dir.path().join("no/such/dir.db"), false).expect_err("no dir");
+        assert!(e.to_string().contains("no such directory"), "{e}");
         let e = backup(&dir.path().join("nothing"), &dir.path().join("x.db"), false)
             .expect_err("no store");
         assert!(matches!(e, BackupError::NoStore(_)), "{e}");
