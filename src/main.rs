@@ -340,7 +340,8 @@ fn sqlite_command(
         eprintln!(
             "shoal: `shoal {name}` works on the embedded SQLite store; this configuration has \
              store = \"mongodb\": use MongoDB's own tools (backup: mongodump --uri \
-             \"$MONGODB_URI\" --archive=FILE --gzip; restore: mongorestore --archive=FILE --gzip)"
+             \"$MONGODB_URI\" --archive=FILE --gzip; restore: mongorestore --archive=FILE --gzip; \
+             space: the compact command; see docs/migrating-from-fishtest.md)"
         );
         return ExitCode::from(2);
     }
