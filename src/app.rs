@@ -181,6 +181,10 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 source,
             })?,
     );
+    let pgn_retention = config
+        .pgn_retention_days()
+        .filter(|_| config.is_primary())
+        .map(|days| Arc::new(crate::rundb::retention::PgnRetention::new(days)));
     Ok(Arc::new(AppState {
         dashboard: Default::default(),
         primary: config.is_primary(),
@@ -200,6 +204,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         pgn_uploads,
         page_renders,
         debug: Default::default(),
+        pgn_retention,
     }))
 }
 
@@ -395,7 +400,7 @@ fn spawn_job(
 fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
     let s = Duration::from_secs;
     let scavenge = state.config.scavenge_interval();
-    vec![
+    let mut jobs = vec![
         spawn_job(state, "flush_buffers", s(1), s(1), |db| {
             db.flush(false).map(|_| ())
         }),
@@ -433,7 +438,34 @@ fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
             db.publish_limit_metrics();
             Ok(())
         }),
-    ]
+    ];
+    jobs.extend(spawn_pgn_retention(state));
+    jobs
+}
+
+/// PGN retention's first pass after start, then its period (`pgn_retention_days`).
+const PGN_RETENTION_FIRST: Duration = Duration::from_secs(5);
+const PGN_RETENTION_PERIOD: Duration = Duration::from_secs(3600);
+
+/// PGN retention, when it is on: a pass after `PGN_RETENTION_FIRST`, then every
+/// `PGN_RETENTION_PERIOD` (±5%). A pass is many short steps, each a pool job of its own
+/// (`rundb::retention`); it takes none of the run database's locks.
+fn spawn_pgn_retention(state: &Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
+    let retention = state.pgn_retention.clone()?;
+    let state = state.clone();
+    Some(tokio::spawn(async move {
+        let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
+        tokio::time::sleep(jitter(PGN_RETENTION_FIRST)).await;
+        loop {
+            let started = Instant::now();
+            if let Err(e) = retention.pass(&state.rundb, &state.offload).await {
+                tracing::error!(job = "pgn_retention", error = %e, "periodic job failed");
+            }
+            metrics::histogram!("shoal_job_seconds", "job" => "pgn_retention")
+                .record(started.elapsed().as_secs_f64());
+            tokio::time::sleep(jitter(PGN_RETENTION_PERIOD)).await;
+        }
+    }))
 }
 
 /// Resolves when the process receives SIGTERM or Ctrl-C (SIGINT).

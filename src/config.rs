@@ -55,6 +55,7 @@ pub const KEYS: &[&str] = &[
     "dead_task_timeout_s",
     "scavenge_interval_s",
     "flush_runs_per_tick",
+    "pgn_retention_days",
     "secret",
     "log",
     "debug_endpoints",
@@ -137,6 +138,9 @@ pub struct Config {
     dead_task_timeout_s: f64,
     scavenge_interval_s: f64,
     pub flush_runs_per_tick: usize,
+    /// PGNs of runs finished more than this many days ago are deleted (0: kept for ever).
+    /// Read through [`Config::pgn_retention_days`].
+    pgn_retention_days: i64,
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
@@ -188,6 +192,7 @@ impl Default for Config {
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
             flush_runs_per_tick: 8,
+            pgn_retention_days: 0,
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
@@ -220,6 +225,9 @@ pub enum ConfigError {
 pub const DEFAULT_ADMISSION_QUEUE: usize = 20_000;
 
 const SECRET_KEYS: &[&str] = &["secret", "mongodb_uri"];
+
+/// The longest `pgn_retention_days` (100 years): anything longer is a typo, not a policy.
+pub const MAX_PGN_RETENTION_DAYS: i64 = 36_500;
 
 /// A parse error. TOML's messages quote the offending line; when that line sets a secret key,
 /// the message names the key and says nothing of the value.
@@ -477,6 +485,16 @@ impl Config {
         if self.flush_runs_per_tick == 0 {
             return Err(invalid("flush_runs_per_tick", "must be at least 1"));
         }
+        if !(0..=MAX_PGN_RETENTION_DAYS).contains(&self.pgn_retention_days) {
+            return Err(invalid(
+                "pgn_retention_days",
+                format!(
+                    "must be 0 (keep every PGN) or a number of days from 1 to \
+                     {MAX_PGN_RETENTION_DAYS}, not {}",
+                    self.pgn_retention_days
+                ),
+            ));
+        }
         if let Some(url) = &self.nn_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -596,6 +614,13 @@ impl Config {
         ));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
         defs
+    }
+
+    /// `pgn_retention_days`: `None` when PGN retention is off (0).
+    pub fn pgn_retention_days(&self) -> Option<u32> {
+        u32::try_from(self.pgn_retention_days)
+            .ok()
+            .filter(|d| *d > 0)
     }
 
     /// `scavenge_interval_s`.
@@ -741,6 +766,9 @@ mod tests {
             ("trusted_proxies = [\"proxy\"]", "trusted_proxies"),
             ("dead_task_timeout_s = 0", "dead_task_timeout_s"),
             ("flush_runs_per_tick = 0", "flush_runs_per_tick"),
+            ("pgn_retention_days = -1", "pgn_retention_days"),
+            ("pgn_retention_days = 36501", "pgn_retention_days"),
+            ("pgn_retention_days = 1.5", "pgn_retention_days"),
             ("scavenge_interval_s = 0", "scavenge_interval_s"),
             ("books_file = \"\"", "books_file"),
             ("nn_dir = \"\"", "nn_dir"),
@@ -830,6 +858,18 @@ mod tests {
         assert_eq!(c.scavenge_interval(), Duration::from_millis(500));
         assert_eq!(c.admission_timeout(), Duration::from_secs(5));
         assert_eq!(c.body_read_timeout(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn pgn_retention_is_off_by_default_and_read_in_days() {
+        assert_eq!(Config::default().pgn_retention_days(), None);
+        let c = Config::from_sources(Some("pgn_retention_days = 0"), "t", env(&[])).expect("valid");
+        assert_eq!(c.pgn_retention_days(), None);
+        let c = Config::from_sources(None, "t", env(&[("SHOAL_PGN_RETENTION_DAYS", "90")]))
+            .expect("valid");
+        assert_eq!(c.pgn_retention_days(), Some(90));
+        let e = err_text("pgn_retention_days = -7", &[]);
+        assert!(e.contains("not -7"), "{e}");
     }
 
     #[test]

@@ -77,6 +77,23 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         fishtest: PathBuf,
     },
+    /// Copy the SQLite store to FILE while the server runs (SQLite's online backup; restore
+    /// steps: README.md). For store = "mongodb", use mongodump.
+    Backup {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Where to write the copy (mode 0600).
+        file: PathBuf,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Switch an existing SQLite store to incremental vacuum and compact it, so the space PGN
+    /// retention frees goes back to the file system. Stop the server first.
+    Vacuum {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Simulate a fleet of official workers against a server and report what it saw.
     Sim(Box<shoal::sim::SimOptions>),
     /// Start a server with a seeded user, a few runs and a small simulated fleet.
@@ -419,6 +436,37 @@ fn dump_command(
     }
 }
 
+/// A command on the embedded SQLite store's file (`backup`, `vacuum`); refused for MongoDB.
+fn sqlite_command(
+    config: Option<&PathBuf>,
+    name: &str,
+    run: impl FnOnce(&Config) -> Result<String, String>,
+) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if config.store == shoal::config::StoreKind::Mongodb {
+        eprintln!(
+            "shoal: `shoal {name}` works on the embedded SQLite store; this configuration has \
+             store = \"mongodb\": use MongoDB's own tools (backup: mongodump --uri \
+             \"$MONGODB_URI\" --archive=FILE --gzip; restore: mongorestore --archive=FILE --gzip; \
+             space: the compact command; see docs/migrating-from-fishtest.md)"
+        );
+        return ExitCode::from(2);
+    }
+    match run(&config) {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shoal: {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
     Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|e| {
         eprintln!("shoal: {e}");
@@ -524,6 +572,36 @@ fn main() -> ExitCode {
                 shoal::dump::export(store, &fishtest, progress)
             })
         }
+        Command::Backup {
+            config,
+            file,
+            force,
+        } => sqlite_command(config.as_ref(), "backup", |c| {
+            shoal::store::sqlite::backup::backup(&c.data_dir, &file, force)
+                .map(|b| {
+                    format!(
+                        "backed up {} to {} ({} bytes, {} journal entries to replay)",
+                        c.data_dir.join(shoal::store::sqlite::DB_FILE).display(),
+                        b.file.display(),
+                        b.bytes,
+                        b.journal_entries
+                    )
+                })
+                .map_err(|e| e.to_string())
+        }),
+        Command::Vacuum { config } => sqlite_command(config.as_ref(), "vacuum", |c| {
+            shoal::store::sqlite::space::vacuum(&c.data_dir)
+                .map(|v| {
+                    format!(
+                        "{}: {} -> {} bytes, incremental vacuum {}",
+                        c.data_dir.join(shoal::store::sqlite::DB_FILE).display(),
+                        v.before,
+                        v.after,
+                        if v.converted { "enabled" } else { "already on" }
+                    )
+                })
+                .map_err(|e| e.to_string())
+        }),
         Command::Sim(options) => {
             run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
         }

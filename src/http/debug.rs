@@ -3,7 +3,8 @@
 //! Owns: probes that let the integration tests and the benchmarks exercise the concurrency
 //! machinery with controlled work: slow offloaded work (`/debug/sleep`), the request_task gate
 //! with a timed critical section (`/debug/gate`), and a durable key-value write/read through
-//! the run database's key-value probe (`/debug/kv/{key}`), and a panicking API handler (`/api/debug/panic`).
+//! the run database's key-value probe (`/debug/kv/{key}`), a PGN retention pass run now and
+//! awaited (`/debug/pgn_retention`), and a panicking API handler (`/api/debug/panic`).
 //! Must not: be enabled in production (settings.toml says so), or bypass the offload pool or
 //! the gate: these routes use exactly the primitives the real endpoints use.
 
@@ -34,6 +35,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/debug/sleep", get(sleep).post(sleep))
         .route("/debug/gate", post(gate))
         .route("/debug/kv/{key}", get(kv_get).put(kv_put))
+        .route("/debug/pgn_retention", post(pgn_retention))
         .route("/api/debug/panic", post(panic_now))
 }
 
@@ -110,6 +112,22 @@ async fn kv_get(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> 
         )),
         None => Err(ApiError::NotFound("no such key".into())),
     }
+}
+
+/// Runs a PGN retention pass now (after any pass under way) and answers with what it did.
+async fn pgn_retention(State(state): State<Arc<AppState>>) -> ApiResult {
+    let Some(retention) = state.pgn_retention.clone() else {
+        return Err(ApiError::BadRequest(
+            "PGN retention is off (pgn_retention_days = 0) or this is not the primary".into(),
+        ));
+    };
+    let summary = retention
+        .pass(&state.rundb, &state.offload)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(ApiReply::json(
+        json!({"days": retention.days(), "pass": summary}),
+    ))
 }
 
 /// Panics inside the handler, to prove the panic catcher answers in the API's shape.

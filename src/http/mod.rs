@@ -70,6 +70,8 @@ pub struct AppState {
     pub secret: Vec<u8>,
     /// Debug routes' bookkeeping.
     pub debug: debug::DebugState,
+    /// PGN retention, on the primary when `pgn_retention_days` is set (`app` runs its passes).
+    pub pgn_retention: Option<Arc<crate::rundb::retention::PgnRetention>>,
 }
 
 /// The complete application: routes plus the middleware stack.

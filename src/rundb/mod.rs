@@ -9,7 +9,8 @@
 //!   memory: worker -> task map, worker runs, blocked workers; the limits' checks), `tasks.rs` (the
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
-//!   periodic jobs over runs), `queries.rs` (what the HTTP layer and the UI read),
+//!   periodic jobs over runs), `retention.rs` (PGN retention: the store alone, no lock of
+//!   ours), `queries.rs` (what the HTTP layer and the UI read),
 //!   `people.rs` (accounts: an approver's decisions, a user's profile change);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
@@ -57,6 +58,7 @@ pub mod outcome;
 mod people;
 pub mod queries;
 mod recovery;
+pub mod retention;
 pub mod schedule;
 mod scheduler;
 pub mod sessions;

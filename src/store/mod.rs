@@ -163,6 +163,36 @@ impl PgnHandle {
     }
 }
 
+/// Where a walk over the finished runs stands: the `last_updated` (its ISO string) and the
+/// `_id` of the last run looked at. Runs are walked in (`last_updated`, `_id`) order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RunPosition {
+    pub last_updated: String,
+    pub id: String,
+}
+
+/// A page of [`Store::expired_pgn_runs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExpiredRuns {
+    /// The runs of the page that have PGNs, in walk order.
+    pub with_pgns: Vec<String>,
+    /// How many runs the page looked at.
+    pub runs: u64,
+    /// The last run of the page (with PGNs or not); `None` when no run was left.
+    pub last: Option<RunPosition>,
+}
+
+/// What [`Store::pgn_delete_expired`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PgnsDeleted {
+    /// PGN documents deleted.
+    pub count: u64,
+    /// Their stored (gzip) sizes, added up.
+    pub bytes: u64,
+    /// Whether the run has PGNs left (another batch is due).
+    pub more: bool,
+}
+
 /// One acknowledged change to a run, made durable before the acknowledgement is sent and
 /// folded into the run document by the next flush (see `rundb::journal`). A patch maps
 /// top-level run fields, or `"tasks.<index>"`, to their new whole values, so applying it twice
@@ -259,6 +289,31 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&PgnHandle>,
         limit: usize,
     ) -> StoreResult<Vec<(String, PgnInfo)>>;
+    /// PGN retention's walk: up to `limit` finished runs whose `last_updated` is before
+    /// `cutoff`, in (`last_updated`, `_id`) order after `after` (from the oldest when `None`),
+    /// and which of them still have PGNs. Reads only the runs' indexed fields, never a whole
+    /// run document.
+    fn expired_pgn_runs(
+        &self,
+        cutoff: &Date,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> StoreResult<ExpiredRuns>;
+    /// Deletes a batch of `run_id`'s PGNs (oldest first): at most `limit` of them, and no more
+    /// than `max_bytes` of stored bytes unless the first alone is larger; but only if the run
+    /// is, when the batch is deleted, finished with `last_updated` before `cutoff` (a run
+    /// revived or changed since the walk keeps its PGNs: nothing is deleted).
+    fn pgn_delete_expired(
+        &self,
+        run_id: &str,
+        cutoff: &Date,
+        limit: usize,
+        max_bytes: u64,
+    ) -> StoreResult<PgnsDeleted>;
+    /// Gives at most `max_pages` free pages of the store's files back to the file system and
+    /// returns the bytes given back (0 when there is nothing to give back, or for a backend
+    /// that manages its own space).
+    fn reclaim_space(&self, max_pages: u32) -> StoreResult<u64>;
     /// Appends journal entries and writes action documents (each with its `_id`; written
     /// again on a retry, never twice) in one commit: the group commit of acknowledged changes
     /// and of the audit records made while a run was locked.

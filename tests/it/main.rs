@@ -26,6 +26,7 @@ mod soak;
 mod spsa_props;
 mod stats_corpus;
 mod stats_props;
+mod store_ops;
 mod tuning;
 mod ui;
 mod ui_controls;

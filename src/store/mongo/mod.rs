@@ -20,6 +20,7 @@
 
 pub mod indexes;
 pub mod query;
+mod retention;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,8 +37,8 @@ use serde_json::Value;
 
 use super::bson_map::{self, MONGO_ID, PgnDoc};
 use super::{
-    Collection, Cond, Doc, JournalEntry, PgnHandle, PgnInfo, Query, RunRecord, Store, StoreError,
-    StoreResult, new_object_id,
+    Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
+    RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id,
 };
 use crate::secret::SecretUri;
 use indexes::{JOURNAL, RUN_EXTRAS, RUN_SEQ};
@@ -754,6 +755,31 @@ impl Store for MongoStore {
                 .collect()
         })?;
         Ok(docs.iter().filter_map(Self::pgn_doc_info).collect())
+    }
+
+    fn expired_pgn_runs(
+        &self,
+        cutoff: &Date,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> StoreResult<ExpiredRuns> {
+        retention::expired_runs(self, cutoff, after, limit)
+    }
+
+    fn pgn_delete_expired(
+        &self,
+        run_id: &str,
+        cutoff: &Date,
+        limit: usize,
+        max_bytes: u64,
+    ) -> StoreResult<PgnsDeleted> {
+        retention::delete_expired(self, run_id, cutoff, limit, max_bytes)
+    }
+
+    fn reclaim_space(&self, _max_pages: u32) -> StoreResult<u64> {
+        // WiredTiger reuses the space of deleted documents; giving it back to the file system
+        // is MongoDB's `compact` command, an operator's decision (docs/migrating-from-fishtest.md).
+        Ok(0)
     }
 
     fn journal_append(&self, entries: &[JournalEntry], actions: &[Doc]) -> StoreResult<()> {

@@ -11,12 +11,22 @@
 //! Layout: this file holds [`SqliteStore`] (opening, the migrations, the connection pool,
 //! the error mapping), the document writes and the [`Store`] impl with the collection
 //! methods; `query.rs` translates a [`Query`] into SQL; `pgn.rs` stores and streams PGN
-//! blobs; `journal.rs` appends, replays and trims the journal and flushes run records. Only
-//! this directory names `rusqlite`.
+//! blobs (and deletes expired ones); `journal.rs` appends, replays and trims the journal and
+//! flushes run records; `space.rs` gives free pages back (incremental vacuum) and converts an
+//! older database to it (`shoal vacuum`); `backup.rs` is `shoal backup` (SQLite's online
+//! backup). Only this directory names `rusqlite`.
+//!
+//! Space: a database created by this version has `auto_vacuum = INCREMENTAL`, so the pages a
+//! deletion frees (PGN retention) can be given back to the file system in bounded steps
+//! ([`Store::reclaim_space`]). A database created before keeps `auto_vacuum = NONE` (changing
+//! it rewrites the whole file) until `shoal vacuum` converts it: until then freed pages are
+//! reused for new data but the file does not shrink.
 
+pub mod backup;
 mod journal;
 mod pgn;
 mod query;
+pub mod space;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,8 +37,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_ite
 use serde_json::Value;
 
 use super::{
-    Collection, Cond, Doc, JournalEntry, PgnHandle, PgnInfo, Query, RunRecord, Store, StoreError,
-    StoreResult, new_object_id, run_index_fields,
+    Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
+    RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id, run_index_fields,
 };
 use crate::config::SqliteSync;
 use query::{count_sql, select_sql};
@@ -100,6 +110,9 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 const READERS: usize = 4;
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "shoal.db";
 
 /// The SQLite-backed [`Store`].
 pub struct SqliteStore {
@@ -176,11 +189,16 @@ fn parse_doc(coll: Collection, id: &str, text: &str) -> StoreResult<Doc> {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) `<data_dir>/shoal.db`, applies pending migrations.
+    /// Opens (creating if needed) `<data_dir>/shoal.db`, applies pending migrations. A new
+    /// database gets `auto_vacuum = INCREMENTAL` (it must be set before the first table).
     pub fn open(data_dir: &Path, sync: SqliteSync) -> StoreResult<SqliteStore> {
         std::fs::create_dir_all(data_dir)?;
-        let path = data_dir.join("shoal.db");
+        let path = data_dir.join(DB_FILE);
         let mut writer = Connection::open(&path)?;
+        let pages: i64 = writer.pragma_query_value(None, "page_count", |r| r.get(0))?;
+        if pages == 0 {
+            writer.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        }
         configure(&writer, sync)?;
         migrate(&mut writer)?;
         let mut readers = Vec::with_capacity(READERS);
@@ -430,6 +448,29 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> StoreResult<Vec<(String, PgnInfo)>> {
         pgn::scan(self, after, limit)
+    }
+
+    fn expired_pgn_runs(
+        &self,
+        cutoff: &Date,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> StoreResult<ExpiredRuns> {
+        pgn::expired_runs(self, cutoff, after, limit)
+    }
+
+    fn pgn_delete_expired(
+        &self,
+        run_id: &str,
+        cutoff: &Date,
+        limit: usize,
+        max_bytes: u64,
+    ) -> StoreResult<PgnsDeleted> {
+        pgn::delete_expired(self, run_id, cutoff, limit, max_bytes)
+    }
+
+    fn reclaim_space(&self, max_pages: u32) -> StoreResult<u64> {
+        space::reclaim(self, max_pages)
     }
 
     fn journal_append(&self, entries: &[JournalEntry], actions: &[Doc]) -> StoreResult<()> {

@@ -2,16 +2,22 @@
 //! `<run_id>-<task_id>`), listed per task or per run in task order, and read back in chunks
 //! with incremental blob I/O so a large file is never loaded at once. Each PGN has a
 //! document id (`doc_id`, an ObjectId's hex form) so a Fishtest database's `pgns` move in and
-//! out unchanged.
+//! out unchanged. PGN retention's two steps: the walk over the finished runs that are old
+//! enough (`expired_runs`, on a reader) and the deletion of a bounded batch of one run's PGNs
+//! (`delete_expired`, one short write transaction that checks the run again).
 //!
-//! Must not: decompress or parse the PGNs; keep a blob open between calls.
+//! Must not: decompress or parse the PGNs; keep a blob open between calls; delete a PGN of a
+//! run that is not, inside the deleting transaction, finished and old enough.
 
 use std::time::Instant;
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteStore, observe};
-use crate::store::{PgnHandle, PgnInfo, StoreError, StoreResult, new_object_id};
+use crate::store::{
+    Date, ExpiredRuns, PgnHandle, PgnInfo, PgnsDeleted, RunPosition, StoreError, StoreResult,
+    new_object_id,
+};
 
 /// `"<run_id>-<task_id>"` split; a malformed name keeps task id -1 (listed first).
 fn split(run_task: &str) -> (&str, i64) {
@@ -138,6 +144,112 @@ pub(super) fn read(
         Ok(buf)
     });
     observe("pgn_read", "pgns", started);
+    r
+}
+
+/// `Store::expired_pgn_runs`: an index range of `runs_finished` (finished, last_updated, id),
+/// with one `pgns_run` probe per run.
+pub(super) fn expired_runs(
+    store: &SqliteStore,
+    cutoff: &Date,
+    after: Option<&RunPosition>,
+    limit: usize,
+) -> StoreResult<ExpiredRuns> {
+    let started = Instant::now();
+    let (after_updated, after_id) = after.map_or(("", ""), |p| (&*p.last_updated, &*p.id));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let r = store.read(|c| {
+        let mut stmt = c.prepare_cached(
+            "SELECT id, last_updated, EXISTS (SELECT 1 FROM pgns WHERE pgns.run_id = runs.id)
+             FROM runs
+             WHERE finished = 1 AND last_updated < ?1 AND (last_updated, id) > (?2, ?3)
+             ORDER BY last_updated, id LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![cutoff.to_iso(), after_updated, after_id, limit],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, bool>(2)?,
+                ))
+            },
+        )?;
+        let mut page = ExpiredRuns::default();
+        for row in rows {
+            let (id, last_updated, has_pgns) = row?;
+            if has_pgns {
+                page.with_pgns.push(id.clone());
+            }
+            page.runs = page.runs.saturating_add(1);
+            page.last = Some(RunPosition { last_updated, id });
+        }
+        Ok(page)
+    });
+    observe("expired_pgn_runs", "pgns", started);
+    r
+}
+
+/// `Store::pgn_delete_expired`: one IMMEDIATE transaction (the run checked, the batch chosen
+/// and deleted), so a run revived between the walk and the deletion keeps its PGNs.
+pub(super) fn delete_expired(
+    store: &SqliteStore,
+    run_id: &str,
+    cutoff: &Date,
+    limit: usize,
+    max_bytes: u64,
+) -> StoreResult<PgnsDeleted> {
+    let started = Instant::now();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let r = store.write(|c| {
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let expired: Option<i64> = tx
+            .prepare_cached(
+                "SELECT 1 FROM runs WHERE id = ?1 AND finished = 1 AND last_updated < ?2",
+            )?
+            .query_row(params![run_id, cutoff.to_iso()], |r| r.get(0))
+            .optional()?;
+        if expired.is_none() {
+            return Ok(PgnsDeleted::default());
+        }
+        let batch: Vec<(i64, u64)> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT handle, size FROM pgns WHERE run_id = ?1 ORDER BY handle LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![run_id, limit], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })?;
+            let mut batch = Vec::new();
+            let mut bytes = 0u64;
+            for row in rows {
+                let (handle, size) = row?;
+                let size = u64::try_from(size).unwrap_or(0);
+                let total = bytes.saturating_add(size);
+                if !batch.is_empty() && total > max_bytes {
+                    break;
+                }
+                bytes = total;
+                batch.push((handle, size));
+            }
+            batch
+        };
+        let mut done = PgnsDeleted::default();
+        {
+            let mut delete = tx.prepare_cached("DELETE FROM pgns WHERE handle = ?1")?;
+            for (handle, size) in &batch {
+                if delete.execute([handle])? == 1 {
+                    done.count = done.count.saturating_add(1);
+                    done.bytes = done.bytes.saturating_add(*size);
+                }
+            }
+        }
+        done.more = tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM pgns WHERE run_id = ?1)")?
+            .query_row([run_id], |r| r.get(0))?;
+        tx.commit()?;
+        Ok(done)
+    });
+    observe("pgn_delete_expired", "pgns", started);
     r
 }
 
