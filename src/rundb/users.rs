@@ -1,8 +1,10 @@
 //! Users: documents, password hashing, and the authentication every worker call makes.
 //!
-//! Owns: the `users` collection's document shape (Fishtest's fields), argon2id hashing
-//! (legacy plaintext passwords from a Fishtest database still authenticate and are re-hashed
-//! on first success), and the credential cache. Every worker call carries the password, and an
+//! Owns: the `users` collection's document shape (Fishtest's fields plus `password_hash`),
+//! argon2id hashing and where the hash lives ([`PasswordMode`]: Fishtest's plaintext
+//! passwords still authenticate; on a store shoal has alone they move to `password_hash` on
+//! first success, beside Fishtest they stay until `finalize_passwords`), the legacy user names
+//! (`kvstore` `legacy_usernames`), and the credential cache. Every worker call carries the password, and an
 //! argon2 verification costs tens of milliseconds by design; so after one successful
 //! verification the cache keeps an HMAC of the password under a per-process random key, and
 //! later calls compare HMACs (about a microsecond). The cache entry is bound to the stored

@@ -381,6 +381,60 @@ async fn shoal_beside_fishtest_on_one_mongodb_database() {
         "the trajectory beside the run: {extras:?} {}",
         task["run"]["args"]
     );
+    // A run submitted and approved through shoal is one Fishtest can read: no field its runs
+    // never have (checked below for every run) and every field all of its runs have.
+    let mut args = crate::fleet::sprt_args(0.0, 2.0);
+    args["base_nets"] = json!(["nn-c9bb380a673b.nnue"]);
+    args["new_nets"] = json!(["nn-c9bb380a673b.nnue"]);
+    let (status, created) = server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": "nimbus", "password": "ember-delta-7414", "args": args}),
+        )
+        .await;
+    assert_eq!(status, 200, "create_run: {created}");
+    let new_run = created["run_id"].as_str().expect("run_id").to_string();
+    let (status, approved) = server
+        .post_json(
+            "/api/approve_run",
+            &json!({"username": "vexillum", "password": "ember-delta-2910",
+                    "run_id": new_run}),
+        )
+        .await;
+    assert_eq!(status, 200, "approve_run: {approved}");
+    let oid = bson::oid::ObjectId::parse_str(&new_run).expect("an ObjectId");
+    let written = mongo::docs(&uri, "runs", doc! {"_id": oid}).await;
+    let written = written.first().expect("the new run, written at once");
+    let every_run = json_file("runs.json");
+    let common = |f: &dyn Fn(&Value) -> &Value| -> BTreeSet<String> {
+        every_run
+            .iter()
+            .map(|r| {
+                f(r).as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default()
+            })
+            .reduce(|a: BTreeSet<String>, b| a.intersection(&b).cloned().collect())
+            .unwrap_or_default()
+    };
+    let have: BTreeSet<String> = written.keys().cloned().collect();
+    let missing: Vec<_> = common(&|r| r).difference(&have).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "fields every Fishtest run has: {missing:?}"
+    );
+    let have: BTreeSet<String> = written
+        .get_document("args")
+        .expect("args")
+        .keys()
+        .cloned()
+        .collect();
+    let missing: Vec<_> = common(&|r| &r["args"]).difference(&have).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "args every Fishtest run has: {missing:?}"
+    );
+
     // An account made through shoal during the trial is one Fishtest can use.
     let (ok, _, err) = shoal(
         &data,
