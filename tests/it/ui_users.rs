@@ -559,10 +559,14 @@ async fn a_profile_change_is_checked_then_saved_and_a_new_password_ends_other_se
     assert_session_ended(&mut elsewhere).await;
     let saved = stored_user(&server, "alice").expect("alice");
     assert!(
-        saved["password"]
+        saved["password_hash"]
             .as_str()
             .unwrap_or_default()
             .starts_with("$argon2id$")
+    );
+    assert!(
+        saved.get("password").is_none(),
+        "no plaintext on shoal's own store"
     );
     assert_eq!(saved["tests_repo"], "", "the repository was cleared");
     let deadline = Instant::now() + Duration::from_secs(30);
