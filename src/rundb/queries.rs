@@ -178,8 +178,28 @@ impl RunDb {
         }))
     }
 
-    /// Copies of every unfinished run without their task lists, oldest first.
+    /// Copies of every unfinished run without their task lists, oldest first. The primary
+    /// knows them (its run cache); a secondary reads them from the store, where the primary
+    /// writes them (a run at once when created, approved or finished, progress within a
+    /// second or so), as Fishtest's secondaries do.
     pub fn active_heads(&self) -> DbResult<Vec<Run>> {
+        if !self.cfg.primary {
+            let docs = self.store.find(
+                Collection::Runs,
+                &Query::new()
+                    .with(Cond::Eq("finished".into(), json!(false)))
+                    .sort("_id", Order::Asc),
+            )?;
+            return docs
+                .into_iter()
+                .map(|d| {
+                    let mut run = super::cache::parse_run(d)?;
+                    run.tasks = Vec::new();
+                    run.bad_tasks = Vec::new();
+                    Ok(run)
+                })
+                .collect();
+        }
         let ids = self.unfinished.read().clone();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {

@@ -336,11 +336,16 @@ impl Users {
             .and_then(|d| d.get("value"))
             .and_then(Value::as_str)
             == Some(PASSWORDS_FINALIZED);
-        Ok(if finalized {
-            PasswordMode::Own
-        } else {
-            PasswordMode::Beside
-        })
+        if finalized {
+            return Ok(PasswordMode::Own);
+        }
+        // A database without a single user is nobody's Fishtest database: shoal's from the
+        // start, recorded so (the first account would otherwise be written in plaintext).
+        if self.store.count(Collection::Users, &[])? == 0 {
+            self.store.put(Collection::Kvstore, &finalized_marker())?;
+            return Ok(PasswordMode::Own);
+        }
+        Ok(PasswordMode::Beside)
     }
 
     /// Sets a user's password as the current [`PasswordMode`] keeps it (the caller saves the
@@ -375,10 +380,7 @@ impl Users {
         threads: usize,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<FinalizeReport, UserError> {
-        let mut marker = Doc::new();
-        marker.insert("_id".into(), Value::String(PASSWORDS_DOC.into()));
-        marker.insert("value".into(), Value::String(PASSWORDS_FINALIZED.into()));
-        self.store.put(Collection::Kvstore, &marker)?;
+        self.store.put(Collection::Kvstore, &finalized_marker())?;
         let todo: Vec<User> = self
             .list()?
             .into_iter()
@@ -921,6 +923,14 @@ fn plausible_email(email: &str) -> bool {
     }
 }
 
+/// The [`PASSWORDS_DOC`] that makes [`PasswordMode::Own`].
+fn finalized_marker() -> Doc {
+    let mut marker = Doc::new();
+    marker.insert("_id".into(), Value::String(PASSWORDS_DOC.into()));
+    marker.insert("value".into(), Value::String(PASSWORDS_FINALIZED.into()));
+    marker
+}
+
 /// What [`Users::finalize_passwords`] did.
 #[derive(Debug, Default)]
 pub struct FinalizeReport {
@@ -1248,7 +1258,26 @@ mod tests {
     /// A store shared with Fishtest (as on MongoDB), on the test SQLite store.
     fn beside() -> (tempfile::TempDir, Users) {
         let (dir, store) = temp_store();
+        // A Fishtest database: it has users, with plaintext passwords.
+        let doc = serde_json::json!({
+            "username": "fishtester", "password": "fishtest's own", "pending": false,
+            "blocked": false, "email": "f@example.org", "groups": [], "tests_repo": "",
+            "machine_limit": 16, "registration_time": {"$date": "2025-05-21T16:00:00Z"},
+        });
+        let doc = doc.as_object().cloned().expect("an object");
+        store.insert(Collection::Users, doc).expect("insert");
         (dir, Users::with_sharing(store, true))
+    }
+
+    #[test]
+    fn a_shared_store_without_users_is_shoals_from_the_start() {
+        let (_d, store) = temp_store();
+        let u = Users::with_sharing(store, true);
+        assert_eq!(u.mode().expect("mode"), PasswordMode::Own);
+        u.add("first", "first pw", "", false, None)
+            .expect("no email needed");
+        assert!(!stored(&u, "first").contains_key("password"));
+        assert_eq!(u.mode().expect("mode"), PasswordMode::Own, "recorded");
     }
 
     /// The user document exactly as stored.
@@ -1300,9 +1329,9 @@ mod tests {
                 seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             })
             .expect("finalize");
-        assert_eq!(report.hashed, 2);
+        assert_eq!(report.hashed, 3);
         assert!(report.failed.is_empty());
-        assert_eq!(seen.into_inner(), 2);
+        assert_eq!(seen.into_inner(), 3);
         assert_eq!(u.mode().expect("mode"), PasswordMode::Own);
         for (name, pw) in [("frank", "fishtest pw"), ("gina", "gina pw")] {
             let doc = stored(&u, name);

@@ -304,7 +304,9 @@ async fn defaults_start_and_healthz_answers() {
     let meta = std::fs::metadata(server.data_dir.join("secret")).expect("secret file");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert!(server.data_dir.join("shoal.db").exists());
+    if !crate::harness::sqlite_only("the SQLite file exists") {
+        assert!(server.data_dir.join("shoal.db").exists());
+    }
 }
 
 #[tokio::test]
@@ -1004,10 +1006,19 @@ async fn metrics_expose_pool_gate_routes_and_store() {
         "shoal_gate_busy_seconds{gate=\"request_task\"}",
         "shoal_http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"}",
         "shoal_http_request_duration_seconds_bucket{route=\"/healthz\",method=\"GET\",le=",
-        "shoal_store_op_seconds_bucket{op=\"put\",collection=\"kvstore\",le=",
     ] {
         assert!(text.contains(series), "missing {series} in:\n{text}");
     }
+    // The store's operations, by the SQLite store's labels or the MongoDB store's.
+    let store_series = if crate::harness::on_mongodb() {
+        "shoal_store_op_seconds_bucket{op=\"bulk\",collection=\"mongodb\",le="
+    } else {
+        "shoal_store_op_seconds_bucket{op=\"put\",collection=\"kvstore\",le="
+    };
+    assert!(
+        text.contains(store_series),
+        "missing {store_series} in:\n{text}"
+    );
 }
 
 #[tokio::test]

@@ -5,17 +5,16 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-use crate::harness::{TestServer, bin};
+use crate::harness::TestServer;
 
 pub const PASSWORD: &str = "correct horse";
 
 /// Runs `shoal user ...` against the server's data directory.
 pub fn user_cli(server: &TestServer, args: &[&str]) -> String {
-    let out = std::process::Command::new(bin())
+    let out = server
+        .cli()
         .arg("user")
         .args(args)
-        .env_clear()
-        .env("SHOAL_DATA_DIR", &server.data_dir)
         .output()
         .expect("run shoal user");
     assert!(

@@ -22,6 +22,9 @@ pub struct TestServer {
     _dir: Option<tempfile::TempDir>,
     logs: Arc<Mutex<String>>,
     pub client: reqwest::Client,
+    /// The store settings the server runs with (`SHOAL_STORE`, `SHOAL_MONGODB_URI`), which
+    /// [`TestServer::cli`] gives the commands run beside it.
+    store_env: Vec<(String, String)>,
 }
 
 /// Settings for a test server: `SHOAL_*` overrides on top of test defaults.
@@ -75,20 +78,181 @@ pub fn mongo_env(data_dir: &Path) -> Vec<(String, String)> {
     ]
 }
 
-/// The store of a test server's data directory, opened beside it: SQLite, or MongoDB when
-/// `SHOAL_TEST_MONGODB_URI` is set (see [`mongo_env`]).
-pub fn open_store(data_dir: &Path) -> shoal::store::StoreResult<Box<dyn shoal::store::Store>> {
-    if let Some((_, uri)) = mongo_env(data_dir)
-        .into_iter()
-        .find(|(k, _)| k == "SHOAL_MONGODB_URI")
-    {
-        let uri = shoal::secret::SecretUri::new(uri);
-        return Ok(Box::new(shoal::store::mongo::MongoStore::open(&uri)?));
+/// Whether this run of the suite uses the MongoDB store (`SHOAL_TEST_MONGODB_URI`).
+pub fn on_mongodb() -> bool {
+    std::env::var_os("SHOAL_TEST_MONGODB_URI").is_some()
+}
+
+/// Returns true, after saying so, when the test is about the SQLite store itself and the
+/// suite runs on MongoDB: the caller returns early.
+pub fn sqlite_only(what: &str) -> bool {
+    if on_mongodb() {
+        eprintln!("skipped on the MongoDB store: {what}");
     }
-    Ok(Box::new(shoal::store::sqlite::SqliteStore::open(
-        data_dir,
-        shoal::config::SqliteSync::Normal,
-    )?))
+    on_mongodb()
+}
+
+/// The store of a test server's data directory, opened beside it: SQLite, or MongoDB when
+/// `SHOAL_TEST_MONGODB_URI` is set (see [`mongo_env`]). Every call runs on a thread of its
+/// own, so the store can be used from async tests too (the MongoDB driver's blocking API
+/// refuses to run inside the tests' runtime).
+pub fn open_store(data_dir: &Path) -> shoal::store::StoreResult<Box<dyn shoal::store::Store>> {
+    let data_dir = data_dir.to_path_buf();
+    let store = off_thread(
+        move || -> shoal::store::StoreResult<Box<dyn shoal::store::Store>> {
+            if let Some((_, uri)) = mongo_env(&data_dir)
+                .into_iter()
+                .find(|(k, _)| k == "SHOAL_MONGODB_URI")
+            {
+                let uri = shoal::secret::SecretUri::new(uri);
+                return Ok(Box::new(shoal::store::mongo::MongoStore::open(&uri)?));
+            }
+            Ok(Box::new(shoal::store::sqlite::SqliteStore::open(
+                &data_dir,
+                shoal::config::SqliteSync::Normal,
+            )?))
+        },
+    )?;
+    Ok(Box::new(OffThread(Arc::from(store))))
+}
+
+/// Runs `f` on a new thread (outside any async runtime) and waits for it.
+fn off_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("store call panicked"))
+}
+
+/// A store whose every call runs on a thread of its own ([`open_store`]).
+struct OffThread(Arc<dyn shoal::store::Store>);
+
+impl shoal::store::Store for OffThread {
+    fn get(
+        &self,
+        coll: shoal::store::Collection,
+        id: &str,
+    ) -> shoal::store::StoreResult<Option<shoal::store::Doc>> {
+        off_thread(|| self.0.get(coll, id))
+    }
+    fn put(
+        &self,
+        coll: shoal::store::Collection,
+        doc: &shoal::store::Doc,
+    ) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.put(coll, doc))
+    }
+    fn put_many(
+        &self,
+        coll: shoal::store::Collection,
+        docs: &[shoal::store::Doc],
+    ) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.put_many(coll, docs))
+    }
+    fn insert(
+        &self,
+        coll: shoal::store::Collection,
+        doc: shoal::store::Doc,
+    ) -> shoal::store::StoreResult<String> {
+        off_thread(|| self.0.insert(coll, doc))
+    }
+    fn delete(&self, coll: shoal::store::Collection, id: &str) -> shoal::store::StoreResult<bool> {
+        off_thread(|| self.0.delete(coll, id))
+    }
+    fn find(
+        &self,
+        coll: shoal::store::Collection,
+        query: &shoal::store::Query,
+    ) -> shoal::store::StoreResult<Vec<shoal::store::Doc>> {
+        off_thread(|| self.0.find(coll, query))
+    }
+    fn count(
+        &self,
+        coll: shoal::store::Collection,
+        filter: &[shoal::store::Cond],
+    ) -> shoal::store::StoreResult<u64> {
+        off_thread(|| self.0.count(coll, filter))
+    }
+    fn pgn_put(&self, run_task: &str, gz: &[u8]) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.pgn_put(run_task, gz))
+    }
+    fn pgn_find(&self, run_task: &str) -> shoal::store::StoreResult<Vec<shoal::store::PgnInfo>> {
+        off_thread(|| self.0.pgn_find(run_task))
+    }
+    fn pgn_list_run(&self, run_id: &str) -> shoal::store::StoreResult<Vec<shoal::store::PgnInfo>> {
+        off_thread(|| self.0.pgn_list_run(run_id))
+    }
+    fn pgn_read(
+        &self,
+        handle: &shoal::store::PgnHandle,
+        offset: u64,
+        len: usize,
+    ) -> shoal::store::StoreResult<Vec<u8>> {
+        off_thread(|| self.0.pgn_read(handle, offset, len))
+    }
+    fn pgn_import(&self, id: &str, run_task: &str, gz: &[u8]) -> shoal::store::StoreResult<bool> {
+        off_thread(|| self.0.pgn_import(id, run_task, gz))
+    }
+    fn pgn_scan(
+        &self,
+        after: Option<&shoal::store::PgnHandle>,
+        limit: usize,
+    ) -> shoal::store::StoreResult<Vec<(String, shoal::store::PgnInfo)>> {
+        off_thread(|| self.0.pgn_scan(after, limit))
+    }
+    fn expired_pgn_runs(
+        &self,
+        cutoff: &shoal::store::Date,
+        after: Option<&shoal::store::RunPosition>,
+        limit: usize,
+    ) -> shoal::store::StoreResult<shoal::store::ExpiredRuns> {
+        off_thread(|| self.0.expired_pgn_runs(cutoff, after, limit))
+    }
+    fn pgn_delete_expired(
+        &self,
+        run_id: &str,
+        cutoff: &shoal::store::Date,
+        limit: usize,
+        max_bytes: u64,
+    ) -> shoal::store::StoreResult<shoal::store::PgnsDeleted> {
+        off_thread(|| self.0.pgn_delete_expired(run_id, cutoff, limit, max_bytes))
+    }
+    fn reclaim_space(&self, max_pages: u32) -> shoal::store::StoreResult<u64> {
+        off_thread(|| self.0.reclaim_space(max_pages))
+    }
+    fn journal_append(
+        &self,
+        entries: &[shoal::store::JournalEntry],
+        actions: &[shoal::store::Doc],
+    ) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.journal_append(entries, actions))
+    }
+    fn journal_pending(&self) -> shoal::store::StoreResult<(Vec<shoal::store::JournalEntry>, u64)> {
+        off_thread(|| self.0.journal_pending())
+    }
+    fn flush_runs(&self, runs: &[shoal::store::RunRecord]) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.flush_runs(runs))
+    }
+    fn close(&self) -> shoal::store::StoreResult<()> {
+        off_thread(|| self.0.close())
+    }
+    fn shared_with_fishtest(&self) -> bool {
+        self.0.shared_with_fishtest()
+    }
+}
+
+/// The `shoal` command for a data directory, as an operator runs it: environment cleared but
+/// for `PATH`, `SHOAL_DATA_DIR`, the store of this run of the suite (SQLite, or MongoDB:
+/// [`mongo_env`]) and `SHOAL_LOG=warn`, from the data directory's parent (never the
+/// repository, whose `settings.toml` would apply). Add arguments and more environment.
+pub fn cli(data_dir: &Path) -> Command {
+    let cwd = data_dir.parent().unwrap_or(data_dir).to_path_buf();
+    std::fs::create_dir_all(&cwd).expect("cwd");
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("SHOAL_DATA_DIR", data_dir)
+        .env("SHOAL_LOG", "warn")
+        .envs(mongo_env(data_dir));
+    cmd
 }
 
 pub fn bin() -> &'static str {
@@ -126,6 +290,13 @@ impl TestServer {
         cmd.envs(mongo_env(&data_dir));
         for (k, v) in &opts.env {
             cmd.env(k, v);
+        }
+        let mut store_env: Vec<(String, String)> = mongo_env(&data_dir);
+        for (k, v) in &opts.env {
+            if k == "SHOAL_STORE" || k == "SHOAL_MONGODB_URI" {
+                store_env.retain(|(key, _)| key != k);
+                store_env.push((k.clone(), v.clone()));
+            }
         }
         let mut child = cmd.spawn().expect("spawn shoal");
         let stderr = child.stderr.take().expect("stderr");
@@ -166,7 +337,15 @@ impl TestServer {
             _dir: dir,
             logs,
             client,
+            store_env,
         }
+    }
+
+    /// [`cli`] for this server's data directory and store.
+    pub fn cli(&self) -> Command {
+        let mut cmd = cli(&self.data_dir);
+        cmd.envs(self.store_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd
     }
 
     pub fn url(&self, path: &str) -> String {

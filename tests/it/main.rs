@@ -17,6 +17,7 @@ mod fleet;
 mod fuzz;
 mod hardening;
 mod harness;
+mod instances;
 mod limits;
 mod mongo;
 mod nets_store;

@@ -124,11 +124,14 @@ async fn a_short_storm_assigns_every_worker_without_errors() {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    let mongo_key = std::env::temp_dir().join(format!("sim-{}", rand::random::<u64>()));
     let out = tokio::task::spawn_blocking(move || {
         Command::new(bin())
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
+            // The server the simulator starts runs on this suite's store.
+            .envs(crate::harness::mongo_env(&mongo_key))
             .output()
             .expect("run shoal sim")
     })
@@ -195,7 +198,8 @@ async fn run_sim(
         cmd.args(&args)
             .current_dir(cwd.path())
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default());
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(crate::harness::mongo_env(&cwd.path().join("data")));
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -277,14 +277,12 @@ async fn wait_for_contributor(
     }
 }
 
-fn store_of(server: &TestServer) -> shoal::store::sqlite::SqliteStore {
-    shoal::store::sqlite::SqliteStore::open(&server.data_dir, shoal::config::SqliteSync::Normal)
-        .expect("open")
+fn store_of(server: &TestServer) -> Box<dyn shoal::store::Store> {
+    crate::harness::open_store(&server.data_dir).expect("open")
 }
 
 #[tokio::test]
 async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing() {
-    use shoal::store::Store as _;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let mut server = TestServer::start_with(Opts::new().data_dir(&data)).await;
@@ -413,9 +411,7 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     assert!(server.wait_exit(30).success());
     drop(server);
     {
-        let store =
-            shoal::store::sqlite::SqliteStore::open(&data, shoal::config::SqliteSync::Normal)
-                .expect("open");
+        let store = crate::harness::open_store(&data).expect("open");
         assert!(
             store
                 .delete(shoal::store::Collection::Kvstore, "contributors:built")

@@ -132,12 +132,7 @@ async fn filled_form(b: &mut Browser<'_>) -> Vec<(String, String)> {
 }
 
 fn run_count(server: &TestServer) -> u64 {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .count(shoal::store::Collection::Runs, &[])
         .expect("count")

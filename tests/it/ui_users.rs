@@ -80,12 +80,7 @@ pub async fn login_eventually(server: &TestServer, user: &str, password: &str) {
 
 /// A user document straight from the store.
 pub fn stored_user(server: &TestServer, name: &str) -> Option<Value> {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .find(
             shoal::store::Collection::Users,
@@ -100,12 +95,7 @@ pub fn stored_user(server: &TestServer, name: &str) -> Option<Value> {
 
 /// Actions of one kind, from the store, oldest first.
 pub fn stored_actions(server: &TestServer, action: &str) -> Vec<Value> {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .find(
             shoal::store::Collection::Actions,

@@ -44,12 +44,7 @@ pub fn unescape(body: &str) -> String {
 
 /// Documents of one collection, read straight from the store.
 pub fn stored(server: &TestServer, coll: shoal::store::Collection) -> Vec<Value> {
-    use shoal::store::Store as _;
-    let store = shoal::store::sqlite::SqliteStore::open(
-        &server.data_dir,
-        shoal::config::SqliteSync::Normal,
-    )
-    .expect("open");
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
         .find(coll, &shoal::store::Query::new())
         .expect("find")

@@ -1084,10 +1084,9 @@ async fn nets_are_served_to_workers_or_redirected() {
     let name = format!("nn-{prefix}.nnue");
     let file = server.data_dir.parent().expect("parent").join(&name);
     std::fs::write(&file, &content).expect("write");
-    let out = std::process::Command::new(crate::harness::bin())
+    let out = server
+        .cli()
         .args(["nn", file.to_str().expect("utf8")])
-        .env_clear()
-        .env("SHOAL_DATA_DIR", &server.data_dir)
         .output()
         .expect("shoal nn");
     assert!(

@@ -101,7 +101,8 @@ pub(super) fn delete_expired(
     let pgns = store.named("pgns");
     let found: Vec<Document> = store.retrying("pgn_delete_expired", || {
         pgns.find(doc! {"run_id": {"$regex": pattern.clone()}})
-            .projection(doc! {"_id": 1, "size": 1})
+            // `pgn_doc_info` reads all three (a document without `run_id` would be skipped).
+            .projection(doc! {"_id": 1, "run_id": 1, "size": 1})
             .sort(doc! {"_id": 1})
             .limit(i64::try_from(limit).unwrap_or(i64::MAX))
             .run()?

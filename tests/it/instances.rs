@@ -1,0 +1,188 @@
+//! Several instances on one MongoDB database, as Fishtest grows past one machine: a primary
+//! (the worker API, the run cache, the periodic jobs) and two secondaries (pages and the read
+//! API), on a real MongoDB-compatible server (`mongo.rs`). What the primary writes shows on
+//! the secondaries' pages; what a secondary's UI changes reaches the primary and is not undone
+//! by its write-behind; the worker API and run changes are the primary's alone.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::fleet::{Worker, add_user, approve, create_run, fixed_args};
+use crate::harness::{Opts, TestServer};
+use crate::mongo;
+use crate::ui_workers::logged_in;
+
+/// The cookie-signing key all instances share (as behind one host name they must).
+const SECRET: &str = "a shared secret of the three instances, 32+ bytes long";
+
+async fn instance(uri: &str, dir: &std::path::Path, name: &str, primary: bool) -> TestServer {
+    let mut opts = Opts::new()
+        .set("store", "mongodb")
+        .set("mongodb_uri", uri)
+        .set("secret", SECRET)
+        .data_dir(&dir.join(name));
+    if !primary {
+        // Its port (ephemeral) is not the primary's.
+        opts = opts.set("primary_port", 1);
+    }
+    TestServer::start_with(opts).await
+}
+
+async fn run_of(server: &TestServer, run: &str) -> Value {
+    let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[tokio::test]
+async fn a_primary_and_two_secondaries_share_one_mongodb_database() {
+    let uri = mongo::fresh_uri("instances");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let primary = instance(&uri, dir.path(), "primary", true).await;
+    let secondaries = [
+        instance(&uri, dir.path(), "second", false).await,
+        instance(&uri, dir.path(), "third", false).await,
+    ];
+    for s in &secondaries {
+        assert_eq!(s.health().await["primary"], json!(false), "{}", s.logs());
+    }
+    assert_eq!(primary.health().await["primary"], json!(true));
+    add_user(&primary, "alice", &["--email", "alice@example.org"]);
+    add_user(
+        &primary,
+        "boss",
+        &["--approver", "--email", "boss@example.org"],
+    );
+
+    // A run created and approved on the primary shows on the secondaries' pages and API.
+    let run = create_run(&primary, "alice", fixed_args(100_000)).await;
+    approve(&primary, "boss", &run).await;
+    for s in &secondaries {
+        let page = crate::web::Browser::new(s)
+            .get(&format!("/tests/view/{run}"))
+            .await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains(&run), "the run's page on a secondary");
+        assert_eq!(run_of(s, &run).await["approved"], json!(true));
+        let page = crate::web::Browser::new(s).get("/tests").await;
+        assert!(
+            page.body.contains(&run),
+            "the dashboard of a secondary lists the run"
+        );
+        let (status, active) = s.get_json("/api/active_runs").await;
+        assert_eq!(status, 200);
+        assert!(
+            active.get(&run).is_some(),
+            "active_runs of a secondary: {active}"
+        );
+    }
+
+    // The worker API is the primary's alone.
+    let worker = Worker::new("alice", 8, 0x51);
+    for s in &secondaries {
+        let (status, v) = worker.call(s, "/api/request_task", json!({})).await;
+        assert_eq!(status, 503, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("primary instance required")),
+            "{v}"
+        );
+    }
+    let task = worker.request_task(&primary).await;
+    assert_eq!(task["run"]["_id"], json!(run), "{task}");
+
+    // A change to a run through a secondary's pages is refused, and changes nothing.
+    let (mut boss, token) = logged_in(&secondaries[0], Some("boss")).await;
+    let page = boss
+        .post("/tests/stop", &[("run-id", &run), ("csrf_token", &token)])
+        .await;
+    assert!(page.status >= 400, "stop on a secondary: {}", page.status);
+    assert_eq!(run_of(&primary, &run).await["finished"], json!(false));
+
+    // A worker blocked through a secondary's page: stored at once, followed by the primary
+    // (it re-reads the blocked list every 5 s), and not undone by its write-behind.
+    let key = worker.info["unique_key"].as_str().expect("key");
+    let short = format!("alice-8cores-{}", key.split('-').next().expect("prefix"));
+    let (mut alice, token) = logged_in(&secondaries[1], Some("alice")).await;
+    let page = alice
+        .post(
+            &format!("/workers/{short}"),
+            &[
+                ("csrf_token", &token),
+                ("message", "blocked from a secondary"),
+                ("blocked", "1"),
+                ("submit", "Submit"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "{}", page.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = worker.call(&primary, "/api/request_task", json!({})).await;
+        assert_eq!(status, 200, "{v}");
+        if v["error"].as_str().is_some_and(|e| e.contains("blocked")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the primary still serves it: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Two write-behind ticks of the primary later, the block is still there, everywhere.
+    let ticks = |m: String| {
+        crate::harness::metric_sum(&m, "shoal_job_seconds_count", &[("job", "flush_buffers")])
+    };
+    let start = ticks(primary.metrics().await);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ticks(primary.metrics().await) < start + 2.0 {
+        assert!(Instant::now() < deadline, "the write-behind does not tick");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for s in secondaries.iter().chain([&primary]) {
+        let page = crate::web::Browser::new(s).get("/workers/show").await;
+        assert!(
+            page.body.contains(&short) && page.body.contains("blocked from a secondary"),
+            "{}",
+            page.body
+        );
+    }
+    let (status, v) = worker.call(&primary, "/api/request_task", json!({})).await;
+    assert_eq!(status, 200);
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("blocked")),
+        "{v}"
+    );
+
+    // A profile change through a secondary reaches the primary's pages.
+    let (mut alice, token) = logged_in(&secondaries[0], Some("alice")).await;
+    let page = alice
+        .post(
+            "/user",
+            &[
+                ("csrf_token", &token),
+                ("user", "alice"),
+                ("email", "alice@changed.example.org"),
+                ("tests_repo", "https://github.com/alice/Stockfish"),
+                ("password", ""),
+                ("password2", ""),
+                ("old_password", crate::fleet::PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "{}", page.body);
+    assert_eq!(page.location, "/user?done=saved", "{}", page.body);
+    // The primary re-reads a user it has cached within 2 s (`USER_TTL`).
+    let (mut boss, _) = logged_in(&primary, Some("boss")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = boss.get("/user/alice").await;
+        if page.body.contains("alice@changed.example.org") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", page.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
