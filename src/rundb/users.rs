@@ -189,6 +189,8 @@ fn verify_slow(stored: &str, password: &str) -> bool {
         let _ = verify_slow(dummy_hash(), password);
         false
     } else if is_hashed(stored) {
+        #[cfg(test)]
+        ARGON2_RUNS.with(|n| n.set(n.get() + 1));
         PasswordHash::new(stored)
             .map(|h| {
                 Argon2::default()
@@ -202,6 +204,12 @@ fn verify_slow(stored: &str, password: &str) -> bool {
         let _ = verify_slow(dummy_hash(), password);
         bool::from(stored.as_bytes().ct_eq(password.as_bytes()))
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// argon2 verifications run on this thread (the cost a refusal has, counted exactly).
+    static ARGON2_RUNS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 struct Cached {
@@ -1197,18 +1205,23 @@ mod tests {
         user.password = Some("plain old".into());
         user.password_hash = None;
         u.save(&user).expect("save");
-        let time = |user: &str, i: usize| {
-            let t = Instant::now();
+        // The cost of a refusal, counted: argon2 runs (timing would tell the same, noisily).
+        let runs = |user: &str, i: usize| {
+            let before = ARGON2_RUNS.with(std::cell::Cell::get);
             assert!(u.authenticate(user, &format!("wrong {i}")).is_err());
-            t.elapsed()
+            ARGON2_RUNS.with(std::cell::Cell::get) - before
         };
-        // The fastest of a few, against the slowest-to-be-fast noise of a busy machine.
-        let legacy = (0..3).map(|i| time("erin", i)).min().expect("some");
-        let unknown = (0..3).map(|i| time("nobody", i)).min().expect("some");
-        assert!(
-            legacy * 4 >= unknown,
-            "a wrong plaintext password took {legacy:?}, an unknown user {unknown:?}"
-        );
+        for i in 0..3 {
+            assert_eq!(
+                runs("erin", i),
+                1,
+                "a wrong plaintext password: one argon2 run"
+            );
+            assert_eq!(runs("nobody", i), 1, "an unknown user: one argon2 run");
+        }
+        // A remembered wrong guess costs none, for either.
+        assert_eq!(runs("erin", 0), 0);
+        assert_eq!(runs("nobody", 0), 0);
     }
 
     #[test]

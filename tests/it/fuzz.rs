@@ -21,7 +21,8 @@
 //!
 //!     SHOAL_FUZZ_CASES=5000 cargo test --test it fuzz -- --nocapture
 //!
-//! Every run prints its seed (a new one each run); `SHOAL_FUZZ_SEED=<seed>` replays a run.
+//! Two tests: one always runs the same seed ([`FIXED_SEED`]: what it once found, it finds on
+//! every machine), one a new seed each run (printed; `SHOAL_FUZZ_SEED=<seed>` replays it).
 //! By default the first broken rule fails the test (shrunk to a minimal request);
 //! `SHOAL_FUZZ_SURVEY=1` instead runs every case and lists each kind of broken rule once,
 //! with a count and an example.
@@ -1405,16 +1406,32 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// The seed every run of the suite tries, so that a failure it finds is found again on every
+/// machine (the rotating test explores new cases each run).
+const FIXED_SEED: u64 = 0x5eed_f15c_7e57_2026;
+
+fn cases() -> u32 {
+    env_u64("SHOAL_FUZZ_CASES").map_or(DEFAULT_CASES, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+#[test]
+fn worker_api_survives_generated_requests_fixed_seed() {
+    fuzz(FIXED_SEED, cases());
+}
+
 #[test]
 fn worker_api_survives_generated_requests() {
-    let cases =
-        env_u64("SHOAL_FUZZ_CASES").map_or(DEFAULT_CASES, |n| u32::try_from(n).unwrap_or(u32::MAX));
     let seed = env_u64("SHOAL_FUZZ_SEED").unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         t ^ u64::from(std::process::id()).rotate_left(32)
     });
+    fuzz(seed, cases());
+}
+
+/// `cases` generated cases from `seed` against one server; panics with every broken rule.
+fn fuzz(seed: u64, cases: u32) {
     // Survey mode: record every broken rule (grouped by kind) instead of stopping at the first.
     let survey = std::env::var_os("SHOAL_FUZZ_SURVEY").is_some();
     eprintln!("fuzz: {cases} cases, seed {seed} (replay: SHOAL_FUZZ_SEED={seed})");

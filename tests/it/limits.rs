@@ -107,23 +107,19 @@ async fn a_user_limit_refuses_then_releases_on_every_end() {
     let (_, view) = s.get_json("/api/limits").await;
     assert_eq!(key_holders(&view, "concurrency:user", "alice"), 0, "{view}");
     assert_eq!(key_holders(&view, "run_window", &run), 0, "{view}");
-    // The Prometheus series (published every second).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let text = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    // The Prometheus series (published every second): polled until they show it.
     let labels = [("limit", "concurrency:user")];
-    assert!(
-        metric_sum(&text, "shoal_limit_rejected_total", &labels) >= 1.0,
-        "{text}"
-    );
-    assert_eq!(metric_sum(&text, "shoal_limit_holders", &labels), 0.0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = s.metrics().await;
+        if metric_sum(&text, "shoal_limit_rejected_total", &labels) >= 1.0
+            && text.contains("shoal_limit_holders{limit=\"concurrency:user\"} 0")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -138,20 +134,20 @@ async fn a_full_key_waits_for_the_next_slot_instead_of_refusing() {
     let s2 = &s;
     let waiting = async { second.request_task(s2).await };
     let ender = async {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let (_, view) = s2.get_json("/api/limits").await;
-        let waiters = limit(&view, "concurrency:user")["waiters"].as_u64();
+        // Once the second request is seen waiting, the first task ends.
+        let waiters = wait_for_waiters(s2, 1).await;
         fail_task(s2, &first, &a).await;
-        waiters
+        Some(waiters)
     };
     let (got, waiters) = tokio::join!(waiting, ender);
     assert_eq!(waiters, Some(1), "the second request was queued");
     assert!(got.get("run").is_some(), "served after the wait: {got}");
-    // A third one waits its bounded time, then is refused (and nothing is left queued).
-    let started = std::time::Instant::now();
-    let third = Worker::new("alice", 1, 502).request_task(&s).await;
+    // A third one waits (seen in the queue) its bounded time, then is refused (and nothing
+    // is left queued).
+    let third_worker = Worker::new("alice", 1, 502);
+    let (third, seen) = tokio::join!(third_worker.request_task(&s), wait_for_waiters(&s, 1));
     assert!(third.get("error").is_some(), "{third}");
-    assert!(started.elapsed() >= Duration::from_secs(7), "it waited");
+    assert_eq!(seen, 1, "it waited in the queue before the refusal");
     let (_, view) = s.get_json("/api/limits").await;
     assert_eq!(limit(&view, "concurrency:user")["waiters"], 0, "{view}");
     assert_eq!(key_holders(&view, "concurrency:user", "alice"), 1, "{view}");
@@ -399,4 +395,24 @@ async fn approvers_change_a_limit_from_the_page_and_it_persists() {
     let s = TestServer::start_with(Opts::new().data_dir(&data).set("limits", USER_LIMIT)).await;
     let (_, view) = s.get_json("/api/limits").await;
     assert_eq!(limit(&view, "concurrency:user")["max"], 7, "{view}");
+}
+
+/// Polls `/api/limits` until `concurrency:user` has `n` waiters (or panics after 30 s);
+/// returns the count seen.
+async fn wait_for_waiters(s: &TestServer, n: u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, view) = s.get_json("/api/limits").await;
+        let waiters = limit(&view, "concurrency:user")["waiters"]
+            .as_u64()
+            .unwrap_or(0);
+        if waiters == n {
+            return waiters;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waiting for {n} waiters: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

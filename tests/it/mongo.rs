@@ -19,46 +19,50 @@ fn command() -> String {
     std::env::var("SHOAL_TEST_SECANTUSD").unwrap_or_else(|_| "secantusd-py".to_string())
 }
 
-/// Starts the server: a thread of its own spawns it (the child is killed when that thread
-/// ends, so with the test binary) and keeps draining its log.
+/// Starts the server from a thread of its own, which spawns it (the child is killed when
+/// that thread ends: it lives as long as the test binary) and keeps draining its log.
 fn start() -> Result<u16, String> {
-    let (tx, rx) = std::sync::mpsc::channel::<u16>();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<u16, String>>();
     let cmd = command();
-    let mut child = {
-        let mut c = Command::new(&cmd);
-        c.args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--storage-path",
-            ":memory:",
-            "--log-level",
-            "INFO",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        // SAFETY: prctl(2) in the child between fork and exec, touching no memory of ours:
-        // the server gets SIGKILL when the thread that started it (below: alive as long as
-        // the test binary) ends.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        c.spawn().map_err(|e| {
-            format!(
-                "cannot start {cmd} ({e}): the MongoDB tests need SecantusDB \
-                 (`pip install SecantusDB`, as .ci/run does)"
-            )
-        })?
-    };
-    let stderr = child.stderr.take().ok_or("no stderr")?;
     std::thread::Builder::new()
         .name("secantusd".into())
         .spawn(move || {
+            let mut c = Command::new(&cmd);
+            c.args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--storage-path",
+                ":memory:",
+                "--log-level",
+                "INFO",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+            // SAFETY: prctl(2) in the child between fork and exec, touching no memory of
+            // ours: the server gets SIGKILL when this thread (which forked it) ends.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let mut child = match c.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = tx.send(Err(format!(
+                        "cannot start {cmd} ({e}): the MongoDB tests need SecantusDB \
+                         (`pip install SecantusDB`, as .ci/run does)"
+                    )));
+                    return;
+                }
+            };
+            let Some(stderr) = child.stderr.take() else {
+                let _ = tx.send(Err("no stderr".into()));
+                return;
+            };
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
@@ -68,11 +72,14 @@ fn start() -> Result<u16, String> {
                         .nth(1)
                         .and_then(|p| p.trim().parse::<u16>().ok())
                 {
-                    let _ = tx.send(port);
+                    let _ = tx.send(Ok(port));
                     sent = true;
                 }
             }
-            let _ = child.wait();
+            let status = child.wait();
+            if !sent {
+                let _ = tx.send(Err(format!("{cmd} ended before listening: {status:?}")));
+            }
             // Parked, not returned: the death signal is tied to this thread.
             loop {
                 std::thread::park();
@@ -80,7 +87,7 @@ fn start() -> Result<u16, String> {
         })
         .map_err(|e| e.to_string())?;
     rx.recv_timeout(Duration::from_secs(60))
-        .map_err(|_| format!("{cmd} did not say where it listens within 60 s"))
+        .map_err(|_| "SecantusDB did not say where it listens within 60 s".to_string())?
 }
 
 /// The port of the shared server (started on first use).

@@ -148,9 +148,10 @@ async fn probe(
     (status, body)
 }
 
-/// Whether the router served the request (the fallback's 404 and a 405 are not served).
+/// Whether the router served the request: neither the fallback's 404 nor a 405, and no
+/// server error (a 5xx is a route that exists but failed, which a probe must not pass).
 fn served(status: u16, body: &Value) -> bool {
-    status != 405 && !(status == 404 && body.get("detail").is_some())
+    status != 405 && status < 500 && !(status == 404 && body.get("detail").is_some())
 }
 
 fn client() -> reqwest::Client {

@@ -124,13 +124,13 @@ async fn a_short_storm_assigns_every_worker_without_errors() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mongo_key = std::env::temp_dir().join(format!("sim-{}", rand::random::<u64>()));
+    // The users the simulator makes go to the store of the server it drives.
+    let mongo_key = server.data_dir.clone();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(bin())
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            // The server the simulator starts runs on this suite's store.
             .envs(crate::harness::mongo_env(&mongo_key))
             .output()
             .expect("run shoal sim")
