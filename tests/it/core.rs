@@ -1277,3 +1277,33 @@ async fn every_response_carries_a_request_id() {
         .expect("get");
     assert_eq!(r.headers()["x-request-id"], "client-chosen-1");
 }
+
+/// The product's defaults, not the test harness's: no `/debug` route exists, and the
+/// effective settings say so.
+#[tokio::test]
+async fn production_defaults_serve_no_debug_routes() {
+    let server = TestServer::start_with(Opts::new().production()).await;
+    for (method, path) in [
+        ("GET", "/debug/sleep"),
+        ("POST", "/debug/gate"),
+        ("GET", "/debug/kv/any"),
+        ("PUT", "/debug/kv/any"),
+        ("POST", "/debug/pgn_retention"),
+        ("POST", "/api/debug/panic"),
+    ] {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let r = server
+            .client
+            .request(m, server.url(path))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 404, "{method} {path}");
+    }
+    assert_eq!(server.health().await["status"], "ok");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, text) = run_bin_all(&["check-config"], &[], dir.path());
+    assert!(ok, "{text}");
+    assert!(text.contains("debug_endpoints = false"), "{text}");
+}

@@ -32,6 +32,9 @@ pub struct TestServer {
 pub struct Opts {
     pub env: Vec<(String, String)>,
     pub data_dir: Option<PathBuf>,
+    /// Run with the product's defaults for what the harness otherwise turns on for tests
+    /// (the `/debug` routes).
+    pub production: bool,
 }
 
 impl Opts {
@@ -47,6 +50,12 @@ impl Opts {
 
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// The product's defaults: no `/debug` routes.
+    pub fn production(mut self) -> Self {
+        self.production = true;
         self
     }
 }
@@ -282,11 +291,13 @@ impl TestServer {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("SHOAL_PORT", "0")
             .env("SHOAL_DATA_DIR", &data_dir)
-            .env("SHOAL_DEBUG_ENDPOINTS", "true")
             .env("SHOAL_LOG", "info")
             .env("SHOAL_SHUTDOWN_GRACE_S", "5")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if !opts.production {
+            cmd.env("SHOAL_DEBUG_ENDPOINTS", "true");
+        }
         cmd.envs(mongo_env(&data_dir));
         for (k, v) in &opts.env {
             cmd.env(k, v);
