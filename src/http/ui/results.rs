@@ -83,14 +83,27 @@ impl Piece {
 pub struct Line(pub Vec<Piece>);
 
 impl Line {
-    fn t(mut self, text: impl Into<String>) -> Self {
+    pub fn t(mut self, text: impl Into<String>) -> Self {
         self.0.push(Piece::text(text));
         self
     }
 
-    fn n(mut self, field: &str, text: impl Into<String>) -> Self {
+    pub fn n(mut self, field: &str, text: impl Into<String>) -> Self {
         self.0.push(Piece::num(field, text));
         self
+    }
+}
+
+impl Line {
+    /// A fraction shown as a percentage with one decimal, named `field`.
+    pub fn pct(mut self, field: &str, fraction: f64) -> Self {
+        self.0
+            .push(Piece::percent(field, format!("{:.1}", fraction * 100.0)));
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
