@@ -2,7 +2,9 @@
 //! box (its lines and colour), the SPRT bounds notation and the row format of the run
 //! tables (start date, submitter, tag, diff link, results, live column, info).
 //!
-//! Owns: turning a [`Run`] into the words and colours people read. Everything comes from
+//! Owns: turning a [`Run`] into the words and colours people read. Each number of the results
+//! box is a [`Piece`] naming the statistic it shows (the page renders it as
+//! `<span data-field>`; the run tables print the plain text). Everything comes from
 //! the run as stored (the SPRT's LLR is the one the last update computed), so a table of
 //! hundreds of runs costs no statistics beyond one Elo estimate per fixed-games run.
 //! Must not: read the store or decide anything (display only).

@@ -4,7 +4,9 @@
 //! computed on the server from the form's GET fields) and `/tests/chart/{id}/{name}` (a run's
 //! SVG charts, `image/svg+xml`).
 //!
-//! Owns: those handlers, their template structs and the formatting of the numbers.
+//! Owns: those handlers, their template structs and the formatting of the numbers. The raw
+//! statistics page lays out Fishtest's tables (order, labels, decimals) and names every number
+//! with its `data-field` (the field names of `crate::stats::raw`).
 //! Must not: compute statistics itself (`crate::stats::raw`, `crate::stats::sprt_calc`,
 //! `sprt_elo` do), read a run but through `RunDb::get_run` inside a page job, or render
 //! outside the pool.
