@@ -526,7 +526,7 @@ fn stats_content(run: &Run) -> StatsContent {
     });
     let raw = raw_stats(&counts, sprt.as_ref());
     let text = |s: String| vec![Piece::text(s)];
-    let mut context = Table::new("Context");
+    let mut context = Table::new("");
     context.row("Base TC", text(a.tc.clone()));
     context.row(
         "Test TC",
