@@ -1,33 +1,41 @@
-//! The numbers of a run's "raw statistics" page (`/tests/stats/{id}`): draw ratios, the SPRT
-//! bounds in every Elo model, and for the pentanomial and the trinomial view of the results
-//! the Elo estimate, LLRs, moments, normalized Elo, LLR jumps and expected overshoot, plus a
-//! comparison of the two views (variance ratio and the RMS opening bias it implies).
+//! The numbers of a run's "raw statistics" page (`/tests/stats/{id}`), as Fishtest's page
+//! computes them: the trinomial and pentanomial views of the results (moments, confidence
+//! ranges, normalized Elo), the SPRT bounds in every Elo model, the Elo, LOS and LLRs of
+//! each view, and the comparison of the two views.
 //!
-//! Everything is built from the functions of this module's siblings, so a number shown here
-//! is the number `/api/get_elo` and the run page show for the same data (the SPRT's Elo, CI,
-//! LOS and LLR come from [`sprt_elo`]). Formulas beyond Fishtest's functions:
-//! - per-game variance: the trinomial variance; for pairs, twice the variance of a pair's
-//!   mean score (a pair is two games);
-//! - the (DD, WL) split of the pentanomial middle cell: DD = (D − LD − WD)/2 pairs;
-//! - the comparison: ratio and difference of the per-game variances; the RMS bias is
-//!   √max(var₃ − var₅, 0) in score units (the variance the colour of the opening adds to a
-//!   single game and a pair cancels), and `elo(½ + bias)` in Elo;
-//! - the expected overshoot [H0, H1]: −sq0/(2·m0) and sq1/(2·m1) of the run's overshoot
-//!   record, the corrections `update_SPRT` decides with.
+//! Each field is named after the number Fishtest's page shows (`var3_l`, `belo1`,
+//! `llr5_alt2`, …), so a field here, the page's `data-field` attribute and the reference
+//! `tests/data/stats-page-reference.json` use one vocabulary.
 //!
-//! Must not: do I/O, log, panic. Computations that fail (no games, a degenerate
-//! distribution) leave their value `None`.
+//! Fishtest's conventions, which the page keeps:
+//! - every view is of the *regularized* counts (a zero count is 0.001), so a run without
+//!   games still has a distribution (uniform), moments and neutral values;
+//! - the SPRT bounds are converted with σ, the per-game standard deviation of the data the
+//!   SPRT decides with (pentanomial when present, else trinomial): `score`, `lelo`, `nelo`.
+//!   The trinomial-only numbers use the trinomial σ₃ instead (`score03`, `lelo03`,
+//!   `nelo03`): the BayesElo bounds (`belo`), the trinomial LLR and the generalized
+//!   trinomial LLRs;
+//! - the LLR jumps of both views are under the expectation statistic, between `score0` and
+//!   `score1`;
+//! - the Elo, CI and LOS of an SPRT, in both views, come from the `sprt` class in the
+//!   logistic model with the bounds `lelo0`, `lelo1` (σ of the deciding data), p = 0.05;
+//!   a fixed-games run's come from `get_elo`;
+//! - the expected overshoot is −sq0/(2·m0) and sq1/(2·m1) of the run's overshoot record,
+//!   0 when the record is gone (after a purge, `lost_samples`) or a sum is 0.
+//!
+//! Must not: do I/O, log, panic. A number whose computation fails (a degenerate
+//! distribution, where Fishtest's page raises) is `None`.
 
 use super::elo::{
     bayeselo_to_elo, draw_elo_calc, elo, elo_to_bayeselo, get_elo, llr_legacy, logistic,
 };
 use super::llr::{
-    Statistic, llr, llr_alt, llr_alt2, llr_jumps, llr_normalized, llr_normalized_alt,
+    Statistic, llr, llr_alt, llr_alt2, llr_jumps, llr_logistic, llr_normalized, llr_normalized_alt,
 };
 use super::normal::phi_inv;
-use super::pdf::{regularize, results_to_pdf, stats_ex};
-use super::sprt_analytics::sprt_elo;
-use super::sprt_state::{EloModel, Overshoot, Results};
+use super::pdf::{Pdf, regularize, results_to_pdf, stats_ex};
+use super::sprt_analytics::Sprt;
+use super::sprt_state::{EloModel, Overshoot};
 use super::{NELO_DIVIDED_BY_NT, StatsResult, t_conf};
 
 /// The SPRT of a run, as the page needs it.
@@ -40,404 +48,731 @@ pub struct SprtParams {
     pub elo_model: EloModel,
     /// Samples per update (pairs for pentanomial runs).
     pub batch_size: u64,
+    /// The overshoot record; `None` once removed (`lost_samples`, `illegal_update`).
     pub overshoot: Option<Overshoot>,
 }
 
-/// One hypothesis's bound in every model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bound {
-    pub logistic: f64,
-    pub normalized: f64,
-    pub bayeselo: f64,
-    pub score: f64,
+/// The counts the page reads.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Counts {
+    /// `[losses, draws, wins]`.
+    pub trinomial: [u64; 3],
+    /// `[LL, LD, DD+WL, WD, WW]`, when the run records pairs.
+    pub pentanomial: Option<[u64; 5]>,
 }
 
-/// The SPRT bounds: H0 and H1, and the LLR bounds a and b.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bounds {
-    pub h0: Bound,
-    pub h1: Bound,
-    pub a: f64,
-    pub b: f64,
-}
-
-/// The generalized LLRs of an SPRT.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Generalized {
-    pub logistic_exact: f64,
-    pub logistic_alt: f64,
-    pub logistic_alt2: f64,
-    pub normalized_exact: f64,
-    pub normalized_alt: f64,
-}
-
-/// The statistics of one view of the results (pentanomial pairs or trinomial games).
+/// The trinomial view (`tri.*`). Every number is of the regularized counts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct View {
-    /// Games (pairs count two).
-    pub games: u64,
-    /// The counts, `[L, D, W]` or `[LL, LD, DD+WL, WD, WW]`.
-    pub results: Vec<u64>,
-    /// The regularised distribution's probabilities.
-    pub distribution: Vec<f64>,
-    /// Elo (logistic), its 95% interval and LOS: `SPRT_elo` for an SPRT, `get_elo` otherwise.
-    pub elo: Option<(f64, [f64; 2], f64)>,
-    /// The exact LLR in the SPRT's model.
-    pub llr: Option<f64>,
-    pub generalized: Option<Generalized>,
-    /// The legacy BayesElo LLR (trinomial only).
-    pub bayeselo_llr: Option<f64>,
-    /// Mean score per game, variance and standard deviation per game.
-    pub score: Option<f64>,
-    pub variance: Option<f64>,
-    pub stdev: Option<f64>,
-    /// Skewness and excess kurtosis of the sample (a pair's or a game's score).
-    pub skewness: Option<f64>,
-    pub exkurt: Option<f64>,
-    /// Normalized Elo and its 95% half-width.
-    pub nelo: Option<(f64, f64)>,
-    /// The LLR jump of each outcome cell (SPRT only).
-    pub llr_jumps: Option<Vec<f64>>,
-    /// The expected overshoot [H0, H1] (SPRT only, on the view the SPRT decides with).
-    pub overshoot: Option<[f64; 2]>,
+pub struct Trinomial {
+    pub results3: [u64; 3],
+    /// Draws over the regularized total.
+    pub draw_ratio: f64,
+    /// The regularized total (Fishtest shows its integer part as the games).
+    pub games3: f64,
+    /// The probabilities of loss, draw and win.
+    pub pdf3: Vec<f64>,
+    pub avg3: f64,
+    pub avg3_l: f64,
+    pub avg3_u: f64,
+    pub var3: f64,
+    pub var3_l: f64,
+    pub var3_u: f64,
+    pub stdev3: f64,
+    pub stdev3_l: f64,
+    pub stdev3_u: f64,
+    pub skewness3: f64,
+    pub exkurt3: f64,
+    /// Normalized Elo and its 95% range; `None` for a zero variance.
+    pub nelo3: Option<f64>,
+    pub nelo3_l: Option<f64>,
+    pub nelo3_u: Option<f64>,
 }
 
-/// The comparison of the two views.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Comparison {
-    pub variance_ratio: f64,
-    pub variance_difference: f64,
+/// The pentanomial view (`pent.*`) and the comparison with the trinomial one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pentanomial {
+    pub results5: [u64; 5],
+    /// The middle cell over the regularized total.
+    pub draw_ratio: f64,
+    /// Twice the regularized total of pairs.
+    pub games5: f64,
+    pub pdf5: Vec<f64>,
+    /// Mean score per game (a pair's mean).
+    pub avg5: f64,
+    pub avg5_l: f64,
+    pub avg5_u: f64,
+    /// Variance of a pair's mean score.
+    pub var5: f64,
+    pub skewness5: f64,
+    pub exkurt5: f64,
+    /// Per game: twice `var5`, its range; the standard deviation and its range.
+    pub var5_per_game: f64,
+    pub var5_per_game_l: f64,
+    pub var5_per_game_u: f64,
+    pub stdev5_per_game: f64,
+    pub stdev5_per_game_l: f64,
+    pub stdev5_per_game_u: f64,
+    pub nelo5: Option<f64>,
+    pub nelo5_l: Option<f64>,
+    pub nelo5_u: Option<f64>,
+    /// The (DD, WL) split of the middle cell, as probabilities of a pair.
+    pub results5_dd_prob: f64,
+    pub results5_wl_prob: f64,
+    /// Comparison: `var5_per_game / var3`, `var3 − var5_per_game`, the RMS bias
+    /// √max(var_diff, 0) and `elo(½ + rms_bias)`.
+    pub ratio: f64,
+    pub var_diff: f64,
     pub rms_bias: f64,
     pub rms_bias_elo: f64,
+}
+
+/// The SPRT's parameters and bounds in every model (`sprt.*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    pub alpha: f64,
+    pub beta: f64,
+    pub elo0: f64,
+    pub elo1: f64,
+    pub elo_model: EloModel,
+    /// Twice the batch size for pentanomial runs, 1 otherwise.
+    pub batch_size_games: u64,
+    /// The bounds with σ of the deciding data.
+    pub lelo0: f64,
+    pub lelo1: f64,
+    pub nelo0: f64,
+    pub nelo1: f64,
+    pub score0: f64,
+    pub score1: f64,
+    /// The bounds with the trinomial σ₃ (the trinomial LLRs use them).
+    pub lelo03: f64,
+    pub lelo13: f64,
+    pub nelo03: f64,
+    pub nelo13: f64,
+    pub score03: f64,
+    pub score13: f64,
+    /// BayesElo bounds: the run's for a BayesElo SPRT, else from `lelo03`/`lelo13` at the
+    /// draw ratio (`None` where `elo_to_bayeselo` has no answer).
+    pub belo0: Option<f64>,
+    pub belo1: Option<f64>,
+}
+
+/// Elo, its 95% interval and LOS of one view (`elo3`, `elo3_l`, `elo3_u`, `los3`, …).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EloLos {
+    pub elo: f64,
+    pub lower: f64,
+    pub upper: f64,
+    pub los: f64,
+}
+
+/// The LLRs of one view of an SPRT (`llr3*` or `llr5*`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Llrs {
+    /// The exact LLR in the SPRT's model, and the bounds a, b.
+    pub llr: Option<f64>,
+    pub llr_l: Option<f64>,
+    pub llr_u: Option<f64>,
+    pub exact: Option<f64>,
+    pub alt: Option<f64>,
+    pub alt2: Option<f64>,
+    pub normalized: Option<f64>,
+    pub normalized_alt: Option<f64>,
+    /// The legacy BayesElo LLR (trinomial only).
+    pub be: Option<f64>,
+    /// The jump of each cell.
+    pub jumps: Option<Vec<f64>>,
 }
 
 /// Everything the page shows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawStats {
-    pub draw_ratio: f64,
-    pub pentanomial_draw_ratio: Option<f64>,
-    /// (DD, WL) pair counts of the pentanomial middle cell.
-    pub dd_wl: Option<(f64, f64)>,
+    pub trinomial: Trinomial,
+    pub pentanomial: Option<Pentanomial>,
+    /// DrawElo of the regularized trinomial counts.
     pub drawelo: Option<f64>,
     pub bounds: Option<Bounds>,
-    pub pentanomial: Option<View>,
-    pub trinomial: View,
-    pub comparison: Option<Comparison>,
+    pub elo3: Option<EloLos>,
+    pub elo5: Option<EloLos>,
+    /// SPRT only.
+    pub llr3: Option<Llrs>,
+    pub llr5: Option<Llrs>,
+    /// The expected overshoot [H0, H1] (SPRT runs with pairs only, as Fishtest shows it).
+    pub overshoot: Option<[f64; 2]>,
 }
 
-/// The bounds converted to logistic and normalized Elo (what the LLRs need).
-struct Converted {
-    lelo: [f64; 2],
-    nelo: [f64; 2],
-    belo: [f64; 2],
+/// Φ⁻¹(0.975), computed as Fishtest does.
+fn z975() -> f64 {
+    phi_inv(0.975)
 }
 
-fn convert(s: &SprtParams, drawelo: f64, draw_ratio: f64, sigma_pg: f64) -> StatsResult<Converted> {
-    let to_nelo = |lelo: f64| -> StatsResult<f64> {
-        Ok((logistic(lelo)? - 0.5) / sigma_pg * NELO_DIVIDED_BY_NT)
-    };
-    let from_nelo = |nelo: f64| elo(nelo / NELO_DIVIDED_BY_NT * sigma_pg + 0.5);
-    let to_belo = |lelo: f64| -> StatsResult<f64> { Ok(elo_to_bayeselo(lelo, draw_ratio)?.0) };
-    let (e0, e1) = (s.elo0, s.elo1);
-    Ok(match s.elo_model {
-        EloModel::BayesElo => {
-            let lelo = [bayeselo_to_elo(e0, drawelo)?, bayeselo_to_elo(e1, drawelo)?];
-            Converted {
-                nelo: [to_nelo(lelo[0])?, to_nelo(lelo[1])?],
-                belo: [e0, e1],
-                lelo,
-            }
-        }
-        EloModel::Logistic => Converted {
-            lelo: [e0, e1],
-            nelo: [to_nelo(e0)?, to_nelo(e1)?],
-            belo: [to_belo(e0)?, to_belo(e1)?],
-        },
-        EloModel::Normalized => {
-            let lelo = [from_nelo(e0), from_nelo(e1)];
-            Converted {
-                belo: [to_belo(lelo[0])?, to_belo(lelo[1])?],
-                nelo: [e0, e1],
-                lelo,
-            }
-        }
+/// Python's `x ** 0.5`.
+fn sqrt(x: f64) -> f64 {
+    x.sqrt()
+}
+
+/// The trinomial view of `[losses, draws, wins]`.
+pub fn trinomial(results3: [u64; 3]) -> StatsResult<Trinomial> {
+    let data = results3.map(|c| c as f64);
+    let reg = regularize(&data);
+    let draw_ratio = reg[1] / reg.iter().sum::<f64>();
+    let (n3, pdf3) = results_to_pdf(&data)?;
+    let (avg3, var3, skewness3, exkurt3) = stats_ex(&pdf3)?;
+    let z = z975();
+    let stdev3 = sqrt(var3);
+    let var3_l = var3 * (1.0 - z * sqrt((exkurt3 + 2.0) / n3));
+    let var3_u = var3 * (1.0 + z * sqrt((exkurt3 + 2.0) / n3));
+    let nelo = t_conf(avg3, var3, skewness3, exkurt3)
+        .ok()
+        .map(|(t, var_t)| {
+            let half = z * sqrt(var_t / n3);
+            [t, t - half, t + half].map(|t| NELO_DIVIDED_BY_NT * t)
+        });
+    Ok(Trinomial {
+        results3,
+        draw_ratio,
+        games3: n3,
+        pdf3: pdf3.iter().map(|(_, p)| *p).collect(),
+        avg3,
+        avg3_l: avg3 - z * sqrt(var3 / n3),
+        avg3_u: avg3 + z * sqrt(var3 / n3),
+        var3,
+        var3_l,
+        var3_u,
+        stdev3,
+        stdev3_l: if var3_l >= 0.0 { sqrt(var3_l) } else { 0.0 },
+        stdev3_u: sqrt(var3_u),
+        skewness3,
+        exkurt3,
+        nelo3: nelo.map(|n| n[0]),
+        nelo3_l: nelo.map(|n| n[1]),
+        nelo3_u: nelo.map(|n| n[2]),
     })
 }
 
-/// The expected overshoot corrections of an overshoot record.
-pub fn expected_overshoot(o: &Overshoot) -> [f64; 2] {
+/// The pentanomial view of the pair counts, compared with the trinomial view `tri`.
+pub fn pentanomial(results5: [u64; 5], tri: &Trinomial) -> StatsResult<Pentanomial> {
+    let data = results5.map(|c| c as f64);
+    let reg = regularize(&data);
+    let draw_ratio = reg[2] / reg.iter().sum::<f64>();
+    let (n5, pdf5) = results_to_pdf(&data)?;
+    let (avg5, var5, skewness5, exkurt5) = stats_ex(&pdf5)?;
+    let z = z975();
+    let var5_per_game = 2.0 * var5;
+    let var5_per_game_l = var5_per_game * (1.0 - z * sqrt((exkurt5 + 2.0) / n5));
+    let var5_per_game_u = var5_per_game * (1.0 + z * sqrt((exkurt5 + 2.0) / n5));
+    let sqrt2 = sqrt(2.0);
+    let nelo = t_conf(avg5, var5, skewness5, exkurt5)
+        .ok()
+        .map(|(t, var_t)| {
+            let half = z * sqrt(var_t / n5);
+            [t, t - half, t + half].map(|t| NELO_DIVIDED_BY_NT * (t / sqrt2))
+        });
+    let results5_dd_prob = tri.draw_ratio - (reg[1] + reg[3]) / (2.0 * n5);
+    let var_diff = tri.var3 - var5_per_game;
+    let rms_bias = if var_diff >= 0.0 { sqrt(var_diff) } else { 0.0 };
+    Ok(Pentanomial {
+        results5,
+        draw_ratio,
+        games5: 2.0 * n5,
+        pdf5: pdf5.iter().map(|(_, p)| *p).collect(),
+        avg5,
+        avg5_l: avg5 - z * sqrt(var5 / n5),
+        avg5_u: avg5 + z * sqrt(var5 / n5),
+        var5,
+        skewness5,
+        exkurt5,
+        var5_per_game,
+        var5_per_game_l,
+        var5_per_game_u,
+        stdev5_per_game: sqrt(var5_per_game),
+        stdev5_per_game_l: if var5_per_game_l >= 0.0 {
+            sqrt(var5_per_game_l)
+        } else {
+            0.0
+        },
+        stdev5_per_game_u: sqrt(var5_per_game_u),
+        nelo5: nelo.map(|n| n[0]),
+        nelo5_l: nelo.map(|n| n[1]),
+        nelo5_u: nelo.map(|n| n[2]),
+        results5_dd_prob,
+        results5_wl_prob: reg[2] / n5 - results5_dd_prob,
+        ratio: var5_per_game / tri.var3,
+        var_diff,
+        rms_bias,
+        rms_bias_elo: elo(0.5 + rms_bias),
+    })
+}
+
+/// The SPRT bounds in every model. `sigma` is the per-game σ of the data the SPRT decides
+/// with, `stdev3` the trinomial one, `drawelo` and `draw_ratio` the trinomial draw figures.
+pub fn bounds(
+    s: &SprtParams,
+    pairs: bool,
+    sigma: f64,
+    stdev3: f64,
+    drawelo: f64,
+    draw_ratio: f64,
+) -> StatsResult<Bounds> {
+    let (mut belo0, mut belo1) = (None, None);
+    let ([e0, e1], logistic_bounds) = match s.elo_model {
+        EloModel::BayesElo => {
+            belo0 = Some(s.elo0);
+            belo1 = Some(s.elo1);
+            (
+                [
+                    bayeselo_to_elo(s.elo0, drawelo)?,
+                    bayeselo_to_elo(s.elo1, drawelo)?,
+                ],
+                true,
+            )
+        }
+        EloModel::Logistic => ([s.elo0, s.elo1], true),
+        EloModel::Normalized => ([s.elo0, s.elo1], false),
+    };
+    let k = NELO_DIVIDED_BY_NT;
+    let (lelo, nelo, score, lelo3, nelo3, score3);
+    if logistic_bounds {
+        lelo = [e0, e1];
+        score = [logistic(e0)?, logistic(e1)?];
+        nelo = score.map(|sc| k * (sc - 0.5) / sigma);
+        nelo3 = score.map(|sc| k * (sc - 0.5) / stdev3);
+        lelo3 = lelo;
+        score3 = score;
+    } else {
+        nelo = [e0, e1];
+        nelo3 = nelo;
+        score = nelo.map(|n| n / k * sigma + 0.5);
+        score3 = nelo3.map(|n| n / k * stdev3 + 0.5);
+        lelo = score.map(elo);
+        lelo3 = score3.map(elo);
+    }
+    if belo0.is_none() {
+        belo0 = elo_to_bayeselo(lelo3[0], draw_ratio)
+            .ok()
+            .map(|b| b.0)
+            .filter(|b| !b.is_nan());
+        belo1 = elo_to_bayeselo(lelo3[1], draw_ratio)
+            .ok()
+            .map(|b| b.0)
+            .filter(|b| !b.is_nan());
+    }
+    Ok(Bounds {
+        alpha: s.alpha,
+        beta: s.beta,
+        elo0: s.elo0,
+        elo1: s.elo1,
+        elo_model: s.elo_model,
+        batch_size_games: if pairs {
+            s.batch_size.saturating_mul(2)
+        } else {
+            1
+        },
+        lelo0: lelo[0],
+        lelo1: lelo[1],
+        nelo0: nelo[0],
+        nelo1: nelo[1],
+        score0: score[0],
+        score1: score[1],
+        lelo03: lelo3[0],
+        lelo13: lelo3[1],
+        nelo03: nelo3[0],
+        nelo13: nelo3[1],
+        score03: score3[0],
+        score13: score3[1],
+        belo0,
+        belo1,
+    })
+}
+
+/// The expected overshoot corrections of an overshoot record (0 without one).
+pub fn expected_overshoot(o: Option<&Overshoot>) -> [f64; 2] {
+    let Some(o) = o else {
+        return [0.0, 0.0];
+    };
     let o0 = if o.m0 != 0.0 {
-        -o.sq0 / (2.0 * o.m0)
+        -o.sq0 / o.m0 / 2.0
     } else {
         0.0
     };
-    let o1 = if o.m1 != 0.0 {
-        o.sq1 / (2.0 * o.m1)
-    } else {
-        0.0
-    };
+    let o1 = if o.m1 != 0.0 { o.sq1 / o.m1 / 2.0 } else { 0.0 };
     [o0, o1]
 }
 
-/// Per-game variance of a view's data (pairs: twice the variance of a pair's mean score).
-fn per_game_variance(data: &[f64]) -> Option<f64> {
-    let (_, pdf) = results_to_pdf(data).ok()?;
-    let (_, var, _, _) = stats_ex(&pdf).ok()?;
-    Some(if data.len() == 5 { 2.0 * var } else { var })
+/// Elo, CI and LOS of an SPRT on `data` (regularized by the `sprt` class): logistic
+/// bounds `lelo0`, `lelo1`, p = 0.05.
+fn sprt_elo_los(s: &SprtParams, b: &Bounds, data: &[f64]) -> Option<(EloLos, f64, f64)> {
+    let sp = Sprt::with_results(
+        s.alpha,
+        s.beta,
+        b.lelo0,
+        b.lelo1,
+        EloModel::Logistic,
+        &regularize(data),
+    )
+    .ok()?;
+    let a = sp.analytics(0.05).ok()?;
+    Some((
+        EloLos {
+            elo: a.elo,
+            lower: a.ci[0],
+            upper: a.ci[1],
+            los: a.los,
+        },
+        a.a,
+        a.b,
+    ))
 }
 
-fn view(
-    counts: &[u64],
-    r: &Results,
-    sprt: Option<(&SprtParams, &Converted)>,
-    decides: bool,
-) -> View {
-    let data: Vec<f64> = counts.iter().map(|c| *c as f64).collect();
-    let penta = data.len() == 5;
-    let pairs_factor = if penta { 2 } else { 1 };
-    let games = counts
-        .iter()
-        .fold(0u64, |acc, c| acc.saturating_add(*c))
-        .saturating_mul(pairs_factor);
-    let mut v = View {
-        games,
-        results: counts.to_vec(),
-        distribution: Vec::new(),
-        elo: None,
-        llr: None,
-        generalized: None,
-        bayeselo_llr: None,
-        score: None,
-        variance: None,
-        stdev: None,
-        skewness: None,
-        exkurt: None,
-        nelo: None,
-        llr_jumps: None,
-        overshoot: None,
+/// The LLRs of one view. `trinomial` selects the σ₃ bounds (and the BayesElo LLR).
+fn llrs(
+    s: &SprtParams,
+    b: &Bounds,
+    data: &[f64],
+    n: f64,
+    pdf: &Pdf,
+    trinomial: bool,
+    ab: Option<(f64, f64)>,
+) -> Llrs {
+    let reg = regularize(data);
+    let (lelo, nelo, score) = if trinomial {
+        (
+            [b.lelo03, b.lelo13],
+            [b.nelo03, b.nelo13],
+            [b.score03, b.score13],
+        )
+    } else {
+        ([b.lelo0, b.lelo1], [b.nelo0, b.nelo1], [b.score0, b.score1])
     };
-    let Ok((n, pdf)) = results_to_pdf(&data) else {
-        return v;
+    let logistic_model = s.elo_model != EloModel::Normalized;
+    let exact_llr = if logistic_model {
+        llr_logistic(lelo[0], lelo[1], &reg)
+    } else {
+        llr_normalized(nelo[0], nelo[1], &reg)
     };
-    v.distribution = pdf.iter().map(|(_, p)| *p).collect();
-    if games == 0 {
-        return v;
-    }
-    if let Ok((avg, var, skew, exkurt)) = stats_ex(&pdf) {
-        let var_pg = if penta { 2.0 * var } else { var };
-        v.score = Some(avg);
-        v.variance = Some(var_pg);
-        v.stdev = Some(var_pg.sqrt());
-        v.skewness = Some(skew);
-        v.exkurt = Some(exkurt);
-        if let Ok((t, var_t)) = t_conf(avg, var, skew, exkurt) {
-            let scale = if penta {
-                NELO_DIVIDED_BY_NT / std::f64::consts::SQRT_2
-            } else {
-                NELO_DIVIDED_BY_NT
-            };
-            v.nelo = Some((scale * t, scale * phi_inv(0.975) * (var_t / n).sqrt()));
-        }
-    }
-    match sprt {
-        None => {
-            if let Ok(e) = get_elo(&data) {
-                v.elo = Some((e.elo, [e.elo - e.elo95, e.elo + e.elo95], e.los));
-            }
-        }
-        Some((s, c)) => {
-            let results = Results {
-                pentanomial: if penta { r.pentanomial } else { None },
-                ..*r
-            };
-            if let Ok(e) = sprt_elo(&results, s.alpha, s.beta, 0.05, s.elo0, s.elo1, s.elo_model) {
-                v.elo = Some((e.elo, e.ci, e.los));
-                v.llr = Some(e.llr);
-            }
-            let (s0, s1) = (logistic(c.lelo[0]), logistic(c.lelo[1]));
-            if let (Ok(s0), Ok(s1)) = (s0, s1) {
-                let g = (|| -> StatsResult<Generalized> {
-                    Ok(Generalized {
-                        logistic_exact: n * llr(&pdf, s0, s1, Statistic::Expectation)?,
-                        logistic_alt: n * llr_alt(&pdf, s0, s1)?,
-                        logistic_alt2: n * llr_alt2(&pdf, s0, s1)?,
-                        normalized_exact: llr_normalized(c.nelo[0], c.nelo[1], &data)?,
-                        normalized_alt: llr_normalized_alt(c.nelo[0], c.nelo[1], &data)?,
-                    })
-                })();
-                v.generalized = g.ok();
-                let jumps = match s.elo_model {
-                    EloModel::Normalized => {
-                        let k = if penta { std::f64::consts::SQRT_2 } else { 1.0 };
-                        let t0 = c.nelo[0] / NELO_DIVIDED_BY_NT * k;
-                        let t1 = c.nelo[1] / NELO_DIVIDED_BY_NT * k;
-                        llr_jumps(&pdf, t0, t1, Statistic::TValue { reference: 0.5 })
-                    }
-                    _ => llr_jumps(&pdf, s0, s1, Statistic::Expectation),
-                };
-                v.llr_jumps = jumps.ok().map(|j| j.iter().map(|(x, _)| *x).collect());
-            }
-            if !penta {
-                v.bayeselo_llr = llr_legacy(c.belo[0], c.belo[1], [data[0], data[1], data[2]]).ok();
-            }
-            if decides {
-                v.overshoot = s.overshoot.as_ref().map(expected_overshoot);
-            }
-        }
-    }
-    v
-}
-
-/// The page's numbers for a run's results and, for an SPRT, its parameters.
-pub fn raw_stats(r: &Results, sprt: Option<&SprtParams>) -> RawStats {
-    let tri = [r.losses, r.draws, r.wins];
-    let tri_reg = regularize(&r.trinomial());
-    let tri_sum: f64 = tri_reg.iter().sum();
-    let draw_ratio = tri_reg[1] / tri_sum;
-    let penta = r.pentanomial;
-    let (pentanomial_draw_ratio, dd_wl) = match penta {
-        Some(p) => {
-            let reg = regularize(&p.map(|x| x as f64));
-            let sum: f64 = reg.iter().sum();
-            let dd = (r.draws as f64 - p[1] as f64 - p[3] as f64) / 2.0;
-            (Some(reg[2] / sum), Some((dd, p[2] as f64 - dd)))
-        }
-        None => (None, None),
-    };
-    let drawelo = draw_elo_calc([tri_reg[0], tri_reg[1], tri_reg[2]]).ok();
-    // σ per game of the data the SPRT decides with (for the normalized conversions).
-    let decisive: Vec<f64> = match penta {
-        Some(p) => p.map(|x| x as f64).to_vec(),
-        None => tri.map(|x| x as f64).to_vec(),
-    };
-    let sigma_pg = per_game_variance(&decisive).map(f64::sqrt);
-    let converted = match (sprt, drawelo, sigma_pg) {
-        (Some(s), Some(de), Some(sg)) => convert(s, de, draw_ratio, sg).ok(),
-        _ => None,
-    };
-    let bounds = match (sprt, &converted) {
-        (Some(s), Some(c)) => {
-            let bound = |k: usize| Bound {
-                logistic: c.lelo[k],
-                normalized: c.nelo[k],
-                bayeselo: c.belo[k],
-                score: logistic(c.lelo[k]).unwrap_or(f64::NAN),
-            };
-            Some(Bounds {
-                h0: bound(0),
-                h1: bound(1),
-                a: (s.beta / (1.0 - s.alpha)).ln(),
-                b: ((1.0 - s.beta) / s.alpha).ln(),
-            })
-        }
-        _ => None,
-    };
-    let pair = sprt.zip(converted.as_ref());
-    let pentanomial = penta.map(|p| view(&p, r, pair, true));
-    let trinomial = view(&tri, r, pair, penta.is_none());
-    let comparison = match (penta, &pentanomial) {
-        (Some(_), Some(pv)) => match (trinomial.variance, pv.variance) {
-            (Some(v3), Some(v5)) if v3 > 0.0 => {
-                let rms_bias = (v3 - v5).max(0.0).sqrt();
-                Some(Comparison {
-                    variance_ratio: v5 / v3,
-                    variance_difference: v3 - v5,
-                    rms_bias,
-                    rms_bias_elo: elo(0.5 + rms_bias),
-                })
-            }
+    let per_sample = |x: StatsResult<f64>| x.ok().map(|x| n * x);
+    Llrs {
+        llr: exact_llr.ok(),
+        llr_l: ab.map(|(a, _)| a),
+        llr_u: ab.map(|(_, b)| b),
+        exact: per_sample(llr(pdf, score[0], score[1], Statistic::Expectation)),
+        alt: per_sample(llr_alt(pdf, score[0], score[1])),
+        alt2: per_sample(llr_alt2(pdf, score[0], score[1])),
+        normalized: llr_normalized(nelo[0], nelo[1], &reg).ok(),
+        normalized_alt: llr_normalized_alt(nelo[0], nelo[1], &reg).ok(),
+        be: match (trinomial, b.belo0, b.belo1) {
+            (true, Some(b0), Some(b1)) => llr_legacy(b0, b1, [reg[0], reg[1], reg[2]]).ok(),
             _ => None,
         },
-        _ => None,
-    };
-    RawStats {
-        draw_ratio,
-        pentanomial_draw_ratio,
-        dd_wl,
-        drawelo,
-        bounds,
-        pentanomial,
-        trinomial,
-        comparison,
+        jumps: llr_jumps(pdf, b.score0, b.score1, Statistic::Expectation)
+            .ok()
+            .map(|j| j.iter().map(|(x, _)| *x).collect()),
     }
+}
+
+/// `get_elo` of the regularized counts as an [`EloLos`].
+fn fixed_elo(data: &[f64]) -> Option<EloLos> {
+    let e = get_elo(&regularize(data)).ok()?;
+    Some(EloLos {
+        elo: e.elo,
+        lower: e.elo - e.elo95,
+        upper: e.elo + e.elo95,
+        los: e.los,
+    })
+}
+
+/// The page's numbers for a run's counts and, for an SPRT, its parameters. `None` only when
+/// the trinomial view itself cannot be computed (it always can for counts of games).
+pub fn raw_stats(c: &Counts, sprt: Option<&SprtParams>) -> Option<RawStats> {
+    let tri = trinomial(c.trinomial).ok()?;
+    let pent = c.pentanomial.and_then(|p| pentanomial(p, &tri).ok());
+    let data3 = c.trinomial.map(|x| x as f64);
+    let reg3 = regularize(&data3);
+    let drawelo = draw_elo_calc([reg3[0], reg3[1], reg3[2]]).ok();
+    let data5 = c.pentanomial.map(|p| p.map(|x| x as f64));
+    let mut raw = RawStats {
+        trinomial: tri,
+        pentanomial: pent,
+        drawelo,
+        bounds: None,
+        elo3: None,
+        elo5: None,
+        llr3: None,
+        llr5: None,
+        overshoot: None,
+    };
+    let Some(s) = sprt else {
+        raw.elo3 = fixed_elo(&data3);
+        raw.elo5 = data5.as_ref().and_then(|d| fixed_elo(d));
+        return Some(raw);
+    };
+    let tri = &raw.trinomial;
+    let sigma = raw
+        .pentanomial
+        .as_ref()
+        .map_or(tri.stdev3, |p| p.stdev5_per_game);
+    let b = drawelo.and_then(|de| {
+        bounds(
+            s,
+            c.pentanomial.is_some(),
+            sigma,
+            tri.stdev3,
+            de,
+            tri.draw_ratio,
+        )
+        .ok()
+    });
+    let Some(b) = b else {
+        return Some(raw);
+    };
+    let (n3, pdf3) = match results_to_pdf(&data3) {
+        Ok(x) => x,
+        Err(_) => return Some(raw),
+    };
+    let e3 = sprt_elo_los(s, &b, &data3);
+    raw.elo3 = e3.map(|e| e.0);
+    raw.llr3 = Some(llrs(s, &b, &data3, n3, &pdf3, true, e3.map(|e| (e.1, e.2))));
+    if let Some(d5) = &data5 {
+        if let Ok((n5, pdf5)) = results_to_pdf(d5) {
+            let e5 = sprt_elo_los(s, &b, d5);
+            raw.elo5 = e5.map(|e| e.0);
+            raw.llr5 = Some(llrs(s, &b, d5, n5, &pdf5, false, e5.map(|e| (e.1, e.2))));
+        }
+        raw.overshoot = Some(expected_overshoot(s.overshoot.as_ref()));
+    }
+    raw.bounds = Some(b);
+    Some(raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample() -> Results {
-        // 1000 pairs: consistent W/L/D and pentanomial.
-        Results {
-            wins: 560,
-            losses: 500,
-            draws: 940,
-            pentanomial: Some([40, 200, 480, 220, 60]),
-        }
+    fn close(got: f64, want: f64, tol: f64) {
+        assert!(
+            (got - want).abs() <= tol * want.abs().max(1.0),
+            "got {got}, want {want}"
+        );
     }
 
-    fn sprt() -> SprtParams {
+    fn normalized(elo0: f64, elo1: f64, overshoot: Option<Overshoot>) -> SprtParams {
         SprtParams {
             alpha: 0.05,
             beta: 0.05,
-            elo0: 0.0,
-            elo1: 2.0,
+            elo0,
+            elo1,
             elo_model: EloModel::Normalized,
-            batch_size: 8,
-            overshoot: Some(Overshoot {
-                m0: -2.0,
-                sq0: 1.0,
-                m1: 4.0,
-                sq1: 2.0,
-                ..Overshoot::default()
-            }),
+            batch_size: 16,
+            overshoot,
+        }
+    }
+
+    /// A finished SPRT of `tests/data/fishtest-db` (run 6a5ef17522dfea1c957407ba), with
+    /// the numbers Fishtest's page code computes for it
+    /// (`tests/data/stats-page-reference.json`).
+    fn counts_a() -> Counts {
+        Counts {
+            trinomial: [1213, 6146, 1473],
+            pentanomial: Some([22, 804, 2517, 1038, 35]),
         }
     }
 
     #[test]
-    fn sprt_numbers_are_sprt_elo_s() {
-        let r = sample();
-        let s = sprt();
-        let raw = raw_stats(&r, Some(&s));
-        let want = sprt_elo(&r, 0.05, 0.05, 0.05, 0.0, 2.0, EloModel::Normalized).unwrap();
-        let p = raw.pentanomial.as_ref().unwrap();
-        assert_eq!(p.elo, Some((want.elo, want.ci, want.los)));
-        assert_eq!(p.llr, Some(want.llr));
-        assert_eq!(p.games, 2000);
-        assert_eq!(p.overshoot, Some([0.25, 0.25]));
-        assert_eq!(raw.trinomial.overshoot, None);
-        let g = p.generalized.unwrap();
-        assert!((g.normalized_exact - want.llr).abs() < 1e-12);
+    fn bayeselo_bounds_use_the_trinomial_sigma() {
+        let raw = raw_stats(&counts_a(), Some(&normalized(0.0, 2.0, None))).unwrap();
         let b = raw.bounds.unwrap();
-        assert!((b.h1.normalized - 2.0).abs() < 1e-9, "{b:?}");
-        assert!(b.h1.logistic > 0.0 && b.h0.logistic.abs() < 1e-9);
-        assert!((b.b - 19f64.ln()).abs() < 1e-12);
-        assert!(raw.trinomial.bayeselo_llr.is_some());
-        let c = raw.comparison.unwrap();
-        assert!(c.rms_bias >= 0.0 && c.variance_ratio > 0.0);
-        assert_eq!(raw.dd_wl, Some((260.0, 220.0)));
+        // Fishtest: belo1 2.1355291670446452, lelo1 0.9646615078081628 (σ₅).
+        close(b.belo1.unwrap(), 2.135_529_167_044_645_2, 1e-9);
+        close(b.lelo1, 0.964_661_507_808_162_8, 1e-9);
+        close(b.score1, 0.501_388_255_937_410_2, 1e-12);
+        // By hand: σ₃ of the trinomial distribution, score03 = 2/(800/ln 10)·σ₃ + ½.
+        let t = &raw.trinomial;
+        let p: [f64; 3] = [1213.0, 6146.0, 1473.0].map(|x: f64| x / 8832.0);
+        let mean = 0.5 * p[1] + p[2];
+        let var = p[0] * mean * mean
+            + p[1] * (0.5 - mean) * (0.5 - mean)
+            + p[2] * (1.0 - mean) * (1.0 - mean);
+        close(t.stdev3, var.sqrt(), 1e-12);
+        let score13 = 2.0 / NELO_DIVIDED_BY_NT * var.sqrt() + 0.5;
+        close(b.score13, score13, 1e-14);
+        let lelo13 = -400.0 * (1.0 / score13 - 1.0).log10();
+        close(b.lelo13, lelo13, 1e-9);
+        // elo_to_bayeselo at the trinomial draw ratio.
+        let want = elo_to_bayeselo(lelo13, t.draw_ratio).unwrap().0;
+        assert_eq!(b.belo1, Some(want));
+        assert!((b.belo1.unwrap() - b.lelo1).abs() > 1.0, "not the σ₅ bound");
     }
 
     #[test]
-    fn fixed_games_numbers_are_get_elo_s() {
-        let r = sample();
-        let raw = raw_stats(&r, None);
-        let e = get_elo(&[40.0, 200.0, 480.0, 220.0, 60.0]).unwrap();
-        let p = raw.pentanomial.unwrap();
-        assert_eq!(
-            p.elo,
-            Some((e.elo, [e.elo - e.elo95, e.elo + e.elo95], e.los))
+    fn trinomial_llrs_use_the_trinomial_bounds_and_elo_the_deciding_ones() {
+        let raw = raw_stats(&counts_a(), Some(&normalized(0.0, 2.0, None))).unwrap();
+        let l3 = raw.llr3.as_ref().unwrap();
+        // Fishtest's page: llr3_exact 2.5650369480207846, llr3_alt 2.564933042210532,
+        // llr3_alt2 2.5715160486796194, llr3_be 2.5665924477749247, llr3 2.5678813609990723.
+        close(l3.exact.unwrap(), 2.565_036_948_020_784_6, 1e-8);
+        close(l3.alt.unwrap(), 2.564_933_042_210_532, 1e-8);
+        close(l3.alt2.unwrap(), 2.571_516_048_679_619_4, 1e-8);
+        close(l3.be.unwrap(), 2.566_592_447_774_924_7, 1e-8);
+        close(l3.llr.unwrap(), 2.567_881_360_999_072_3, 1e-8);
+        // alt2 by hand: N·(s1 − s0)(2μ − s0 − s1)/(2·var) with the σ₃ scores.
+        let b = raw.bounds.unwrap();
+        let t = &raw.trinomial;
+        let by_hand = t.games3 * (b.score13 - b.score03) * (2.0 * t.avg3 - b.score03 - b.score13)
+            / (2.0 * t.var3);
+        close(l3.alt2.unwrap(), by_hand, 1e-12);
+        // Elo and LOS of the trinomial view: the σ₅ bounds (elo3 10.230905870028227,
+        // [6.238401659284823, 14.226113253509512], LOS 0.999999746822011).
+        let e3 = raw.elo3.unwrap();
+        close(e3.elo, 10.230_905_870_028_227, 1e-8);
+        close(e3.lower, 6.238_401_659_284_823, 1e-8);
+        close(e3.upper, 14.226_113_253_509_512, 1e-8);
+        close(e3.los, 0.999_999_746_822_011, 1e-9);
+    }
+
+    #[test]
+    fn llr_jumps_are_under_the_expectation_statistic() {
+        let raw = raw_stats(&counts_a(), Some(&normalized(0.0, 2.0, None))).unwrap();
+        let j3 = raw.llr3.as_ref().unwrap().jumps.clone().unwrap();
+        let j5 = raw.llr5.as_ref().unwrap().jumps.clone().unwrap();
+        // Fishtest: llrjumps3 and llrjumps5 of the reference.
+        let want3 = [
+            -0.009_734_270_654_500_72,
+            0.000_243_584_498_473_781_16,
+            0.008_535_656_618_741_339,
+        ];
+        let want5 = [
+            -0.029_929_414_826_295_186,
+            -0.012_569_250_332_689_741,
+            0.000_632_395_290_855_347_6,
+            0.011_010_754_406_543_866,
+            0.019_384_433_288_784_92,
+        ];
+        for (g, w) in j3.iter().zip(want3) {
+            close(*g, w, 1e-8);
+        }
+        for (g, w) in j5.iter().zip(want5) {
+            close(*g, w, 1e-8);
+        }
+        // Independently: the jumps of the MLEs with mean score0 and score1.
+        let b = raw.bounds.unwrap();
+        let (_, pdf5) = results_to_pdf(&[22.0, 804.0, 2517.0, 1038.0, 35.0]).unwrap();
+        let p0 = crate::stats::mle_expected(&pdf5, b.score0).unwrap();
+        let p1 = crate::stats::mle_expected(&pdf5, b.score1).unwrap();
+        for i in 0..5 {
+            close(j5[i], p1[i].1.ln() - p0[i].1.ln(), 1e-12);
+        }
+    }
+
+    #[test]
+    fn ranges_and_comparison_match_the_formulas() {
+        let c = Counts {
+            trinomial: [1194, 5516, 1290],
+            pentanomial: Some([21, 841, 2190, 917, 31]),
+        };
+        let raw = raw_stats(&c, None).unwrap();
+        let t = &raw.trinomial;
+        // Fishtest (run 6a5ef30622dfea1c957407c0): var3_l 0.07505550865573848,
+        // var3_u 0.08012249134426151, stdev3_l 0.2739626044841494, avg3_l 0.4998961595241312.
+        close(t.var3_l, 0.075_055_508_655_738_48, 1e-10);
+        close(t.var3_u, 0.080_122_491_344_261_51, 1e-10);
+        close(t.stdev3_l, 0.273_962_604_484_149_4, 1e-10);
+        close(t.avg3_l, 0.499_896_159_524_131_2, 1e-10);
+        close(t.nelo3_l.unwrap(), -0.130_110_155_559_816_28, 1e-8);
+        let p = raw.pentanomial.as_ref().unwrap();
+        close(p.var5, 0.030_682_75, 1e-12);
+        close(p.var5_per_game_u, 0.063_829_036_801_742_19, 1e-10);
+        close(p.avg5_u, 0.511_428_317_433_391_6, 1e-10);
+        close(p.nelo5_u.unwrap(), 16.029_052_149_349_663, 1e-8);
+        close(p.results5_dd_prob, 0.469_75, 1e-12);
+        close(p.rms_bias_elo, 90.499_489_908_942_56, 1e-9);
+        // By hand: var·(1 ± z·√((κ + 2)/N)).
+        let z = phi_inv(0.975);
+        let by_hand = t.var3 * (1.0 + z * ((t.exkurt3 + 2.0) / 8000.0).sqrt());
+        close(t.var3_u, by_hand, 1e-14);
+        // Fixed games: get_elo of each view.
+        let e5 = raw.elo5.unwrap();
+        close(e5.los, 0.984_858_818_135_237_3, 1e-9);
+        close(raw.elo3.unwrap().lower, -0.072_777_355_136_615_54, 1e-8);
+        assert!(raw.bounds.is_none() && raw.llr3.is_none() && raw.overshoot.is_none());
+    }
+
+    #[test]
+    fn no_games_has_neutral_values() {
+        let c = Counts {
+            trinomial: [0, 0, 0],
+            pentanomial: Some([0; 5]),
+        };
+        let raw = raw_stats(&c, Some(&normalized(0.0, 2.0, None))).unwrap();
+        let t = &raw.trinomial;
+        close(t.games3, 0.003, 1e-12);
+        close(t.avg3, 0.5, 1e-12);
+        close(t.var3_l, -4.050_504_372_938_867, 1e-9);
+        assert_eq!(t.stdev3_l, 0.0);
+        let p = raw.pentanomial.as_ref().unwrap();
+        close(p.games5, 0.01, 1e-12);
+        close(p.ratio, 1.5, 1e-12);
+        assert_eq!(p.rms_bias, 0.0);
+        let b = raw.bounds.unwrap();
+        // Fishtest: belo1 1.8371401363257842, lelo1 2.0000220916813682.
+        close(b.belo1.unwrap(), 1.837_140_136_325_784_2, 1e-9);
+        close(b.lelo1, 2.000_022_091_681_368_2, 1e-9);
+        let e5 = raw.elo5.unwrap();
+        assert_eq!((e5.lower, e5.upper), (-1000.0, 1000.0));
+        close(e5.los, 0.5, 1e-9);
+        assert_eq!(raw.overshoot, Some([0.0, 0.0]));
+    }
+
+    #[test]
+    fn logistic_and_bayeselo_bounds() {
+        let c = counts_a();
+        let mut s = normalized(0.0, 2.0, None);
+        s.elo_model = EloModel::Logistic;
+        let raw = raw_stats(&c, Some(&s)).unwrap();
+        let b = raw.bounds.unwrap();
+        assert_eq!((b.lelo0, b.lelo1, b.lelo13), (0.0, 2.0, 2.0));
+        let sc = logistic(2.0).unwrap();
+        close(b.score1, sc, 1e-15);
+        close(
+            b.nelo1,
+            NELO_DIVIDED_BY_NT * (sc - 0.5) / raw.pentanomial.as_ref().unwrap().stdev5_per_game,
+            1e-14,
         );
-        assert!(p.llr.is_none() && raw.bounds.is_none());
-        let n = crate::stats::nelo_pentanomial(&[40.0, 200.0, 480.0, 220.0, 60.0]).unwrap();
-        assert_eq!(p.nelo, Some((n.nelo5, n.nelo5_delta)));
+        close(
+            b.nelo13,
+            NELO_DIVIDED_BY_NT * (sc - 0.5) / raw.trinomial.stdev3,
+            1e-14,
+        );
+        let l5 = raw.llr5.as_ref().unwrap();
+        close(
+            l5.llr.unwrap(),
+            llr_logistic(0.0, 2.0, &[22.0, 804.0, 2517.0, 1038.0, 35.0]).unwrap(),
+            1e-14,
+        );
+        s.elo_model = EloModel::BayesElo;
+        let raw = raw_stats(&c, Some(&s)).unwrap();
+        let b = raw.bounds.unwrap();
+        assert_eq!((b.belo0, b.belo1), (Some(0.0), Some(2.0)));
+        let de = raw.drawelo.unwrap();
+        close(b.lelo1, bayeselo_to_elo(2.0, de).unwrap(), 1e-15);
+        assert_eq!(b.batch_size_games, 32);
     }
 
     #[test]
-    fn no_games_is_not_an_error() {
-        let raw = raw_stats(&Results::default(), Some(&sprt()));
-        assert_eq!(raw.trinomial.games, 0);
-        assert!(raw.trinomial.elo.is_none());
-        assert!(raw.pentanomial.is_none());
+    fn overshoot_is_zero_without_a_record() {
+        assert_eq!(expected_overshoot(None), [0.0, 0.0]);
+        let o = Overshoot {
+            m0: -2.0,
+            sq0: 1.0,
+            m1: 4.0,
+            sq1: 2.0,
+            ..Overshoot::default()
+        };
+        assert_eq!(expected_overshoot(Some(&o)), [0.25, 0.25]);
+        let tri_only = Counts {
+            trinomial: [100, 300, 120],
+            pentanomial: None,
+        };
+        let raw = raw_stats(&tri_only, Some(&normalized(0.0, 2.0, Some(o)))).unwrap();
+        assert!(raw.overshoot.is_none() && raw.llr5.is_none());
+        assert_eq!(raw.bounds.unwrap().batch_size_games, 1);
     }
 }

@@ -35,7 +35,7 @@ fn shoal(data: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn import(data: &Path, extra: &[&str]) -> (bool, String, String) {
+pub(crate) fn import(data: &Path, extra: &[&str]) -> (bool, String, String) {
     let dir = dump_dir();
     let mut args = vec!["import", "--fishtest", dir.to_str().expect("utf-8 path")];
     args.extend_from_slice(extra);

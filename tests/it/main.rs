@@ -26,6 +26,7 @@ mod sim;
 mod soak;
 mod spsa_props;
 mod stats_corpus;
+mod stats_pages;
 mod stats_props;
 mod store_ops;
 mod tuning;

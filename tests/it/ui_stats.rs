@@ -78,6 +78,16 @@ fn f2(v: &Value) -> String {
     format!("{:.2}", v.as_f64().unwrap_or_else(|| panic!("number: {v}")))
 }
 
+/// The first number of `body` displayed as the statistic `name` (`data-field`).
+fn field(body: &str, name: &str) -> String {
+    let mark = format!("<span data-field=\"{name}\">");
+    let at = body
+        .find(&mark)
+        .unwrap_or_else(|| panic!("{name} not shown in {body}"));
+    let rest = &body[at + mark.len()..];
+    rest[..rest.find('<').expect("end of span")].to_string()
+}
+
 /// Plays `updates` SPRT batches (new tasks as needed); returns the totals over all tasks.
 pub(crate) async fn play_batches(
     server: &TestServer,
@@ -223,7 +233,7 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
     );
     assert_eq!(points.last().map(|p| p.g), Some(stored.results.games()));
 
-    // The numbers are /api/get_elo's.
+    // The LLR is /api/get_elo's (the run's exact LLR); the bounds a, b too.
     let (status, elo) = server.get_json(&format!("/api/get_elo/{id}")).await;
     assert_eq!(status, 200, "{elo}");
     let e = &elo["elo"];
@@ -231,25 +241,12 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
     assert_eq!(page.status, 200);
     let body = &page.body;
     assert!(body.contains("Raw Statistics for test"), "{body}");
-    let elo_row = format!(
-        "<th>Elo</th><td>{} [{}, {}]</td>",
-        f2(&e["elo"]),
-        f2(&e["ci"][0]),
-        f2(&e["ci"][1])
+    let llr = field(body, "sprt.llr5");
+    assert_eq!(llr, format!("{:.4}", e["LLR"].as_f64().expect("LLR")));
+    assert_eq!(
+        field(body, "sprt.llr5_u"),
+        format!("{:.4}", e["b"].as_f64().expect("b"))
     );
-    assert!(body.contains(&elo_row), "{elo_row} in {body}");
-    let llr_row = format!(
-        "<th>LLR</th><td>{} [{}, {}]</td>",
-        f2(&e["LLR"]),
-        f2(&e["a"]),
-        f2(&e["b"])
-    );
-    assert!(body.contains(&llr_row), "{llr_row} in {body}");
-    let los = format!(
-        "<th>LOS(1-p)</th><td>{:.1}%</td>",
-        e["LOS"].as_f64().expect("LOS") * 100.0
-    );
-    assert!(body.contains(&los), "{los}");
     for section in [
         "Context",
         "SPRT parameters",
@@ -258,19 +255,19 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
         "Pentanomial statistics",
         "Trinomial statistics",
         "Comparison",
-        "Generalized LLR",
-        "Expected overshoot [H0, H1]",
+        "Generalized Log Likelihood Ratio",
+        "Expected overshoot [H0,H1]",
         "Elo0 (normalized)",
+        "<th>LOS(1-p)</th>",
+        "<th>Variance/game</th>",
     ] {
         assert!(body.contains(section), "{section} missing");
     }
 
     // …and src/stats' for the rest.
     let run = stored_run(&server, &id);
-    let results = shoal::stats::Results {
-        wins: run.results.wins,
-        losses: run.results.losses,
-        draws: run.results.draws,
+    let counts = shoal::stats::raw::Counts {
+        trinomial: [run.results.losses, run.results.draws, run.results.wins],
         pentanomial: Some(run.results.pentanomial),
     };
     let s = run.args.sprt.as_ref().expect("sprt");
@@ -283,26 +280,30 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
         batch_size: s.batch_size,
         overshoot: s.overshoot,
     };
-    let raw = shoal::stats::raw::raw_stats(&results, Some(&params));
+    let raw = shoal::stats::raw::raw_stats(&counts, Some(&params)).expect("raw stats");
+    let e5 = raw.elo5.expect("elo5");
     let want = [
-        format!("<th>Draw ratio</th><td>{:.5}</td>", raw.draw_ratio),
-        format!(
-            "<th>DrawElo (BayesElo)</th><td>{:.2}</td>",
-            raw.drawelo.expect("drawelo")
+        ("tri.draw_ratio", format!("{:.5}", raw.trinomial.draw_ratio)),
+        ("drawelo", format!("{:.2}", raw.drawelo.expect("drawelo"))),
+        (
+            "sprt.llr3_be",
+            format!("{:.5}", raw.llr3.as_ref().and_then(|l| l.be).expect("be")),
         ),
-        format!(
-            "<th>BayesElo</th><td>{:.4}</td>",
-            raw.trinomial.bayeselo_llr.expect("bayeselo llr")
+        (
+            "pent.rms_bias_elo",
+            format!(
+                "{:.3}",
+                raw.pentanomial.as_ref().expect("pent").rms_bias_elo
+            ),
         ),
-        format!(
-            "<th>RMS bias (Elo)</th><td>{:.2}</td>",
-            raw.comparison.expect("comparison").rms_bias_elo
-        ),
-        format!("<th>Games</th><td>{}</td>", run.results.games()),
+        ("pent.games5", run.results.games().to_string()),
+        ("sprt.elo5", format!("{:.4}", e5.elo)),
+        ("sprt.los5", format!("{:.5}", e5.los)),
     ];
-    for w in want {
-        assert!(body.contains(&w), "{w} in {body}");
+    for (name, w) in want {
+        assert_eq!(field(body, name), w, "{name}");
     }
+    let elo_row = format!("<span data-field=\"sprt.elo5\">{:.4}</span>", e5.elo);
 
     // The live fragment of an active run: 200, the content alone.
     let f = fragment(&mut anon, &format!("/tests/stats/{id}")).await;
@@ -426,7 +427,7 @@ async fn a_fixed_games_run_has_stats_and_an_elo_chart_but_no_live_elo() {
     let p = anon.get(&format!("/tests/stats/{id}")).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(p.body.contains("Statistics - 2000 games - patch vs master"));
-    assert!(!p.body.contains("SPRT bounds") && !p.body.contains("Generalized LLR"));
+    assert!(!p.body.contains("SPRT bounds") && !p.body.contains("Generalized Log Likelihood"));
     let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
     let penta: Vec<f64> = run["results"]["pentanomial"]
         .as_array()
@@ -436,21 +437,17 @@ async fn a_fixed_games_run_has_stats_and_an_elo_chart_but_no_live_elo() {
         .collect();
     assert_eq!(penta.iter().sum::<f64>() * 2.0, totals.games() as f64);
     let e = shoal::stats::get_elo(&penta).expect("elo");
-    let row = format!(
-        "<th>Elo</th><td>{:.2} [{:.2}, {:.2}]</td>",
-        e.elo,
-        e.elo - e.elo95,
-        e.elo + e.elo95
+    assert_eq!(field(&p.body, "sprt.elo5"), format!("{:.4}", e.elo));
+    assert_eq!(
+        field(&p.body, "sprt.elo5_l"),
+        format!("{:.4}", e.elo - e.elo95)
     );
-    assert!(p.body.contains(&row), "{row} in {}", p.body);
     let n = shoal::stats::nelo_pentanomial(&penta).expect("nelo");
-    let nelo = format!(
-        "{:.2} [{:.2}, {:.2}]",
-        n.nelo5,
-        n.nelo5 - n.nelo5_delta,
-        n.nelo5 + n.nelo5_delta
+    assert_eq!(field(&p.body, "pent.nelo5"), format!("{:.2}", n.nelo5));
+    assert_eq!(
+        field(&p.body, "pent.nelo5_u"),
+        format!("{:.2}", n.nelo5 + n.nelo5_delta)
     );
-    assert!(p.body.contains(&nelo), "{nelo}");
     for path in [
         format!("/tests/live_elo/{id}"),
         format!("/tests/live_elo_update/{id}"),

@@ -2,7 +2,9 @@
 //! box (its lines and colour), the SPRT bounds notation and the row format of the run
 //! tables (start date, submitter, tag, diff link, results, live column, info).
 //!
-//! Owns: turning a [`Run`] into the words and colours people read. Everything comes from
+//! Owns: turning a [`Run`] into the words and colours people read. Each number of the results
+//! box is a [`Piece`] naming the statistic it shows (the page renders it as
+//! `<span data-field>`; the run tables print the plain text). Everything comes from
 //! the run as stored (the SPRT's LLR is the one the last update computed), so a table of
 //! hundreds of runs costs no statistics beyond one Elo estimate per fixed-games run.
 //! Must not: read the store or decide anything (display only).
@@ -27,18 +29,96 @@ pub fn status_label(run: &Run) -> &'static str {
 /// The bounds as `elo0,elo1` with two decimals, wrapped by model: BayesElo `[…]`,
 /// logistic `{…}`, normalized `<…>`.
 pub fn bounds(sprt: &SprtRecord) -> String {
-    let (open, close) = match sprt.elo_model {
+    let (open, close) = bounds_brackets(sprt.elo_model);
+    format!("{open}{:.2},{:.2}{close}", sprt.elo0, sprt.elo1)
+}
+
+fn bounds_brackets(model: EloModel) -> (char, char) {
+    match model {
         EloModel::BayesElo => ('[', ']'),
         EloModel::Logistic => ('{', '}'),
         EloModel::Normalized => ('<', '>'),
-    };
-    format!("{open}{:.2},{:.2}{close}", sprt.elo0, sprt.elo1)
+    }
+}
+
+/// One piece of a displayed line: text, or a number with the name of the statistic it shows
+/// (`field`, the name `tests/data/stats-page-reference.json` gives it), rendered as
+/// `<span data-field="…">` so that tests find every displayed number without scraping text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Piece {
+    /// Empty for plain text.
+    pub field: String,
+    pub text: String,
+    /// The displayed number is the statistic times this (`100` for a percentage), as the
+    /// span's `data-scale`; 1 otherwise (no attribute).
+    pub scale: u32,
+}
+
+impl Piece {
+    pub fn text(text: impl Into<String>) -> Self {
+        Piece {
+            field: String::new(),
+            text: text.into(),
+            scale: 1,
+        }
+    }
+
+    pub fn num(field: impl Into<String>, text: impl Into<String>) -> Self {
+        Piece {
+            field: field.into(),
+            text: text.into(),
+            scale: 1,
+        }
+    }
+
+    /// A fraction shown as a percentage (the `%` sign is not part of the number).
+    pub fn percent(field: impl Into<String>, text: impl Into<String>) -> Self {
+        Piece {
+            scale: 100,
+            ..Piece::num(field, text)
+        }
+    }
+}
+
+/// A line of pieces; `Display` gives its plain text (the run tables show that).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Line(pub Vec<Piece>);
+
+impl Line {
+    pub fn t(mut self, text: impl Into<String>) -> Self {
+        self.0.push(Piece::text(text));
+        self
+    }
+
+    pub fn n(mut self, field: &str, text: impl Into<String>) -> Self {
+        self.0.push(Piece::num(field, text));
+        self
+    }
+}
+
+impl Line {
+    /// A fraction shown as a percentage with one decimal, named `field`.
+    pub fn pct(mut self, field: &str, fraction: f64) -> Self {
+        self.0
+            .push(Piece::percent(field, format!("{:.1}", fraction * 100.0)));
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|p| f.write_str(&p.text))
+    }
 }
 
 /// The results box: one line per item and the background colour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResultsBox {
-    pub lines: Vec<String>,
+    pub lines: Vec<Line>,
     /// `green`, `blue`, `yellow`, `red`, or empty (the default grey).
     pub colour: &'static str,
     /// `tc ≠ new_tc`: the box gets a pink border.
@@ -54,6 +134,14 @@ fn ratio(num: u64, den: u64) -> String {
     }
 }
 
+/// The run's pentanomial counts when it records them: any pair counted, or no game played
+/// yet (every run shoal creates records pairs; a legacy run with games and no pair counts
+/// has none).
+pub fn pentanomial_of(run: &Run) -> Option<[u64; 5]> {
+    let p = run.results.pentanomial;
+    (p.iter().any(|c| *c > 0) || run.results.games() == 0).then_some(p)
+}
+
 /// The results box of `run` (§ display rules): SPSA progress, or the SPRT's LLR line, or a
 /// fixed-games run's Elo and LOS; then the totals and the pentanomial counts.
 pub fn results_box(run: &Run) -> ResultsBox {
@@ -64,69 +152,108 @@ pub fn results_box(run: &Run) -> ResultsBox {
     if let Some(spsa) = &a.spsa {
         return ResultsBox {
             lines: vec![
-                format!("{}/{} iterations", spsa.iter, spsa.num_iter),
-                format!("{games}/{} games played", a.num_games),
+                Line::default()
+                    .n("results.iter", spsa.iter.to_string())
+                    .t("/")
+                    .n("results.num_iter", spsa.num_iter.to_string())
+                    .t(" iterations"),
+                Line::default()
+                    .n("results.games", games.to_string())
+                    .t("/")
+                    .n("results.num_games", a.num_games.to_string())
+                    .t(" games played"),
             ],
             colour: "",
             time_odds,
         };
     }
-    let penta = Some(r.pentanomial).filter(|p| p.iter().any(|c| *c > 0));
+    let penta = pentanomial_of(run);
     let mut lines = Vec::with_capacity(4);
     let mut state = "";
     if let Some(sprt) = &a.sprt {
-        lines.push(format!(
-            "LLR: {:.2} ({:.2},{:.2}) {}",
-            sprt.llr,
-            sprt.lower_bound,
-            sprt.upper_bound,
-            bounds(sprt)
-        ));
+        let (open, close) = bounds_brackets(sprt.elo_model);
+        lines.push(
+            Line::default()
+                .t("LLR: ")
+                .n("results.llr", format!("{:.2}", sprt.llr))
+                .t(" (")
+                .n("results.lower_bound", format!("{:.2}", sprt.lower_bound))
+                .t(",")
+                .n("results.upper_bound", format!("{:.2}", sprt.upper_bound))
+                .t(format!(") {open}"))
+                .n("results.elo0", format!("{:.2}", sprt.elo0))
+                .t(",")
+                .n("results.elo1", format!("{:.2}", sprt.elo1))
+                .t(close.to_string()),
+        );
         state = match sprt.state {
             SprtState::Accepted => "accepted",
             SprtState::Rejected => "rejected",
             _ => "",
         };
     } else {
+        // Fishtest's get_elo regularizes: a run without games shows its neutral values.
         let data: Vec<f64> = match penta {
             Some(p) => p.iter().map(|c| *c as f64).collect(),
             None => vec![r.losses as f64, r.draws as f64, r.wins as f64],
         };
         match get_elo(&data) {
-            Ok(e) if games > 0 => {
-                lines.push(format!(
-                    "Elo: {:.2} ± {:.1} (95%) LOS: {:.1}%",
-                    e.elo,
-                    e.elo95,
-                    e.los * 100.0
+            Ok(e) => {
+                let mut line = Line::default()
+                    .t("Elo: ")
+                    .n("results.elo", format!("{:.2}", e.elo))
+                    .t(" ± ")
+                    .n("results.elo95", format!("{:.1}", e.elo95))
+                    .t(" (95%) LOS: ");
+                line.0.push(Piece::percent(
+                    "results.los",
+                    format!("{:.1}", e.los * 100.0),
                 ));
+                lines.push(line.t("%"));
                 if e.los < 0.05 {
                     state = "rejected";
                 } else if e.los > 0.95 {
                     state = "accepted";
                 }
             }
-            _ => lines.push("Elo: - LOS: -".into()),
+            Err(_) => lines.push(Line::default().t("Elo: - LOS: -")),
         }
     }
-    lines.push(format!(
-        "Total: {games} W: {} L: {} D: {}",
-        r.wins, r.losses, r.draws
-    ));
+    lines.push(
+        Line::default()
+            .t("Total: ")
+            .n("results.games", games.to_string())
+            .t(" W: ")
+            .n("results.wins", r.wins.to_string())
+            .t(" L: ")
+            .n("results.losses", r.losses.to_string())
+            .t(" D: ")
+            .n("results.draws", r.draws.to_string()),
+    );
     if let Some(p) = penta {
-        lines.push(format!(
-            "Ptnml(0-2): {}, {}, {}, {}, {}",
-            p[0], p[1], p[2], p[3], p[4]
-        ));
+        let mut line = Line::default().t("Ptnml(0-2): ");
+        for (i, c) in p.iter().enumerate() {
+            if i > 0 {
+                line = line.t(", ");
+            }
+            line = line.n(&format!("results.pentanomial.{i}"), c.to_string());
+        }
+        lines.push(line);
         if a.sprt.is_none() {
             let data: Vec<f64> = p.iter().map(|c| *c as f64).collect();
             if let Ok(n) = nelo_pentanomial(&data) {
-                lines.push(format!(
-                    "nElo: {:.2} ± {:.1} (95%) PairsRatio: {}",
-                    n.nelo5,
-                    n.nelo5_delta,
-                    ratio(p[3].saturating_add(p[4]), p[0].saturating_add(p[1]))
-                ));
+                lines.push(
+                    Line::default()
+                        .t("nElo: ")
+                        .n("results.nelo5", format!("{:.2}", n.nelo5))
+                        .t(" ± ")
+                        .n("results.nelo5_delta", format!("{:.1}", n.nelo5_delta))
+                        .t(" (95%) PairsRatio: ")
+                        .n(
+                            "results.pairs_ratio",
+                            ratio(p[3].saturating_add(p[4]), p[0].saturating_add(p[1])),
+                        ),
+                );
             }
         }
     }

@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::results::{ResultsBox, results_box, status_label};
+use super::results::{Line, ResultsBox, results_box, status_label};
 use super::session::Ctx;
 use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
@@ -21,7 +21,7 @@ use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::{Run, Task};
 use crate::rundb::schedule::hash_mib;
-use crate::stats::{Results, SprtState, get_elo, sprt_elo};
+use crate::stats::{Results, SprtState, sprt_elo};
 
 /// One line of the arguments table; `href` empty when the value is not a link.
 pub struct ArgRow {
@@ -47,9 +47,9 @@ pub struct Detail {
     pub time_losses: u64,
     /// `LL, LD, DD+WL, WD, WW` counts, when the run has any.
     pub penta: Option<[u64; 5]>,
-    /// `Elo: … ± … (95%)` or the SPRT's `Elo: … [lo, hi] (95%)`; empty before any game.
-    pub elo: String,
-    pub los: String,
+    /// The SPRT's `Elo: … [lo, hi] (95%) LOS: …%` (the raw statistics page's numbers of the
+    /// data the SPRT decides with, `sprt.elo5`… or `sprt.elo3`…); empty before any game.
+    pub sprt_elo: Line,
     /// `LLR: x (a, b) [elo0, elo1]` for an SPRT.
     pub llr: String,
     pub sprt_state: String,
@@ -522,8 +522,7 @@ fn detail(run: &Run) -> Detail {
         crashes: r.crashes,
         time_losses: r.time_losses,
         penta,
-        elo: String::new(),
-        los: String::new(),
+        sprt_elo: Line::default(),
         llr: String::new(),
         sprt_state: String::new(),
     };
@@ -541,8 +540,17 @@ fn detail(run: &Run) -> Detail {
                     e.llr, e.a, e.b, s.elo0, s.elo1
                 );
                 if games > 0 {
-                    d.elo = format!("Elo: {:.2} [{:.2}, {:.2}] (95%)", e.elo, e.ci[0], e.ci[1]);
-                    d.los = format!("LOS: {:.1}%", e.los * 100.0);
+                    let v = if penta.is_some() { 5 } else { 3 };
+                    d.sprt_elo = Line::default()
+                        .t("Elo: ")
+                        .n(&format!("sprt.elo{v}"), format!("{:.2}", e.elo))
+                        .t(" [")
+                        .n(&format!("sprt.elo{v}_l"), format!("{:.2}", e.ci[0]))
+                        .t(", ")
+                        .n(&format!("sprt.elo{v}_u"), format!("{:.2}", e.ci[1]))
+                        .t("] (95%) LOS: ")
+                        .pct(&format!("sprt.los{v}"), e.los)
+                        .t("%");
                 }
             }
             Err(e) => d.llr = format!("LLR: unavailable ({e})"),
@@ -551,15 +559,6 @@ fn detail(run: &Run) -> Detail {
             SprtState::Running => "running".into(),
             other => other.as_str().into(),
         };
-    } else if games > 0 {
-        let data: Vec<f64> = match penta {
-            Some(p) => p.iter().map(|c| *c as f64).collect(),
-            None => vec![r.losses as f64, r.draws as f64, r.wins as f64],
-        };
-        if let Ok(e) = get_elo(&data) {
-            d.elo = format!("Elo: {:.2} ± {:.1} (95%)", e.elo, e.elo95);
-            d.los = format!("LOS: {:.1}%", e.los * 100.0);
-        }
     }
     d
 }
