@@ -391,16 +391,18 @@ mod tests {
         while done < updates {
             let a = f.request(n);
             let Assignment::Task(t) = a else {
-                panic!("no task after {done} updates: {a:?} {:?}", f.get(&id).args.sprt);
+                panic!(
+                    "no task after {done} updates: {a:?} {:?}",
+                    f.get(&id).args.sprt
+                );
             };
             assert_eq!(t.run_id, id);
             let mut pairs = 0;
             while done < updates && 2 * (pairs + batch) <= t.num_games {
                 pairs += batch;
-                let (reply, ticket) = f
-                    .db
-                    .update_task(&id, t.task_id, totals(pairs), None, worker(n))
-                    .expect("update");
+                let (reply, ticket) =
+                    f.db.update_task(&id, t.task_id, totals(pairs), None, worker(n))
+                        .expect("update");
                 f.durable(ticket);
                 done += 1;
                 if format!("{reply:?}") != "Alive(true)" {

@@ -18,8 +18,8 @@ use super::actions::{run_fields, run_label};
 use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
-use super::transitions::sprt_results;
 use super::trajectory::Point;
+use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
 use crate::stats::SprtRecord;
 use crate::store::Doc;
@@ -228,10 +228,7 @@ impl RunDb {
             UpdatePlan::Apply(a) => a,
         };
         // The run as it was, for a trajectory that begins now (trajectory.rs: two copies).
-        let before = Point::of(
-            &run.results,
-            run.args.sprt.as_ref().map(|s| s.llr),
-        );
+        let before = Point::of(&run.results, run.args.sprt.as_ref().map(|s| s.llr));
         run.results = a.results;
         {
             let task = &mut run.tasks[task_id];

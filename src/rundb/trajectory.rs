@@ -213,10 +213,7 @@ impl Trajectory {
             Unjournaled::From(from) => {
                 patch.insert(format!("{KEY_PREFIX}stride"), Value::from(self.stride));
                 for (i, p) in self.points.iter().enumerate().skip(from) {
-                    patch.insert(
-                        format!("{KEY_PREFIX}points.{i}"),
-                        serde_json::to_value(p)?,
-                    );
+                    patch.insert(format!("{KEY_PREFIX}points.{i}"), serde_json::to_value(p)?);
                 }
             }
         }
@@ -414,9 +411,21 @@ mod tests {
     fn unknown_or_broken_keys_are_ignored() {
         let mut doc = Doc::new();
         assert!(!apply_patch_key(&mut doc, "results", &Value::Null));
-        assert!(apply_patch_key(&mut doc, "trajectory.points.x", &Value::Null));
-        assert!(apply_patch_key(&mut doc, "trajectory.points.5", &Value::from(1)));
-        assert!(apply_patch_key(&mut doc, "trajectory.other", &Value::from(1)));
+        assert!(apply_patch_key(
+            &mut doc,
+            "trajectory.points.x",
+            &Value::Null
+        ));
+        assert!(apply_patch_key(
+            &mut doc,
+            "trajectory.points.5",
+            &Value::from(1)
+        ));
+        assert!(apply_patch_key(
+            &mut doc,
+            "trajectory.other",
+            &Value::from(1)
+        ));
         assert_eq!(stored(&doc), Trajectory::default());
     }
 }

@@ -154,7 +154,10 @@ pub fn value_label(v: f64, span: f64) -> String {
     };
     let s = format!("{v:.decimals$}");
     // No "-0.0".
-    if s.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') {
+    if s.trim_start_matches('-')
+        .chars()
+        .all(|c| c == '0' || c == '.')
+    {
         s.trim_start_matches('-').to_string()
     } else {
         s
@@ -167,11 +170,14 @@ fn draw_missing(out: &mut String, caption: &str, why: &str) -> Result<(), String
     root.fill(&WHITE).map_err(err)?;
     let (w, h) = (SIZE.0 as i32, SIZE.1 as i32);
     let centred = |size: u32| {
-        TextStyle::from(("sans-serif", size).into_font())
-            .pos(Pos::new(HPos::Center, VPos::Center))
+        TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center))
     };
-    root.draw(&Text::new(caption.to_string(), (w / 2, 30), centred(CAPTION)))
-        .map_err(err)?;
+    root.draw(&Text::new(
+        caption.to_string(),
+        (w / 2, 30),
+        centred(CAPTION),
+    ))
+    .map_err(err)?;
     // The sentence on lines of at most ~60 characters.
     let mut lines: Vec<String> = Vec::new();
     for word in why.split_whitespace() {
@@ -196,7 +202,10 @@ fn draw_missing(out: &mut String, caption: &str, why: &str) -> Result<(), String
 /// The caption, saying where a history that began mid-run starts.
 fn caption(title: &str, since: u64) -> String {
     if since > 0 {
-        format!("{title} (recorded from {} games)", games_label(since as f64))
+        format!(
+            "{title} (recorded from {} games)",
+            games_label(since as f64)
+        )
     } else {
         title.to_string()
     }
@@ -535,7 +544,9 @@ mod tests {
             assert!(words.iter().any(|w| w == "500k"), "{words:?}");
             assert!(words.iter().any(|w| w == "1M"), "{words:?}");
             assert!(
-                words.iter().all(|w| !w.ends_with(".0") && !w.contains("000")),
+                words
+                    .iter()
+                    .all(|w| !w.ends_with(".0") && !w.contains("000")),
                 "raw numbers on an axis: {words:?}"
             );
             assert!(svg.contains("<polyline"), "a line: {svg}");

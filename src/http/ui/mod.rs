@@ -65,6 +65,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/user/{name}", get(lists::user))
         .route("/tests/view/{id}", get(run::view))
         .route("/tests/view/{id}/detail", get(run::detail_fragment))
+        .route("/tests/view/{id}/charts", get(run::charts_fragment))
         .route("/tests/tasks/{id}", get(run::tasks_fragment))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))

@@ -1,11 +1,17 @@
-//! The run page: `/tests/view/{id}` (arguments, results, Elo/SPRT, SPSA parameters, tasks,
-//! control buttons) and its two live fragments, `/tests/view/{id}/detail` (results and
-//! statistics) and `/tests/tasks/{id}` (the tasks table), which render the same partial
-//! templates without the layout (`static/refresh.js` re-fetches them on unfinished runs).
+//! The run page: `/tests/view/{id}` (arguments, results, Elo/SPRT, SPSA parameters, charts,
+//! the chi² box and tasks, control buttons) and its three live fragments,
+//! `/tests/view/{id}/detail` (results and statistics), `/tests/view/{id}/charts` (the chart
+//! images, their URLs changing with the run's games so the browser fetches them anew) and
+//! `/tests/tasks/{id}` (the chi² box and the tasks table with each task's residual), which
+//! render the same partial templates without the layout (`static/refresh.js` re-fetches them
+//! on unfinished runs; without JavaScript the page is whole as served).
 //!
 //! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); the
-//! numbers come from `crate::stats` exactly as `/api/get_elo` computes them.
+//! numbers come from `crate::stats` exactly as `/api/get_elo` computes them, the chi² and the
+//! residuals from `crate::purge` exactly as a purge computes them (Fishtest's rule: each
+//! worker's residual against the Bonferroni thresholds, green, yellow or red).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use askama::Template;
@@ -13,10 +19,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::charts::History;
 use super::results::{ResultsBox, results_box, status_label};
 use super::session::Ctx;
 use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
+use crate::purge::{PurgeStats, PurgeTask, ResidualColor, get_chi2, task_residual};
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::{Run, Task};
@@ -69,6 +77,12 @@ pub struct TaskRow {
     pub last_updated: String,
     /// `active`, `dead`, `bad`, `purged` or empty (done).
     pub mark: &'static str,
+    /// The residual with 3 decimals, or `-` when the worker is not in the chi² table.
+    pub residual: String,
+    /// `green`, `yellow`, `red`, or empty (no residual).
+    pub residual_colour: &'static str,
+    /// The words beside a residual that is out of line (the colour is not the only cue).
+    pub residual_note: &'static str,
 }
 
 /// One SPSA parameter.
@@ -86,6 +100,37 @@ pub struct SpsaRow {
 pub struct Tasks {
     pub id: String,
     pub rows: Vec<TaskRow>,
+    /// The chi² box and the residual column (runs that are not SPSA, with tasks).
+    pub chi2: Option<Chi2Box>,
+}
+
+/// Fishtest's "Stats" box over the run's workers: chi², degrees of freedom, p-value.
+pub struct Chi2Box {
+    /// 2 decimals, or `-` when there is no table.
+    pub chi2: String,
+    pub dof: usize,
+    /// A percentage with 2 decimals, or `-`.
+    pub p: String,
+    /// Workers in the table (those with enough games).
+    pub workers: usize,
+    /// The residual thresholds (2 decimals): yellow from `z95`, red from `z99`.
+    pub z95: String,
+    pub z99: String,
+    /// Tasks whose residual is yellow, and red.
+    pub yellow: usize,
+    pub red: usize,
+}
+
+/// The chart images (the `charts` fragment).
+pub struct Charts {
+    pub id: String,
+    pub spsa: bool,
+    /// The LLR chart (SPRT runs).
+    pub llr: bool,
+    /// Why there is no chart to draw (no games, no recorded history), instead of the images.
+    pub missing: Option<&'static str>,
+    /// The run's games: part of the images' URLs, so a refreshed fragment fetches them anew.
+    pub games: u64,
 }
 
 /// What the modify form starts with (POSTed to `/tests/modify`).
@@ -136,6 +181,7 @@ pub struct RunPage {
     pub args: Vec<ArgRow>,
     pub d: Detail,
     pub t: Tasks,
+    pub c: Charts,
     pub spsa: Vec<SpsaRow>,
     pub spsa_iter: String,
     pub controls: Controls,
@@ -166,6 +212,12 @@ pub struct DetailFragment {
 #[template(source = "{% include \"run_tasks.html\" %}", ext = "html")]
 pub struct TasksFragment {
     pub t: Tasks,
+}
+
+#[derive(Template)]
+#[template(source = "{% include \"run_charts.html\" %}", ext = "html")]
+pub struct ChartsFragment {
+    pub c: Charts,
 }
 
 pub fn valid_id(id: &str) -> bool {
@@ -299,6 +351,7 @@ pub async fn view(
             args: arg_rows(&run),
             d: detail(&run),
             t: tasks(&run),
+            c: charts(&run),
             spsa,
             spsa_iter,
             controls: controls(&run, ctx),
@@ -363,6 +416,23 @@ pub async fn tasks_fragment(
             StatusCode::OK
         };
         Out::render(status, &TasksFragment { t: tasks(run) })
+    })
+    .await
+}
+
+/// `GET /tests/view/{id}/charts`: the chart images alone (their URLs carry the run's games).
+pub async fn charts_fragment(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    fragment(&state, id, &headers, |run| {
+        let status = if run.finished {
+            FINISHED_FRAGMENT
+        } else {
+            StatusCode::OK
+        };
+        Out::render(status, &ChartsFragment { c: charts(run) })
     })
     .await
 }
@@ -616,28 +686,131 @@ fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
         } else {
             ""
         },
+        residual: "-".into(),
+        residual_colour: "",
+        residual_note: "",
     }
 }
 
+/// The purge's view of a task's counts: pentanomial when the run has any (Fishtest looks
+/// for the field, which runs without pentanomial lack), W/L/D otherwise.
+fn purge_stats(t: &Task, pentanomial: bool) -> PurgeStats {
+    let mut s = t.stats.to_purge();
+    if !pentanomial {
+        s.pentanomial = None;
+    }
+    s
+}
+
+/// A residual as the table shows it: 3 decimals on its colour, with words for the colours
+/// that mean "look at this worker"; `-` for a worker outside the table (`inf`).
+fn set_residual(row: &mut TaskRow, residual: f64, colour: ResidualColor, crashes: bool) {
+    if !residual.is_finite() {
+        return;
+    }
+    row.residual = format!("{residual:.3}");
+    row.residual_colour = match colour {
+        ResidualColor::Green => "green",
+        ResidualColor::Yellow => "yellow",
+        ResidualColor::Red => "red",
+    };
+    row.residual_note = match colour {
+        _ if crashes => "crashes or time losses",
+        ResidualColor::Green => "",
+        ResidualColor::Yellow => "high",
+        ResidualColor::Red => "out of line",
+    };
+}
+
+/// A number of the chi² box, or `-` when the table is empty (NaN).
+fn finite(v: f64, text: impl FnOnce(f64) -> String) -> String {
+    if v.is_finite() { text(v) } else { "-".into() }
+}
+
 fn tasks(run: &Run) -> Tasks {
-    let mut rows: Vec<TaskRow> = run
+    let spsa = run.args.spsa.is_some();
+    let pentanomial = run.results.pentanomial.iter().any(|c| *c > 0);
+    let view: Vec<PurgeTask<'_>> = run
         .tasks
         .iter()
-        .enumerate()
-        .map(|(i, t)| task_row(i, t, false))
+        .map(|t| PurgeTask {
+            unique_key: &t.worker_info.unique_key,
+            stats: purge_stats(t, pentanomial),
+            bad: t.bad,
+        })
         .collect();
+    let table = (!spsa && !run.tasks.is_empty()).then(|| get_chi2(&view, &HashSet::new()));
+    let purged_ids: HashSet<u64> = run
+        .bad_tasks
+        .iter()
+        .filter_map(|v| v.get("task_id").and_then(serde_json::Value::as_u64))
+        .collect();
+    let mut rows = Vec::with_capacity(run.tasks.len() + run.bad_tasks.len());
+    for (i, t) in run.tasks.iter().enumerate() {
+        // A purged task is shown from its copy in bad_tasks (as Fishtest does).
+        if t.bad && purged_ids.contains(&(i as u64)) {
+            continue;
+        }
+        let mut row = task_row(i, t, false);
+        if let (Some(chi2), Some(task)) = (&table, view.get(i))
+            && !t.bad
+        {
+            let (residual, colour) = task_residual(task, chi2);
+            set_residual(&mut row, residual, colour, t.stats.crash_or_time());
+        }
+        rows.push(row);
+    }
     for v in &run.bad_tasks {
         let idx = v
             .get("task_id")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or_default() as usize;
         if let Ok(t) = serde_json::from_value::<Task>(v.clone()) {
-            rows.push(task_row(idx, &t, true));
+            let mut row = task_row(idx, &t, true);
+            // Frozen at purge time: `residual` a number or "inf", `residual_color` a name.
+            let residual = v.get("residual").and_then(serde_json::Value::as_f64);
+            let colour = v
+                .get("residual_color")
+                .and_then(|c| serde_json::from_value::<ResidualColor>(c.clone()).ok());
+            if !spsa && let (Some(r), Some(c)) = (residual, colour) {
+                set_residual(&mut row, r, c, t.stats.crash_or_time());
+            }
+            rows.push(row);
         }
     }
+    let chi2 = table.map(|c| Chi2Box {
+        chi2: finite(c.chi2, |v| format!("{v:.2}")),
+        dof: c.dof,
+        p: finite(c.p, |v| format!("{:.2}%", v * 100.0)),
+        workers: c.residuals.len(),
+        z95: finite(c.z_95, |v| format!("{v:.2}")),
+        z99: finite(c.z_99, |v| format!("{v:.2}")),
+        yellow: rows
+            .iter()
+            .filter(|r| r.residual_colour == "yellow")
+            .count(),
+        red: rows.iter().filter(|r| r.residual_colour == "red").count(),
+    });
     Tasks {
         id: run.id.clone(),
         rows,
+        chi2,
+    }
+}
+
+/// The chart images of the run page, or why there are none.
+fn charts(run: &Run) -> Charts {
+    let spsa = run.args.spsa.is_some();
+    Charts {
+        id: run.id.clone(),
+        spsa,
+        llr: run.args.sprt.is_some(),
+        missing: if spsa {
+            None
+        } else {
+            History::of(run).missing()
+        },
+        games: run.results.games(),
     }
 }
 
