@@ -143,25 +143,17 @@ pub fn games_label(games: f64) -> String {
     }
 }
 
-/// A value axis' tick label: as few decimals as the span needs (`-2.5`, `12`, `0.25`).
+/// A value axis' tick label: the decimals the span needs, trailing zeros dropped (`-2.5`,
+/// `2`, `0.25`, never `2.0` or `-0`).
 pub fn value_label(v: f64, span: f64) -> String {
-    let decimals = if span >= 20.0 {
-        0
-    } else if span >= 2.0 {
-        1
-    } else {
-        2
-    };
+    let decimals = if span >= 20.0 { 0 } else { 2 };
     let s = format!("{v:.decimals$}");
-    // No "-0.0".
-    if s.trim_start_matches('-')
-        .chars()
-        .all(|c| c == '0' || c == '.')
-    {
-        s.trim_start_matches('-').to_string()
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
         s
-    }
+    };
+    if s == "-0" { "0".into() } else { s }
 }
 
 /// An SVG that says in words why there is no chart.
@@ -491,8 +483,10 @@ mod tests {
         assert_eq!(games_label(1_200_000.0), "1.2M");
         assert_eq!(games_label(999_999.0), "1M");
         assert_eq!(value_label(-2.5, 6.0), "-2.5");
-        assert_eq!(value_label(-0.0001, 6.0), "0.0");
+        assert_eq!(value_label(2.0, 6.0), "2");
+        assert_eq!(value_label(-0.0001, 6.0), "0");
         assert_eq!(value_label(12.0, 40.0), "12");
+        assert_eq!(value_label(-0.3, 40.0), "0");
         assert_eq!(value_label(0.25, 1.0), "0.25");
     }
 
