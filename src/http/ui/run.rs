@@ -874,3 +874,106 @@ fn controls(run: &Run, ctx: &Ctx) -> Controls {
         delete: may && !run.deleted,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::rundb::model::Stats;
+    use crate::rundb::outcome::Assignment;
+    use crate::rundb::testkit::{fixture, worker};
+
+    fn pairs(p: [u64; 5], crashes: u64) -> Stats {
+        Stats {
+            wins: 2 * p[4] + p[3],
+            losses: 2 * p[0] + p[1],
+            draws: p[1] + 2 * p[2] + p[3],
+            crashes,
+            time_losses: 0,
+            pentanomial: p,
+        }
+    }
+
+    /// Three workers, the third with crashes; then the first purged (its copy in bad_tasks).
+    #[test]
+    fn residuals_of_crashed_and_purged_tasks_and_none_for_spsa() {
+        let f = fixture();
+        let id = f.run(json!({}), true);
+        for (n, crashes) in [(1, 0), (2, 0), (3, 5)] {
+            let Assignment::Task(t) = f.request(n) else {
+                panic!("no task");
+            };
+            let (_, ticket) =
+                f.db.update_task(
+                    &id,
+                    t.task_id,
+                    pairs([5, 20, 50, 20, 5], crashes),
+                    None,
+                    worker(n),
+                )
+                .expect("update");
+            f.durable(ticket);
+        }
+        let mut run = f.get(&id);
+        let t = tasks(&run);
+        let c = t.chi2.as_ref().expect("a chi² box");
+        assert_eq!(c.dof, 4);
+        assert_eq!(c.workers, 3);
+        let crashed = &t.rows[2];
+        assert_eq!(
+            (crashed.residual.as_str(), crashed.residual_colour),
+            ("10.000", "red")
+        );
+        assert_eq!(crashed.residual_note, "crashes or time losses");
+        // Identical results: residual 0, green, no words.
+        assert_eq!(
+            (t.rows[0].residual.as_str(), t.rows[0].residual_colour),
+            ("0.000", "green")
+        );
+        assert_eq!(t.rows[0].residual_note, "");
+        assert_eq!(c.red, 1);
+
+        // A purge's copy shows its frozen residual, once; "inf" shows as "-".
+        let mut copy = serde_json::to_value(&run.tasks[0]).expect("json");
+        copy["task_id"] = json!(0);
+        copy["bad"] = json!(true);
+        copy["residual"] = json!(5.5);
+        copy["residual_color"] = json!("yellow");
+        run.bad_tasks.push(copy.clone());
+        copy["task_id"] = json!(1);
+        copy["residual"] = json!("inf");
+        copy["residual_color"] = json!("red");
+        run.bad_tasks.push(copy);
+        run.tasks[0].bad = true;
+        run.tasks[0].stats = Stats::default();
+        run.tasks[1].bad = true;
+        let t = tasks(&run);
+        let zero: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 0).collect();
+        assert_eq!(zero.len(), 1);
+        assert_eq!(zero[0].mark, "purged");
+        assert_eq!(
+            (
+                zero[0].residual.as_str(),
+                zero[0].residual_colour,
+                zero[0].residual_note
+            ),
+            ("5.500", "yellow", "high")
+        );
+        let one: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 1).collect();
+        assert_eq!(
+            (one[0].residual.as_str(), one[0].residual_colour),
+            ("-", "")
+        );
+        // One worker left: no table, and the box says so rather than printing NaN.
+        let c = t.chi2.as_ref().expect("a box");
+        assert_eq!((c.workers, c.chi2.as_str(), c.p.as_str()), (0, "-", "-"));
+
+        // SPSA: neither box nor residuals.
+        let spsa = f.run(
+            json!({"spsa": {"raw_params": "Foo,100,0,200,10,0.002"}}),
+            true,
+        );
+        assert!(tasks(&f.get(&spsa)).chi2.is_none());
+    }
+}
