@@ -203,6 +203,34 @@ fn caption(title: &str, since: u64) -> String {
     }
 }
 
+/// The chart images (the `charts` fragment).
+pub struct RunCharts {
+    pub id: String,
+    pub spsa: bool,
+    /// The LLR chart (SPRT runs).
+    pub llr: bool,
+    /// Why there is no chart to draw (no games, no recorded history), instead of the images.
+    pub missing: Option<&'static str>,
+    /// The run's games: part of the images' URLs, so a refreshed fragment fetches them anew.
+    pub games: u64,
+}
+
+/// The chart images of the run page, or why there are none.
+pub fn run_charts(run: &Run) -> RunCharts {
+    let spsa = run.args.spsa.is_some();
+    RunCharts {
+        id: run.id.clone(),
+        spsa,
+        llr: run.args.sprt.is_some(),
+        missing: if spsa {
+            None
+        } else {
+            History::of(run).missing()
+        },
+        games: run.results.games(),
+    }
+}
+
 /// Elo, lower and upper 95% bound at a point (pentanomial when the run has it).
 fn elo_at(p: &Point) -> Option<(f64, f64, f64)> {
     if p.g == 0 {

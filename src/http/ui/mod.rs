@@ -21,6 +21,7 @@ pub mod rate_limits;
 pub mod record;
 pub mod results;
 pub mod run;
+pub mod run_tasks;
 pub mod session;
 pub mod stats;
 pub mod submit;
