@@ -111,8 +111,9 @@ pub(super) fn parse_run(doc: Doc) -> DbResult<Run> {
 }
 
 /// The patch that makes a journal entry: every run field but the task lists and the
-/// trajectory, plus the touched tasks as `"tasks.<i>"`. (The trajectory is written with the
-/// whole run by the write-behind: a crash loses at most its last second of samples.)
+/// trajectory, plus the touched tasks as `"tasks.<i>"` and what the trajectory changed since
+/// the last patch (`trajectory.rs`: its newest point and stride, or all of it when its shape
+/// changed), so an acknowledged update's samples survive a crash.
 fn patch_of(run: &mut Run, touched: &[usize]) -> DbResult<Doc> {
     let tasks = std::mem::take(&mut run.tasks);
     let bad = std::mem::take(&mut run.bad_tasks);
@@ -129,6 +130,9 @@ fn patch_of(run: &mut Run, touched: &[usize]) -> DbResult<Doc> {
             patch.insert(format!("tasks.{i}"), Value::Object(to_doc(t)?));
         }
     }
+    run.trajectory
+        .journal_into(&mut patch)
+        .map_err(|e| RunDbError::Corrupt(run.id.clone(), e.to_string()))?;
     Ok(patch)
 }
 
@@ -153,7 +157,7 @@ pub fn apply_patch(doc: &mut Doc, patch: &Doc) {
                     list.push(value.clone());
                 }
             }
-        } else {
+        } else if !super::trajectory::apply_patch_key(doc, key, value) {
             doc.insert(key.clone(), value.clone());
         }
     }
@@ -340,5 +344,135 @@ impl RunDb {
     /// Closes the store (at shutdown, after the last flush).
     pub fn close_store(&self) -> Result<(), StoreError> {
         self.store.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The trajectory in the journal: an acknowledged update's samples survive a crash (a
+    //! restart that replays the journal over documents the write-behind never wrote), and
+    //! they cost each patch a point, not the whole trajectory.
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::rundb::model::Stats;
+    use crate::rundb::outcome::Assignment;
+    use crate::rundb::testkit::{Fixture, fixture, worker};
+    use crate::rundb::trajectory::{MAX_POINTS, Point};
+
+    /// Totals of `pairs` game pairs of a patch as strong as its base (always consistent;
+    /// the SPRT between -1 and 1 stays undecided).
+    fn totals(pairs: u64) -> Stats {
+        let mut p = [0u64; 5];
+        for k in 0..pairs {
+            p[[2, 1, 3, 2, 0, 4, 2, 3, 1, 2][(k % 10) as usize]] += 1;
+        }
+        Stats {
+            wins: 2 * p[4] + p[3],
+            losses: 2 * p[0] + p[1],
+            draws: p[1] + 2 * p[2] + p[3],
+            crashes: 0,
+            time_losses: 0,
+            pentanomial: p,
+        }
+    }
+
+    /// An approved SPRT run with `updates` acknowledged batches from one worker (tasks
+    /// requested as they end); nothing written behind.
+    fn played(f: &Fixture, updates: usize) -> String {
+        let id = f.run(
+            json!({"sprt": {"elo0": -1.0, "elo1": 1.0}, "num_games": null}),
+            true,
+        );
+        let batch = f.get(&id).batch_games() / 2;
+        let mut done = 0;
+        let mut n = 1;
+        while done < updates {
+            let a = f.request(n);
+            let Assignment::Task(t) = a else {
+                panic!(
+                    "no task after {done} updates: {a:?} {:?}",
+                    f.get(&id).args.sprt
+                );
+            };
+            assert_eq!(t.run_id, id);
+            let mut pairs = 0;
+            while done < updates && 2 * (pairs + batch) <= t.num_games {
+                pairs += batch;
+                let (reply, ticket) =
+                    f.db.update_task(&id, t.task_id, totals(pairs), None, worker(n))
+                        .expect("update");
+                f.durable(ticket);
+                done += 1;
+                if format!("{reply:?}") != "Alive(true)" {
+                    break;
+                }
+            }
+            n += 1;
+        }
+        id
+    }
+
+    #[test]
+    fn acknowledged_samples_survive_a_crash_without_a_write_behind() {
+        let mut f = fixture();
+        let id = played(&f, 3 * MAX_POINTS);
+        let before = f.get(&id).trajectory;
+        assert!(before.points.len() >= MAX_POINTS / 2, "{before:?}");
+        assert!(before.stride > 2, "decimated at least once");
+        // The store still holds the run as created: only the journal has the updates.
+        assert!(f.stored(&id).get("trajectory").is_none());
+        f.restart();
+        let after = f.get(&id);
+        assert_eq!(after.trajectory, before);
+        assert_eq!(
+            after.trajectory.points.last().map(|p| p.g),
+            Some(after.results.games())
+        );
+    }
+
+    /// What an update's patch weighs with its trajectory delta, against the head alone and
+    /// against the whole trajectory (the numbers quoted in `trajectory.rs`).
+    #[test]
+    fn a_trajectory_delta_is_a_small_part_of_a_patch() {
+        let f = fixture();
+        let id = played(&f, 3 * MAX_POINTS);
+        let mut run = f.get(&id);
+        let size = |p: &Doc| serde_json::to_string(p).map(|s| s.len()).unwrap_or(0);
+        let head = size(&patch_of(&mut run, &[0]).expect("patch"));
+        let last = *run.trajectory.points.last().expect("points");
+        let next = Point {
+            g: last.g + 2 * run.trajectory.stride,
+            ..last
+        };
+        run.trajectory.record(last, next);
+        let with_point = size(&patch_of(&mut run, &[0]).expect("patch"));
+        let whole = serde_json::to_string(&run.trajectory).expect("json").len();
+        let delta = with_point - head;
+        eprintln!("patch {head} B, + trajectory delta {delta} B; whole trajectory {whole} B");
+        assert!(delta < 200, "{delta}");
+        assert!(whole > 20 * delta, "{whole} vs {delta}");
+    }
+
+    #[test]
+    fn trajectory_keys_replay_into_the_run_document() {
+        let mut doc = Doc::new();
+        let mut patch = Doc::new();
+        patch.insert(
+            "trajectory".into(),
+            json!({"stride": 2, "points": [{"g": 2, "w": 1, "l": 1, "d": 0}]}),
+        );
+        apply_patch(&mut doc, &patch);
+        let mut patch = Doc::new();
+        patch.insert("trajectory.stride".into(), json!(4));
+        patch.insert(
+            "trajectory.points.1".into(),
+            json!({"g": 4, "w": 2, "l": 1, "d": 1}),
+        );
+        apply_patch(&mut doc, &patch);
+        assert_eq!(doc["trajectory"]["stride"], json!(4));
+        assert_eq!(doc["trajectory"]["points"][1]["g"], json!(4));
+        assert!(doc.keys().all(|k| !k.contains('.')), "{doc:?}");
     }
 }

@@ -18,6 +18,7 @@ use super::actions::{run_fields, run_label};
 use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
+use super::trajectory::Point;
 use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
 use crate::stats::SprtRecord;
@@ -226,6 +227,8 @@ impl RunDb {
             }
             UpdatePlan::Apply(a) => a,
         };
+        // The run as it was, for a trajectory that begins now (trajectory.rs: two copies).
+        let before = Point::of(&run.results, run.args.sprt.as_ref().map(|s| s.llr));
         run.results = a.results;
         {
             let task = &mut run.tasks[task_id];
@@ -257,10 +260,11 @@ impl RunDb {
             run.args.sprt = Some(sprt);
         }
         if !a.spsa_run {
-            // A comparison and at most one push into a bounded vector (rundb/trajectory.rs).
+            // A comparison and at most one push into a bounded vector (rundb/trajectory.rs);
+            // `commit` below journals the point it changed.
             let llr = run.args.sprt.as_ref().map(|s| s.llr);
-            let results = run.results;
-            run.trajectory.record(&results, llr);
+            let now = Point::of(&run.results, llr);
+            run.trajectory.record(before, now);
         }
         if a.decided {
             let ticket = self.commit(entry, &mut run, &[task_id], Prio::High)?;

@@ -282,6 +282,7 @@ async fn the_run_page_refreshes_itself_without_a_reload() {
         .expect("run page");
     let text = body_text(&c).await;
     assert!(text.contains("Total: 0 W: 0 L: 0 D: 0"), "{text}");
+    assert!(text.contains("No games played yet."), "{text}");
 
     let mut w = Worker::new("alice", 4, 78);
     let reply = w.request_task(&server).await;
@@ -294,15 +295,21 @@ async fn the_run_page_refreshes_itself_without_a_reload() {
     let (status, v) = w.call(&server, "/api/update_task", body).await;
     assert_eq!(status, 200, "{v}");
 
-    // static/refresh.js swaps the fragments in (no reload): the results and the task's worker.
+    // static/refresh.js swaps the fragments in (no reload): the results, the task's worker
+    // and the chart, whose image URL names the games it shows.
     let want = format!(
         "W: {} L: {} D: {}",
         totals.wins, totals.losses, totals.draws
     );
+    let chart = format!(
+        "img[src=\"/tests/chart/{run}/elo.svg?g={}\"]",
+        totals.games()
+    );
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let text = body_text(&c).await;
-        if text.contains(&want) && text.contains("alice-4cores-") {
+        let charts = c.find_all(Locator::Css(&chart)).await.unwrap_or_default();
+        if text.contains(&want) && text.contains("alice-4cores-") && charts.len() == 1 {
             break;
         }
         assert!(

@@ -31,6 +31,7 @@ mod stats_props;
 mod store_ops;
 mod tuning;
 mod ui;
+mod ui_charts;
 mod ui_controls;
 mod ui_lists;
 mod ui_nets;

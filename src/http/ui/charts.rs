@@ -1,14 +1,20 @@
 //! Server-rendered SVG charts of a run (plotters' SVG backend): its LLR against games played
 //! with the SPRT's bounds, its Elo with the 95% confidence band against games played (both
-//! from the run's trajectory, `rundb/trajectory.rs`), and the SPSA parameter histories (from
-//! `args.spsa.param_history`).
+//! from the run's recorded history, `rundb/trajectory.rs`), and the SPSA parameter histories
+//! (from `args.spsa.param_history`).
 //!
 //! Owns: turning a run copy into chart series (the statistics through `crate::stats`) and
-//! drawing them. Called from a page job, so it runs in the offload pool.
+//! drawing them; the state of a run's history ([`History`]: no games, none recorded, or the
+//! samples and where they begin) and the words for the first two; the axis labels (games as
+//! `40k`, `1.2M`; values with the decimals their span needs). Called from a page job, so it
+//! runs in the offload pool.
 //! Must not: read the store or take locks (it gets a copy of the run), use inline `style`
-//! attributes (the page's CSP forbids them; plotters writes presentation attributes only).
+//! attributes (the page's CSP forbids them; plotters writes presentation attributes only),
+//! invent samples: a run without recorded history gets words, not a line from zero, and a
+//! history that begins mid-run is drawn from where it begins.
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::rundb::model::Run;
 use crate::rundb::trajectory::Point;
@@ -45,6 +51,10 @@ impl Chart {
 }
 
 const SIZE: (u32, u32) = (720, 360);
+/// Text sizes (plotters writes 0.8 of them as the SVG's `font-size`): the page shows a chart
+/// at 720 px wide or, on a phone, about half that, where the labels still read as 8 px.
+const CAPTION: u32 = 24;
+const LABELS: u32 = 20;
 
 fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
@@ -61,24 +71,164 @@ pub fn render(run: &Run, chart: Chart) -> Result<String, String> {
     Ok(svg)
 }
 
-/// The trajectory with the origin first and the run's current totals last.
-fn points(run: &Run) -> Vec<Point> {
-    let mut pts = run.trajectory.points.clone();
-    let r = &run.results;
-    let now = Point {
-        g: r.games(),
-        w: r.wins,
-        l: r.losses,
-        d: r.draws,
-        p: r.pentanomial,
-        llr: run.args.sprt.as_ref().map(|s| s.llr),
-    };
-    // A purge lowers the totals; until the next update the samples past them are stale.
-    pts.retain(|p| p.g <= now.g);
-    if pts.last().is_none_or(|l| l.g < now.g) {
-        pts.push(now);
+/// What the LLR and Elo charts have to draw.
+#[derive(Debug, Clone, PartialEq)]
+pub enum History {
+    /// No game played yet.
+    NoGames,
+    /// Games were played but none recorded here (a run imported from Fishtest, which keeps
+    /// no such history): said in words, never a line from zero.
+    NotRecorded,
+    /// The samples, the run's current totals last; `since` > 0 when the record began that
+    /// many games into the run (drawn from there).
+    Points { points: Vec<Point>, since: u64 },
+}
+
+impl History {
+    /// The state of a run's history.
+    pub fn of(run: &Run) -> History {
+        let r = &run.results;
+        if r.games() == 0 {
+            return History::NoGames;
+        }
+        let t = &run.trajectory;
+        if t.is_empty() {
+            return History::NotRecorded;
+        }
+        let now = Point {
+            g: r.games(),
+            w: r.wins,
+            l: r.losses,
+            d: r.draws,
+            p: r.pentanomial,
+            llr: run.args.sprt.as_ref().map(|s| s.llr),
+        };
+        let mut points = t.points.clone();
+        // A purge lowers the totals; until the next update the samples past them are stale.
+        points.retain(|p| p.g <= now.g);
+        if points.last().is_none_or(|l| l.g < now.g) {
+            points.push(now);
+        }
+        let since = t.since.min(points.first().map_or(0, |p| p.g));
+        History::Points { points, since }
     }
-    pts
+
+    /// The sentence the page shows instead of the chart, if there is no chart to draw.
+    pub fn missing(&self) -> Option<&'static str> {
+        match self {
+            History::NoGames => Some("No games played yet."),
+            History::NotRecorded => Some(NOT_RECORDED),
+            History::Points { .. } => None,
+        }
+    }
+}
+
+/// The words for a run with games but no recorded history.
+pub const NOT_RECORDED: &str = "No recorded history for this run: its games were played \
+                                before this server recorded them (for example in Fishtest).";
+
+/// Games in the axis' words: `950`, `1.5k`, `40k`, `1.2M`.
+pub fn games_label(games: f64) -> String {
+    let trim = |v: f64| {
+        let s = format!("{v:.1}");
+        s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
+    };
+    let g = games.abs();
+    if g >= 999_950.0 {
+        format!("{}M", trim(games / 1e6))
+    } else if g >= 1000.0 {
+        format!("{}k", trim(games / 1e3))
+    } else {
+        format!("{}", games.round())
+    }
+}
+
+/// A value axis' tick label: the decimals the span needs, trailing zeros dropped (`-2.5`,
+/// `2`, `0.25`, never `2.0` or `-0`).
+pub fn value_label(v: f64, span: f64) -> String {
+    let decimals = if span >= 20.0 { 0 } else { 2 };
+    let s = format!("{v:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" { "0".into() } else { s }
+}
+
+/// An SVG that says in words why there is no chart.
+fn draw_missing(out: &mut String, caption: &str, why: &str) -> Result<(), String> {
+    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (w, h) = (SIZE.0 as i32, SIZE.1 as i32);
+    let centred = |size: u32| {
+        TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center))
+    };
+    root.draw(&Text::new(
+        caption.to_string(),
+        (w / 2, 30),
+        centred(CAPTION),
+    ))
+    .map_err(err)?;
+    // The sentence on lines of at most ~60 characters.
+    let mut lines: Vec<String> = Vec::new();
+    for word in why.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.len() + word.len() < 60 => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    let top = h / 2 - (lines.len() as i32 - 1) * 14;
+    for (i, line) in lines.into_iter().enumerate() {
+        let y = top + i as i32 * 28;
+        root.draw(&Text::new(line, (w / 2, y), centred(LABELS + 3)))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// The caption, saying where a history that began mid-run starts.
+fn caption(title: &str, since: u64) -> String {
+    if since > 0 {
+        format!(
+            "{title} (recorded from {} games)",
+            games_label(since as f64)
+        )
+    } else {
+        title.to_string()
+    }
+}
+
+/// The chart images (the `charts` fragment).
+pub struct RunCharts {
+    pub id: String,
+    pub spsa: bool,
+    /// The LLR chart (SPRT runs).
+    pub llr: bool,
+    /// Why there is no chart to draw (no games, no recorded history), instead of the images.
+    pub missing: Option<&'static str>,
+    /// The run's games: part of the images' URLs, so a refreshed fragment fetches them anew.
+    pub games: u64,
+}
+
+/// The chart images of the run page, or why there are none.
+pub fn run_charts(run: &Run) -> RunCharts {
+    let spsa = run.args.spsa.is_some();
+    RunCharts {
+        id: run.id.clone(),
+        spsa,
+        llr: run.args.sprt.is_some(),
+        missing: if spsa {
+            None
+        } else {
+            History::of(run).missing()
+        },
+        games: run.results.games(),
+    }
 }
 
 /// Elo, lower and upper 95% bound at a point (pentanomial when the run has it).
@@ -96,11 +246,20 @@ fn elo_at(p: &Point) -> Option<(f64, f64, f64)> {
     ok.then_some((e.elo, e.elo - e.elo95, e.elo + e.elo95))
 }
 
-fn x_max(pts: &[Point]) -> f64 {
-    pts.last().map_or(0, |p| p.g).max(2) as f64
+/// The games axis: from the origin, or from where the record began.
+fn x_range(pts: &[Point], since: u64) -> std::ops::Range<f64> {
+    let x0 = since as f64;
+    let x1 = (pts.last().map_or(0, |p| p.g) as f64).max(x0 + 2.0);
+    x0..x1
 }
 
 fn draw_llr(out: &mut String, run: &Run) -> Result<(), String> {
+    const TITLE: &str = "LLR against games played";
+    let history = History::of(run);
+    let (pts, since) = match history {
+        History::Points { points, since } => (points, since),
+        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED)),
+    };
     let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (a, b) = run
@@ -108,29 +267,40 @@ fn draw_llr(out: &mut String, run: &Run) -> Result<(), String> {
         .sprt
         .as_ref()
         .map_or((-2.94, 2.94), |s| (s.lower_bound, s.upper_bound));
-    let pts = points(run);
-    let series: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
+    // The origin (0 games, LLR 0) only when the history covers the whole run.
+    let origin = (since == 0).then_some((0.0, 0.0));
+    let series: Vec<(f64, f64)> = origin
+        .into_iter()
         .chain(pts.iter().filter_map(|p| Some((p.g as f64, p.llr?))))
         .filter(|(_, y)| y.is_finite())
         .collect();
     let lo = series.iter().map(|p| p.1).fold(a, f64::min) - 0.3;
     let hi = series.iter().map(|p| p.1).fold(b, f64::max) + 0.3;
-    let xm = x_max(&pts);
+    let xs = x_range(&pts, since);
+    let (x0, x1) = (xs.start, xs.end);
+    let span = hi - lo;
     let mut c = ChartBuilder::on(&root)
-        .caption("LLR against games played", ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..xm, lo..hi)
+        .caption(caption(TITLE, since), ("sans-serif", CAPTION))
+        .margin(12)
+        .margin_right(36)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(xs, lo..hi)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("games")
         .y_desc("LLR")
+        .x_labels(6)
+        .y_labels(6)
+        .label_style(("sans-serif", LABELS))
+        .axis_desc_style(("sans-serif", LABELS))
+        .x_label_formatter(&|x| games_label(*x))
+        .y_label_formatter(&|y| value_label(*y, span))
         .draw()
         .map_err(err)?;
     for (y, color) in [(a, RED), (b, GREEN)] {
         c.draw_series(LineSeries::new(
-            [(0.0, y), (xm, y)],
+            [(x0, y), (x1, y)],
             color.mix(0.7).stroke_width(1),
         ))
         .map_err(err)?;
@@ -142,9 +312,14 @@ fn draw_llr(out: &mut String, run: &Run) -> Result<(), String> {
 }
 
 fn draw_elo(out: &mut String, run: &Run) -> Result<(), String> {
+    const TITLE: &str = "Elo and its 95% band against games played";
+    let history = History::of(run);
+    let (pts, since) = match history {
+        History::Points { points, since } => (points, since),
+        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED)),
+    };
     let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let pts = points(run);
     let rows: Vec<(f64, (f64, f64, f64))> = pts
         .iter()
         .filter_map(|p| Some((p.g as f64, elo_at(p)?)))
@@ -153,20 +328,26 @@ fn draw_elo(out: &mut String, run: &Run) -> Result<(), String> {
     let tail = &rows[rows.len() / 2..];
     let lo = tail.iter().map(|r| r.1.1).fold(-2.0, f64::min).max(-100.0) - 1.0;
     let hi = tail.iter().map(|r| r.1.2).fold(2.0, f64::max).min(100.0) + 1.0;
-    let xm = x_max(&pts);
+    let xs = x_range(&pts, since);
+    let (x0, x1) = (xs.start, xs.end);
+    let span = hi - lo;
     let mut c = ChartBuilder::on(&root)
-        .caption(
-            "Elo with its 95% confidence band against games played",
-            ("sans-serif", 16),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..xm, lo..hi)
+        .caption(caption(TITLE, since), ("sans-serif", CAPTION))
+        .margin(12)
+        .margin_right(36)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(xs, lo..hi)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("games")
         .y_desc("Elo")
+        .x_labels(6)
+        .y_labels(6)
+        .label_style(("sans-serif", LABELS))
+        .axis_desc_style(("sans-serif", LABELS))
+        .x_label_formatter(&|x| games_label(*x))
+        .y_label_formatter(&|y| value_label(*y, span))
         .draw()
         .map_err(err)?;
     let clamp = |y: f64| y.clamp(lo, hi);
@@ -177,7 +358,7 @@ fn draw_elo(out: &mut String, run: &Run) -> Result<(), String> {
             .map_err(err)?;
     }
     c.draw_series(LineSeries::new(
-        [(0.0, 0.0), (xm, 0.0)],
+        [(x0, 0.0), (x1, 0.0)],
         BLACK.mix(0.5).stroke_width(1),
     ))
     .map_err(err)?;
@@ -225,6 +406,10 @@ fn draw_spsa(out: &mut String, run: &Run) -> Result<(), String> {
     c.configure_mesh()
         .x_desc("iteration")
         .y_desc("(value − min) / (max − min)")
+        .label_style(("sans-serif", LABELS))
+        .axis_desc_style(("sans-serif", LABELS))
+        .x_label_formatter(&|x| games_label(*x))
+        .y_label_formatter(&|y| value_label(*y, 1.0))
         .draw()
         .map_err(err)?;
     for (i, p) in spsa.params.iter().enumerate() {
@@ -286,4 +471,107 @@ pub fn curve(points: &[(f64, f64)], x_desc: &str, y_desc: &str) -> Result<String
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rundb::trajectory::Trajectory;
+
+    /// A new SPRT run (the run database's test fixture makes it).
+    fn run() -> Run {
+        let f = crate::rundb::testkit::fixture();
+        let id = f.run(
+            serde_json::json!({"sprt": {"elo0": 0.0, "elo1": 2.0}, "num_games": null}),
+            true,
+        );
+        f.get(&id)
+    }
+
+    fn play(r: &mut Run, games: u64) {
+        let before = Point::of(&r.results, r.args.sprt.as_ref().map(|s| s.llr));
+        r.results.wins = games / 2 - games / 8;
+        r.results.losses = games / 4 + games / 8 - games / 16;
+        r.results.draws = games - r.results.wins - r.results.losses;
+        let llr = games as f64 / 50_000.0;
+        if let Some(s) = r.args.sprt.as_mut() {
+            s.llr = llr;
+        }
+        let now = Point::of(&r.results, r.args.sprt.as_ref().map(|s| s.llr));
+        r.trajectory.record(before, now);
+    }
+
+    #[test]
+    fn games_and_values_read_as_people_write_them() {
+        assert_eq!(games_label(0.0), "0");
+        assert_eq!(games_label(950.0), "950");
+        assert_eq!(games_label(1500.0), "1.5k");
+        assert_eq!(games_label(40_000.0), "40k");
+        assert_eq!(games_label(125_000.0), "125k");
+        assert_eq!(games_label(1_200_000.0), "1.2M");
+        assert_eq!(games_label(999_999.0), "1M");
+        assert_eq!(value_label(-2.5, 6.0), "-2.5");
+        assert_eq!(value_label(2.0, 6.0), "2");
+        assert_eq!(value_label(-0.0001, 6.0), "0");
+        assert_eq!(value_label(12.0, 40.0), "12");
+        assert_eq!(value_label(-0.3, 40.0), "0");
+        assert_eq!(value_label(0.25, 1.0), "0.25");
+    }
+
+    #[test]
+    fn the_state_of_a_history() {
+        let mut r = run();
+        assert_eq!(History::of(&r), History::NoGames);
+        // Games without samples: an imported run.
+        r.results.wins = 10;
+        r.results.losses = 10;
+        assert_eq!(History::of(&r), History::NotRecorded);
+        let svg = render(&r, Chart::Llr).expect("svg");
+        assert!(svg.contains("No recorded history for this run"), "{svg}");
+        assert!(!svg.contains("<polyline"), "no line drawn: {svg}");
+        // Recording begins now: drawn from 20 games, not from zero.
+        play(&mut r, 40_000);
+        match History::of(&r) {
+            History::Points { points, since } => {
+                assert_eq!(since, 20);
+                assert_eq!(points.first().map(|p| p.g), Some(20));
+            }
+            other => panic!("{other:?}"),
+        }
+        let svg = render(&r, Chart::Elo).expect("svg");
+        assert!(svg.contains("recorded from 20 games"), "{svg}");
+    }
+
+    /// The words of an SVG's `<text>` elements.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let body = t.split_once('>')?.1;
+                Some(body.split_once("</text>")?.0.trim().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn axes_label_games_in_thousands_and_millions() {
+        let mut r = run();
+        r.trajectory = Trajectory::default();
+        for k in 1..=60u64 {
+            play(&mut r, k * 20_000);
+        }
+        for chart in [Chart::Llr, Chart::Elo] {
+            let svg = render(&r, chart).expect("svg");
+            let words = texts(&svg);
+            assert!(words.iter().any(|w| w == "500k"), "{words:?}");
+            assert!(words.iter().any(|w| w == "1M"), "{words:?}");
+            assert!(
+                words
+                    .iter()
+                    .all(|w| !w.ends_with(".0") && !w.contains("000")),
+                "raw numbers on an axis: {words:?}"
+            );
+            assert!(svg.contains("<polyline"), "a line: {svg}");
+        }
+    }
 }

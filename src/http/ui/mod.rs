@@ -21,6 +21,7 @@ pub mod rate_limits;
 pub mod record;
 pub mod results;
 pub mod run;
+pub mod run_tasks;
 pub mod session;
 pub mod stats;
 pub mod submit;
@@ -65,6 +66,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/user/{name}", get(lists::user))
         .route("/tests/view/{id}", get(run::view))
         .route("/tests/view/{id}/detail", get(run::detail_fragment))
+        .route("/tests/view/{id}/charts", get(run::charts_fragment))
         .route("/tests/tasks/{id}", get(run::tasks_fragment))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))

@@ -1,7 +1,10 @@
-//! The run page: `/tests/view/{id}` (arguments, results, Elo/SPRT, SPSA parameters, tasks,
-//! control buttons) and its two live fragments, `/tests/view/{id}/detail` (results and
-//! statistics) and `/tests/tasks/{id}` (the tasks table), which render the same partial
-//! templates without the layout (`static/refresh.js` re-fetches them on unfinished runs).
+//! The run page: `/tests/view/{id}` (arguments, results, Elo/SPRT, SPSA parameters, charts,
+//! the chi² box and tasks, control buttons) and its three live fragments,
+//! `/tests/view/{id}/detail` (results and statistics), `/tests/view/{id}/charts` (the chart
+//! images, their URLs changing with the run's games so the browser fetches them anew) and
+//! `/tests/tasks/{id}` (the chi² box and the tasks table, `run_tasks.rs`), which render the
+//! same partial templates without the layout (`static/refresh.js` re-fetches them on
+//! unfinished runs; without JavaScript the page is whole as served).
 //!
 //! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); the
 //! numbers come from `crate::stats` exactly as `/api/get_elo` computes them.
@@ -13,13 +16,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::charts::{RunCharts, run_charts};
 use super::results::{Line, ResultsBox, results_box, status_label};
+use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
 use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
-use crate::rundb::model::{Run, Task};
+use crate::rundb::model::Run;
 use crate::rundb::schedule::hash_mib;
 use crate::stats::{Results, SprtState, sprt_elo};
 
@@ -55,22 +60,6 @@ pub struct Detail {
     pub sprt_state: String,
 }
 
-/// One row of the tasks table.
-pub struct TaskRow {
-    pub idx: usize,
-    pub worker: String,
-    pub played: u64,
-    pub num_games: u64,
-    pub wins: u64,
-    pub losses: u64,
-    pub draws: u64,
-    pub crashes: u64,
-    pub time_losses: u64,
-    pub last_updated: String,
-    /// `active`, `dead`, `bad`, `purged` or empty (done).
-    pub mark: &'static str,
-}
-
 /// One SPSA parameter.
 pub struct SpsaRow {
     pub name: String,
@@ -80,12 +69,6 @@ pub struct SpsaRow {
     pub max: String,
     pub c: String,
     pub r: String,
-}
-
-/// The tasks fragment's data.
-pub struct Tasks {
-    pub id: String,
-    pub rows: Vec<TaskRow>,
 }
 
 /// What the modify form starts with (POSTed to `/tests/modify`).
@@ -136,6 +119,7 @@ pub struct RunPage {
     pub args: Vec<ArgRow>,
     pub d: Detail,
     pub t: Tasks,
+    pub c: RunCharts,
     pub spsa: Vec<SpsaRow>,
     pub spsa_iter: String,
     pub controls: Controls,
@@ -166,6 +150,12 @@ pub struct DetailFragment {
 #[template(source = "{% include \"run_tasks.html\" %}", ext = "html")]
 pub struct TasksFragment {
     pub t: Tasks,
+}
+
+#[derive(Template)]
+#[template(source = "{% include \"run_charts.html\" %}", ext = "html")]
+pub struct ChartsFragment {
+    pub c: RunCharts,
 }
 
 pub fn valid_id(id: &str) -> bool {
@@ -299,6 +289,7 @@ pub async fn view(
             args: arg_rows(&run),
             d: detail(&run),
             t: tasks(&run),
+            c: run_charts(&run),
             spsa,
             spsa_iter,
             controls: controls(&run, ctx),
@@ -363,6 +354,23 @@ pub async fn tasks_fragment(
             StatusCode::OK
         };
         Out::render(status, &TasksFragment { t: tasks(run) })
+    })
+    .await
+}
+
+/// `GET /tests/view/{id}/charts`: the chart images alone (their URLs carry the run's games).
+pub async fn charts_fragment(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    fragment(&state, id, &headers, |run| {
+        let status = if run.finished {
+            FINISHED_FRAGMENT
+        } else {
+            StatusCode::OK
+        };
+        Out::render(status, &ChartsFragment { c: run_charts(run) })
     })
     .await
 }
@@ -588,55 +596,6 @@ fn status(run: &Run) -> String {
         format!("running on {} workers ({} cores)", run.workers, run.cores)
     } else {
         "waiting for workers".into()
-    }
-}
-
-fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
-    let played = t.stats.games();
-    TaskRow {
-        idx,
-        worker: t.worker_info.long_name(),
-        played,
-        num_games: t.num_games,
-        wins: t.stats.wins,
-        losses: t.stats.losses,
-        draws: t.stats.draws,
-        crashes: t.stats.crashes,
-        time_losses: t.stats.time_losses,
-        last_updated: t.last_updated.0.format("%Y-%m-%d %H:%M:%S").to_string(),
-        mark: if purged {
-            "purged"
-        } else if t.bad {
-            "bad"
-        } else if t.active {
-            "active"
-        } else if played < t.num_games {
-            "dead"
-        } else {
-            ""
-        },
-    }
-}
-
-fn tasks(run: &Run) -> Tasks {
-    let mut rows: Vec<TaskRow> = run
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| task_row(i, t, false))
-        .collect();
-    for v in &run.bad_tasks {
-        let idx = v
-            .get("task_id")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or_default() as usize;
-        if let Ok(t) = serde_json::from_value::<Task>(v.clone()) {
-            rows.push(task_row(idx, &t, true));
-        }
-    }
-    Tasks {
-        id: run.id.clone(),
-        rows,
     }
 }
 

@@ -1,0 +1,299 @@
+//! The run page's tasks table and chi² box (`run_tasks.html`, inside the page and as the
+//! `/tests/tasks/{id}` fragment): a row per task (purged tasks from their `bad_tasks` copy, as
+//! Fishtest shows them), Fishtest's "Stats" box (chi², dof, p-value over the run's workers)
+//! and each task's residual in Fishtest's colours, with words beside a yellow or red one.
+//!
+//! Owns: turning a run copy into those rows and that box; the residuals' display rule.
+//! Must not: compute the chi² or the residuals itself (`crate::purge` does, exactly as a purge
+//! does), take locks or read the store (it gets a copy of the run, in the page job).
+
+use std::collections::HashSet;
+
+use crate::purge::{PurgeStats, PurgeTask, ResidualColor, get_chi2, task_residual};
+use crate::rundb::model::{Run, Task};
+
+/// One row of the tasks table.
+pub struct TaskRow {
+    pub idx: usize,
+    pub worker: String,
+    pub played: u64,
+    pub num_games: u64,
+    pub wins: u64,
+    pub losses: u64,
+    pub draws: u64,
+    pub crashes: u64,
+    pub time_losses: u64,
+    pub last_updated: String,
+    /// `active`, `dead`, `bad`, `purged` or empty (done).
+    pub mark: &'static str,
+    /// The residual with 3 decimals, or `-` when the worker is not in the chi² table.
+    pub residual: String,
+    /// `green`, `yellow`, `red`, or empty (no residual).
+    pub residual_colour: &'static str,
+    /// The words beside a residual that is out of line (the colour is not the only cue).
+    pub residual_note: &'static str,
+}
+
+/// The tasks fragment's data.
+pub struct Tasks {
+    pub id: String,
+    pub rows: Vec<TaskRow>,
+    /// The chi² box and the residual column (runs that are not SPSA, with tasks).
+    pub chi2: Option<Chi2Box>,
+}
+
+/// Fishtest's "Stats" box over the run's workers: chi², degrees of freedom, p-value.
+pub struct Chi2Box {
+    /// 2 decimals, or `-` when there is no table.
+    pub chi2: String,
+    pub dof: usize,
+    /// A percentage with 2 decimals, or `-`.
+    pub p: String,
+    /// Workers in the table (those with enough games).
+    pub workers: usize,
+    /// The residual thresholds (2 decimals): yellow from `z95`, red from `z99`.
+    pub z95: String,
+    pub z99: String,
+    /// Tasks whose residual is yellow, and red.
+    pub yellow: usize,
+    pub red: usize,
+}
+
+fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
+    let played = t.stats.games();
+    TaskRow {
+        idx,
+        worker: t.worker_info.long_name(),
+        played,
+        num_games: t.num_games,
+        wins: t.stats.wins,
+        losses: t.stats.losses,
+        draws: t.stats.draws,
+        crashes: t.stats.crashes,
+        time_losses: t.stats.time_losses,
+        last_updated: t.last_updated.0.format("%Y-%m-%d %H:%M:%S").to_string(),
+        mark: if purged {
+            "purged"
+        } else if t.bad {
+            "bad"
+        } else if t.active {
+            "active"
+        } else if played < t.num_games {
+            "dead"
+        } else {
+            ""
+        },
+        residual: "-".into(),
+        residual_colour: "",
+        residual_note: "",
+    }
+}
+
+/// The purge's view of a task's counts: pentanomial when the run has any (Fishtest looks
+/// for the field, which runs without pentanomial lack), W/L/D otherwise.
+fn purge_stats(t: &Task, pentanomial: bool) -> PurgeStats {
+    let mut s = t.stats.to_purge();
+    if !pentanomial {
+        s.pentanomial = None;
+    }
+    s
+}
+
+/// A residual as the table shows it: 3 decimals on its colour, with words for the colours
+/// that mean "look at this worker"; `-` for a worker outside the table (`inf`).
+fn set_residual(row: &mut TaskRow, residual: f64, colour: ResidualColor, crashes: bool) {
+    if !residual.is_finite() {
+        return;
+    }
+    row.residual = format!("{residual:.3}");
+    row.residual_colour = match colour {
+        ResidualColor::Green => "green",
+        ResidualColor::Yellow => "yellow",
+        ResidualColor::Red => "red",
+    };
+    row.residual_note = match colour {
+        _ if crashes => "crashes or time losses",
+        ResidualColor::Green => "",
+        ResidualColor::Yellow => "high",
+        ResidualColor::Red => "out of line",
+    };
+}
+
+/// A number of the chi² box, or `-` when the table is empty (NaN).
+fn finite(v: f64, text: impl FnOnce(f64) -> String) -> String {
+    if v.is_finite() { text(v) } else { "-".into() }
+}
+
+pub(super) fn tasks(run: &Run) -> Tasks {
+    let spsa = run.args.spsa.is_some();
+    let pentanomial = run.results.pentanomial.iter().any(|c| *c > 0);
+    let view: Vec<PurgeTask<'_>> = run
+        .tasks
+        .iter()
+        .map(|t| PurgeTask {
+            unique_key: &t.worker_info.unique_key,
+            stats: purge_stats(t, pentanomial),
+            bad: t.bad,
+        })
+        .collect();
+    let table = (!spsa && !run.tasks.is_empty()).then(|| get_chi2(&view, &HashSet::new()));
+    let purged_ids: HashSet<u64> = run
+        .bad_tasks
+        .iter()
+        .filter_map(|v| v.get("task_id").and_then(serde_json::Value::as_u64))
+        .collect();
+    let mut rows = Vec::with_capacity(run.tasks.len() + run.bad_tasks.len());
+    for (i, t) in run.tasks.iter().enumerate() {
+        // A purged task is shown from its copy in bad_tasks (as Fishtest does).
+        if t.bad && purged_ids.contains(&(i as u64)) {
+            continue;
+        }
+        let mut row = task_row(i, t, false);
+        if let (Some(chi2), Some(task)) = (&table, view.get(i))
+            && !t.bad
+        {
+            let (residual, colour) = task_residual(task, chi2);
+            set_residual(&mut row, residual, colour, t.stats.crash_or_time());
+        }
+        rows.push(row);
+    }
+    for v in &run.bad_tasks {
+        let idx = v
+            .get("task_id")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_default() as usize;
+        if let Ok(t) = serde_json::from_value::<Task>(v.clone()) {
+            let mut row = task_row(idx, &t, true);
+            // Frozen at purge time: `residual` a number or "inf", `residual_color` a name.
+            let residual = v.get("residual").and_then(serde_json::Value::as_f64);
+            let colour = v
+                .get("residual_color")
+                .and_then(|c| serde_json::from_value::<ResidualColor>(c.clone()).ok());
+            if !spsa && let (Some(r), Some(c)) = (residual, colour) {
+                set_residual(&mut row, r, c, t.stats.crash_or_time());
+            }
+            rows.push(row);
+        }
+    }
+    let chi2 = table.map(|c| Chi2Box {
+        chi2: finite(c.chi2, |v| format!("{v:.2}")),
+        dof: c.dof,
+        p: finite(c.p, |v| format!("{:.2}%", v * 100.0)),
+        workers: c.residuals.len(),
+        z95: finite(c.z_95, |v| format!("{v:.2}")),
+        z99: finite(c.z_99, |v| format!("{v:.2}")),
+        yellow: rows
+            .iter()
+            .filter(|r| r.residual_colour == "yellow")
+            .count(),
+        red: rows.iter().filter(|r| r.residual_colour == "red").count(),
+    });
+    Tasks {
+        id: run.id.clone(),
+        rows,
+        chi2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::rundb::model::Stats;
+    use crate::rundb::outcome::Assignment;
+    use crate::rundb::testkit::{fixture, worker};
+
+    fn pairs(p: [u64; 5], crashes: u64) -> Stats {
+        Stats {
+            wins: 2 * p[4] + p[3],
+            losses: 2 * p[0] + p[1],
+            draws: p[1] + 2 * p[2] + p[3],
+            crashes,
+            time_losses: 0,
+            pentanomial: p,
+        }
+    }
+
+    /// Three workers, the third with crashes; then the first purged (its copy in bad_tasks).
+    #[test]
+    fn residuals_of_crashed_and_purged_tasks_and_none_for_spsa() {
+        let f = fixture();
+        let id = f.run(json!({}), true);
+        for (n, crashes) in [(1, 0), (2, 0), (3, 5)] {
+            let Assignment::Task(t) = f.request(n) else {
+                panic!("no task");
+            };
+            let (_, ticket) =
+                f.db.update_task(
+                    &id,
+                    t.task_id,
+                    pairs([5, 20, 50, 20, 5], crashes),
+                    None,
+                    worker(n),
+                )
+                .expect("update");
+            f.durable(ticket);
+        }
+        let mut run = f.get(&id);
+        let t = tasks(&run);
+        let c = t.chi2.as_ref().expect("a chi² box");
+        assert_eq!(c.dof, 4);
+        assert_eq!(c.workers, 3);
+        let crashed = &t.rows[2];
+        assert_eq!(
+            (crashed.residual.as_str(), crashed.residual_colour),
+            ("10.000", "red")
+        );
+        assert_eq!(crashed.residual_note, "crashes or time losses");
+        // Identical results: residual 0, green, no words.
+        assert_eq!(
+            (t.rows[0].residual.as_str(), t.rows[0].residual_colour),
+            ("0.000", "green")
+        );
+        assert_eq!(t.rows[0].residual_note, "");
+        assert_eq!(c.red, 1);
+
+        // A purge's copy shows its frozen residual, once; "inf" shows as "-".
+        let mut copy = serde_json::to_value(&run.tasks[0]).expect("json");
+        copy["task_id"] = json!(0);
+        copy["bad"] = json!(true);
+        copy["residual"] = json!(5.5);
+        copy["residual_color"] = json!("yellow");
+        run.bad_tasks.push(copy.clone());
+        copy["task_id"] = json!(1);
+        copy["residual"] = json!("inf");
+        copy["residual_color"] = json!("red");
+        run.bad_tasks.push(copy);
+        run.tasks[0].bad = true;
+        run.tasks[0].stats = Stats::default();
+        run.tasks[1].bad = true;
+        let t = tasks(&run);
+        let zero: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 0).collect();
+        assert_eq!(zero.len(), 1);
+        assert_eq!(zero[0].mark, "purged");
+        assert_eq!(
+            (
+                zero[0].residual.as_str(),
+                zero[0].residual_colour,
+                zero[0].residual_note
+            ),
+            ("5.500", "yellow", "high")
+        );
+        let one: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 1).collect();
+        assert_eq!(
+            (one[0].residual.as_str(), one[0].residual_colour),
+            ("-", "")
+        );
+        // One worker left: no table, and the box says so rather than printing NaN.
+        let c = t.chi2.as_ref().expect("a box");
+        assert_eq!((c.workers, c.chi2.as_str(), c.p.as_str()), (0, "-", "-"));
+
+        // SPSA: neither box nor residuals.
+        let spsa = f.run(
+            json!({"spsa": {"raw_params": "Foo,100,0,200,10,0.002"}}),
+            true,
+        );
+        assert!(tasks(&f.get(&spsa)).chi2.is_none());
+    }
+}
