@@ -5,6 +5,10 @@
 //! SQLite store (200 approved runs, 10,000 active tasks), then times calls of the same
 //! `RunDb` methods the HTTP handlers call, and prints percentiles. Numbers, not assertions:
 //! BENCHMARKS.md records them. It allocates with the server's allocator (mimalloc).
+//!
+//! `SHOAL_BENCH_MONGODB_URI=mongodb://HOST:PORT` runs the same benchmarks on the MongoDB
+//! store instead: each run database gets a fresh database of its own on that server
+//! (`shoal_bench_<pid>_<n>`), dropped by nothing (use a throwaway server).
 
 // A benchmark may panic on the unexpected (Cargo.toml denies these in src/).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,7 +28,11 @@ use shoal::rundb::model::Stats;
 use shoal::rundb::outcome::{Assignment, TaskReply};
 use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
+use shoal::secret::SecretUri;
+use shoal::store::SharedStore;
+use shoal::store::mongo::MongoStore;
 use shoal::store::sqlite::SqliteStore;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 // The server's allocator (src/main.rs): glibc's malloc costs differently (`malloc_consolidate`
 // on every large allocation after many small frees), and the numbers are the server's.
@@ -48,14 +56,33 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
-/// A run database on a fresh temporary SQLite store (the directory lives as long as the guard).
+/// A run database on a fresh temporary SQLite store (the directory lives as long as the guard),
+/// or on a fresh MongoDB database when `SHOAL_BENCH_MONGODB_URI` is set.
 fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
     open_db_with(offload, RunDbConfig::default())
 }
 
 fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
+    // MongoDB's blocking API runs a runtime of its own, which it cannot do from inside this
+    // one's async context: leave it for the opening (the benchmarks run in the offload pool).
+    tokio::task::block_in_place(|| open_db_blocking(offload, cfg))
+}
+
+fn open_db_blocking(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+    let store: SharedStore = match std::env::var("SHOAL_BENCH_MONGODB_URI") {
+        Ok(base) => {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let uri = SecretUri::new(format!(
+                "{}/shoal_bench_{}_{n}",
+                base.trim_end_matches('/'),
+                std::process::id()
+            ));
+            Arc::new(MongoStore::open(&uri).expect("MongoDB store"))
+        }
+        Err(_) => Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store")),
+    };
     let db = RunDb::open(
         store,
         offload.clone(),
