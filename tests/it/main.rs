@@ -6,6 +6,7 @@
 mod api_shapes;
 mod batches;
 mod beside_fishtest;
+mod bounds;
 mod browser;
 mod browser_nets;
 mod browser_record;
