@@ -696,16 +696,16 @@ mod tests {
                 drop(permit);
                 Ok::<_, Rejected>(())
             }));
-            // Arrivals in a known order: the first two take the free places.
+            // Arrivals in a known order: the first two take the free places (callers 2 and 3
+            // find none and wait for one).
             if i < 2 {
                 settle(|| g.snapshot().queued == i + 1).await;
-            } else {
-                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        // Callers 2 and 3 found no place; after 200 ms they are refused, while 0 and 1 wait.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(g.snapshot().rejected, 2);
+        // Callers 2 and 3 found no place: after 200 ms they are refused, while 0 and 1 wait
+        // (nothing frees a place until `first` is dropped).
+        settle(|| g.snapshot().rejected == 2).await;
+        assert_eq!(g.snapshot().queued, 2);
         drop(first);
         let mut results = Vec::new();
         for t in tasks {
@@ -854,34 +854,71 @@ mod tests {
         assert_eq!(call(g.clone(), b.clone(), 9, svc.clone()).await, 90);
     }
 
+    /// Polls `fut` once, with the calling task's waker: a future that awaits a semaphore is
+    /// in the semaphore's FIFO queue once this returns `Pending` (tokio enqueues a waiter at
+    /// its first poll), which is how a test knows the order of two waiters without sleeping.
+    async fn poll_once<F: Future + Unpin>(fut: &mut F) -> std::task::Poll<F::Output> {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *fut).poll(cx)))
+            .await
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn between_batches_the_slot_goes_to_its_other_users() {
         let g = gate(1, 20, Admission::Immediate);
         let b = Arc::new(Batches::new(&g, 3));
         let svc = Recorder::default();
         let blocker = g.enter().await.expect("the slot");
-        let handles = queue_behind(&g, &b, 0..8, &svc).await;
-        // Another user of the slot queues behind the holder (FIFO).
-        let served = svc.served.clone();
+        // Eight jobs handed in, in order; the first caller gets the duty to serve them.
+        let mut pendings = Vec::new();
+        let mut starter = None;
+        for job in 0..8 {
+            let (pending, s) = g.admit().await.expect("a place").hand_in(&b, job);
+            pendings.push(pending);
+            starter = starter.or(s);
+        }
+        assert_eq!(b.refresh().queued, 8);
+        // The holder waits for the slot first ...
+        let mut holder = Box::pin(starter.expect("a holder to start").slot());
+        assert!(
+            poll_once(&mut holder).await.is_pending(),
+            "the slot is held"
+        );
+        // ... then another user of the slot queues behind it (FIFO).
         let g2 = g.clone();
+        let mut other = Box::pin(async move { g2.enter().await });
+        assert!(poll_once(&mut other).await.is_pending(), "the slot is held");
+        let served = svc.served.clone();
         let other = tokio::spawn(async move {
-            let permit = g2.enter().await.expect("the slot");
+            let permit = other.await.expect("the slot");
             let seen = served.lock().len();
             drop(permit);
             seen
         });
-        settle(|| g.inner.slot.available_permits() == 0 && b.refresh().queued == 8).await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut service = svc.clone();
+        let holder = tokio::spawn(async move {
+            let holder = holder.await.expect("the slot");
+            let runtime = Handle::current();
+            tokio::task::spawn_blocking(move || holder.serve(&mut service, &runtime))
+                .await
+                .expect("join")
+        });
         drop(blocker);
-        for (i, h) in handles.into_iter().enumerate() {
-            assert_eq!(h.await.expect("join"), i as u32 * 10);
+        for (i, pending) in pendings.iter_mut().enumerate() {
+            assert_eq!(pending.result().await, Ok(i as u32 * 10));
         }
         // The other user got the slot after the first batch of three, then the holder went on.
         assert_eq!(other.await.expect("join"), 3);
+        assert_eq!(
+            holder.await.expect("join"),
+            8,
+            "one holder served all eight"
+        );
         assert_eq!(*svc.served.lock(), (0..8).collect::<Vec<_>>());
+        drop(pendings);
         idle(&g, &b).await;
         assert_eq!(b.refresh().queued, 0);
         assert_eq!(g.inner.slot.available_permits(), 1);
+        assert_eq!(g.inner.entry.available_permits(), 20);
     }
 
     /// Waits until no holder serves and its slot and running count are given back (the

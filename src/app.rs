@@ -4,7 +4,8 @@
 //! Owns: start-up (data directory, secret, store, pool, gate, listener with the configured
 //! backlog) and the shutdown sequence: stop accepting and answer 503 to new requests, let
 //! in-flight requests finish within `shutdown_grace_s`, close the store, with a log line at
-//! each step.
+//! each step; the primary's periodic jobs (the one table [`JOBS`], run by their periodic
+//! tasks and, on request, by `POST /debug/job/{name}`, both through [`run_job`]).
 //! Must not: contain request logic (that is `http`), or block the runtime: start-up's blocking
 //! steps (files, opening the store) go through the offload pool like everything else.
 
@@ -153,6 +154,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 primary: c.is_primary(),
                 dead_task: c.dead_task_timeout(),
                 flush_runs_per_tick: c.flush_runs_per_tick,
+                cache_keep: c.cache_keep(),
                 limits: c.limit_defs(),
             };
             let rundb = RunDb::open(store, pool, books, cfg)?;
@@ -369,76 +371,164 @@ async fn system_event(state: &Arc<AppState>, message: String) {
     }
 }
 
-/// A periodic job of the primary (the list: `spawn_jobs`, and ARCHITECTURE.md, Entry points):
-/// first run after `first`, then every `period` with ±5% jitter, each run in the offload pool.
-fn spawn_job(
-    state: &Arc<AppState>,
-    name: &'static str,
-    first: Duration,
-    period: Duration,
+/// When a periodic job runs: a fixed number of seconds, or `scavenge_interval_s`.
+#[derive(Debug, Clone, Copy)]
+enum Every {
+    Secs(u64),
+    ScavengeInterval,
+}
+
+impl Every {
+    fn duration(self, config: &Config) -> Duration {
+        match self {
+            Every::Secs(s) => Duration::from_secs(s),
+            Every::ScavengeInterval => config.scavenge_interval(),
+        }
+    }
+}
+
+/// One periodic job of the primary: its name (the `job` label of `shoal_job_seconds`, and
+/// `POST /debug/job/{name}`), when it first runs, how often after that, and its work.
+pub struct Job {
+    pub name: &'static str,
+    first: Every,
+    period: Every,
     work: fn(&RunDb) -> Result<(), RunDbError>,
-) -> tokio::task::JoinHandle<()> {
+}
+
+/// The periodic jobs (ARCHITECTURE.md, "Background tasks"), the one list both the spawner
+/// ([`spawn_jobs`]) and the debug route run from. PGN retention, a pass of many pool jobs, is
+/// apart ([`spawn_pgn_retention`], `POST /debug/pgn_retention`).
+pub const JOBS: &[Job] = &[
+    Job {
+        name: "flush_buffers",
+        first: Every::Secs(1),
+        period: Every::Secs(1),
+        work: |db| db.flush(false).map(|_| ()),
+    },
+    Job {
+        name: "scavenge_dead_tasks",
+        first: Every::ScavengeInterval,
+        period: Every::ScavengeInterval,
+        work: |db| db.scavenge_dead_tasks().map(|_| ()),
+    },
+    Job {
+        name: "update_itp",
+        first: Every::Secs(60),
+        period: Every::Secs(60),
+        work: |db| {
+            db.update_itp();
+            Ok(())
+        },
+    },
+    Job {
+        name: "update_nps_gpm",
+        first: Every::Secs(60),
+        period: Every::Secs(60),
+        work: |db| {
+            db.update_nps_gpm();
+            Ok(())
+        },
+    },
+    Job {
+        name: "clean_cache",
+        first: Every::Secs(60),
+        period: Every::Secs(60),
+        work: |db| {
+            db.clean_cache();
+            Ok(())
+        },
+    },
+    Job {
+        name: "refresh_blocked_workers",
+        first: Every::Secs(5),
+        period: Every::Secs(5),
+        work: |db| db.refresh_blocked(),
+    },
+    Job {
+        name: "refresh_legacy_usernames",
+        first: Every::Secs(5),
+        period: Every::Secs(5),
+        work: |db| {
+            db.users.refresh_legacy_names()?;
+            Ok(())
+        },
+    },
+    Job {
+        name: "clean_worker_runs",
+        first: Every::Secs(60),
+        period: Every::Secs(300),
+        work: |db| db.clean_worker_runs(),
+    },
+    Job {
+        name: "validate_data_structures",
+        first: Every::Secs(60),
+        period: Every::Secs(900),
+        work: |db| {
+            db.validate();
+            Ok(())
+        },
+    },
+    Job {
+        name: "refresh_limits",
+        first: Every::Secs(1),
+        period: Every::Secs(1),
+        work: |db| {
+            db.refresh_floating()?;
+            db.publish_limit_metrics();
+            Ok(())
+        },
+    },
+];
+
+/// The periodic job called `name`.
+pub fn job(name: &str) -> Option<&'static Job> {
+    JOBS.iter().find(|j| j.name == name)
+}
+
+/// Runs `job` once in the offload pool and records its time in `shoal_job_seconds`; a failure
+/// is logged and returned. What the periodic task does at each period, and what
+/// `POST /debug/job/{name}` does on request.
+pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError> {
+    let db = state.rundb.clone();
+    let work = job.work;
+    let started = Instant::now();
+    let result = match state.offload.run(move || work(&db)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(AppError::from(e)),
+        Err(e) => Err(AppError::from(e)),
+    };
+    metrics::histogram!("shoal_job_seconds", "job" => job.name)
+        .record(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        tracing::error!(job = job.name, error = %e, "periodic job failed");
+    }
+    result
+}
+
+/// A periodic job of the primary: first run after its `first`, then every `period`, both with
+/// ±5% jitter, each run through [`run_job`].
+fn spawn_job(state: &Arc<AppState>, job: &'static Job) -> tokio::task::JoinHandle<()> {
     let state = state.clone();
     tokio::spawn(async move {
         let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
-        tokio::time::sleep(jitter(first)).await;
+        tokio::time::sleep(jitter(job.first.duration(&state.config))).await;
         loop {
-            let db = state.rundb.clone();
-            let started = Instant::now();
-            match state.offload.run(move || work(&db)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(job = name, error = %e, "periodic job failed"),
-                Err(e) => tracing::error!(job = name, error = %e, "periodic job failed"),
-            }
-            metrics::histogram!("shoal_job_seconds", "job" => name)
-                .record(started.elapsed().as_secs_f64());
-            tokio::time::sleep(jitter(period)).await;
+            // A failure is logged by run_job; the job runs again next period.
+            let _ = run_job(&state, job).await;
+            tokio::time::sleep(jitter(job.period.duration(&state.config))).await;
         }
     })
 }
 
+/// Starts every periodic job of the primary (none with `periodic_jobs = false`, a test
+/// setting: the tests run them with `POST /debug/job/{name}`).
 fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
-    let s = Duration::from_secs;
-    let scavenge = state.config.scavenge_interval();
-    let mut jobs = vec![
-        spawn_job(state, "flush_buffers", s(1), s(1), |db| {
-            db.flush(false).map(|_| ())
-        }),
-        spawn_job(state, "scavenge_dead_tasks", scavenge, scavenge, |db| {
-            db.scavenge_dead_tasks().map(|_| ())
-        }),
-        spawn_job(state, "update_itp", s(60), s(60), |db| {
-            db.update_itp();
-            Ok(())
-        }),
-        spawn_job(state, "update_nps_gpm", s(60), s(60), |db| {
-            db.update_nps_gpm();
-            Ok(())
-        }),
-        spawn_job(state, "clean_cache", s(60), s(60), |db| {
-            db.clean_cache();
-            Ok(())
-        }),
-        spawn_job(state, "refresh_blocked_workers", s(5), s(5), |db| {
-            db.refresh_blocked()
-        }),
-        spawn_job(state, "refresh_legacy_usernames", s(5), s(5), |db| {
-            db.users.refresh_legacy_names().map(|_| ())?;
-            Ok(())
-        }),
-        spawn_job(state, "clean_worker_runs", s(60), s(300), |db| {
-            db.clean_worker_runs()
-        }),
-        spawn_job(state, "validate_data_structures", s(60), s(900), |db| {
-            db.validate();
-            Ok(())
-        }),
-        spawn_job(state, "refresh_limits", s(1), s(1), |db| {
-            db.refresh_floating()?;
-            db.publish_limit_metrics();
-            Ok(())
-        }),
-    ];
+    if !state.config.periodic_jobs {
+        tracing::warn!("periodic_jobs = false: no periodic job runs (a test setting)");
+        return Vec::new();
+    }
+    let mut jobs: Vec<_> = JOBS.iter().map(|job| spawn_job(state, job)).collect();
     jobs.extend(spawn_pgn_retention(state));
     jobs
 }

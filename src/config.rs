@@ -55,10 +55,12 @@ pub const KEYS: &[&str] = &[
     "dead_task_timeout_s",
     "scavenge_interval_s",
     "flush_runs_per_tick",
+    "cache_keep_s",
     "pgn_retention_days",
     "secret",
     "log",
     "debug_endpoints",
+    "periodic_jobs",
     "limits_wait_s",
     "limits",
 ];
@@ -138,12 +140,18 @@ pub struct Config {
     dead_task_timeout_s: f64,
     scavenge_interval_s: f64,
     pub flush_runs_per_tick: usize,
+    /// How long a finished run stays in the cache after it was last loaded or written (the
+    /// `clean_cache` job evicts it then). Read through [`Config::cache_keep`].
+    cache_keep_s: f64,
     /// PGNs of runs finished more than this many days ago are deleted (0: kept for ever).
     /// Read through [`Config::pgn_retention_days`].
     pgn_retention_days: i64,
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
+    /// Whether the primary runs its periodic jobs. `false` only for tests (which then run
+    /// each job with `POST /debug/job/{name}`); refused unless `debug_endpoints` is on.
+    pub periodic_jobs: bool,
     /// How long a request_task refused only by a full configured limit waits in that key's
     /// queue (0: refuse at once).
     limits_wait_s: f64,
@@ -192,10 +200,12 @@ impl Default for Config {
             dead_task_timeout_s: 360.0,
             scavenge_interval_s: 60.0,
             flush_runs_per_tick: 8,
+            cache_keep_s: 300.0,
             pgn_retention_days: 0,
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
+            periodic_jobs: true,
             limits_wait_s: 10.0,
             limits: Vec::new(),
         }
@@ -485,6 +495,20 @@ impl Config {
         if self.flush_runs_per_tick == 0 {
             return Err(invalid("flush_runs_per_tick", "must be at least 1"));
         }
+        if !self.cache_keep_s.is_finite() || !(0.0..=86_400.0).contains(&self.cache_keep_s) {
+            return Err(invalid(
+                "cache_keep_s",
+                "must be a number of seconds in [0, 86400]",
+            ));
+        }
+        if !self.periodic_jobs && !self.debug_endpoints {
+            return Err(invalid(
+                "periodic_jobs",
+                "may be false only with debug_endpoints = true (tests run the jobs through \
+                 /debug/job/{name}); a server without its jobs never writes runs behind or \
+                 scavenges dead tasks",
+            ));
+        }
         if !(0..=MAX_PGN_RETENTION_DAYS).contains(&self.pgn_retention_days) {
             return Err(invalid(
                 "pgn_retention_days",
@@ -621,6 +645,11 @@ impl Config {
         u32::try_from(self.pgn_retention_days)
             .ok()
             .filter(|d| *d > 0)
+    }
+
+    /// `cache_keep_s`.
+    pub fn cache_keep(&self) -> Duration {
+        seconds(self.cache_keep_s)
     }
 
     /// `scavenge_interval_s`.
@@ -766,6 +795,9 @@ mod tests {
             ("trusted_proxies = [\"proxy\"]", "trusted_proxies"),
             ("dead_task_timeout_s = 0", "dead_task_timeout_s"),
             ("flush_runs_per_tick = 0", "flush_runs_per_tick"),
+            ("cache_keep_s = -1", "cache_keep_s"),
+            ("cache_keep_s = 86401", "cache_keep_s"),
+            ("periodic_jobs = false", "periodic_jobs"),
             ("pgn_retention_days = -1", "pgn_retention_days"),
             ("pgn_retention_days = 36501", "pgn_retention_days"),
             ("pgn_retention_days = 1.5", "pgn_retention_days"),

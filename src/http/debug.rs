@@ -4,7 +4,9 @@
 //! machinery with controlled work: slow offloaded work (`/debug/sleep`), the request_task gate
 //! with a timed critical section (`/debug/gate`), and a durable key-value write/read through
 //! the run database's key-value probe (`/debug/kv/{key}`), a PGN retention pass run now and
-//! awaited (`/debug/pgn_retention`), and a panicking API handler (`/api/debug/panic`).
+//! awaited (`/debug/pgn_retention`), one periodic job run now and awaited
+//! (`/debug/job/{name}`, through `app::run_job`, as the periodic task runs it), and a
+//! panicking API handler (`/api/debug/panic`).
 //! Must not: be enabled in production (settings.toml says so), or bypass the offload pool or
 //! the gate: these routes use exactly the primitives the real endpoints use.
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -36,6 +39,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/debug/gate", post(gate))
         .route("/debug/kv/{key}", get(kv_get).put(kv_put))
         .route("/debug/pgn_retention", post(pgn_retention))
+        .route("/debug/job/{name}", post(run_job))
         .route("/api/debug/panic", post(panic_now))
 }
 
@@ -128,6 +132,39 @@ async fn pgn_retention(State(state): State<Arc<AppState>>) -> ApiResult {
     Ok(ApiReply::json(
         json!({"days": retention.days(), "pass": summary}),
     ))
+}
+
+/// Runs the periodic job `name` once (the same `app::run_job` the periodic task calls: in
+/// the pool, timed in `shoal_job_seconds`) and answers `{"job": name, "ok": true}`; a job
+/// that fails answers 500 `{"job", "ok": false, "error"}` with the failure's text. An unknown
+/// name is a 404 that names the jobs there are; a secondary runs no job (503).
+async fn run_job(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> ApiResult {
+    let Some(job) = crate::app::job(&name) else {
+        let names: Vec<&str> = crate::app::JOBS.iter().map(|j| j.name).collect();
+        let mut reply = ApiReply::error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no periodic job {name:?} (the jobs: {}; PGN retention is POST \
+                 /debug/pgn_retention)",
+                names.join(", ")
+            ),
+        );
+        reply.body.insert("job".into(), Value::String(name));
+        reply.body.insert("ok".into(), Value::Bool(false));
+        return Ok(reply);
+    };
+    if !state.primary {
+        return Err(ApiError::PrimaryRequired);
+    }
+    match crate::app::run_job(&state, job).await {
+        Ok(()) => Ok(ApiReply::json(json!({"job": job.name, "ok": true}))),
+        Err(e) => {
+            let mut reply = ApiReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            reply.body.insert("job".into(), json!(job.name));
+            reply.body.insert("ok".into(), Value::Bool(false));
+            Ok(reply)
+        }
+    }
 }
 
 /// Panics inside the handler, to prove the panic catcher answers in the API's shape.

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -331,14 +331,19 @@ impl RunDb {
             .fold(0.0, f64::max)
     }
 
-    /// Evicts finished, clean runs from the cache.
-    pub fn clean_cache(&self) {
+    /// Evicts finished, clean runs loaded or written more than `cache_keep` ago from the
+    /// cache. Returns how many runs were evicted.
+    pub fn clean_cache(&self) -> usize {
         let unfinished: HashSet<String> = self.unfinished.read().iter().cloned().collect();
-        self.cache.write().retain(|id, e| {
+        let keep = self.cfg.cache_keep;
+        let mut cache = self.cache.write();
+        let before = cache.len();
+        cache.retain(|id, e| {
             unfinished.contains(id)
                 || e.dirty.load(Ordering::Acquire) > 0
-                || e.last_sync.lock().elapsed() < Duration::from_secs(300)
+                || e.last_sync.lock().elapsed() < keep
         });
+        before - cache.len()
     }
 
     /// Closes the store (at shutdown, after the last flush).

@@ -325,7 +325,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
     if let Some(f) = &args.arch_filter
         && !f.is_empty()
     {
-        if f.len() > super::schedule::MAX_ARCH_FILTER_LEN {
+        if f.chars().count() > super::schedule::MAX_ARCH_FILTER_LEN {
             return Err(refuse(
                 "arch_filter",
                 format!(

@@ -95,6 +95,10 @@ use users::Users;
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);
 
+/// How long a finished run stays cached after it was last loaded or written, by default
+/// (Fishtest's 300 s; `cache_keep_s`).
+pub const CACHE_KEEP: Duration = Duration::from_secs(300);
+
 /// Why an operation failed. `http` maps these to status codes.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDbError {
@@ -139,6 +143,9 @@ pub struct RunDbConfig {
     pub primary: bool,
     pub dead_task: Duration,
     pub flush_runs_per_tick: usize,
+    /// How long a finished run stays cached after it was last loaded or written
+    /// (`clean_cache`).
+    pub cache_keep: Duration,
     /// The limits (built-ins first; `Config::limit_defs`).
     pub limits: Vec<crate::limits::LimitDef>,
 }
@@ -149,6 +156,7 @@ impl Default for RunDbConfig {
             primary: true,
             dead_task: DEAD_TASK,
             flush_runs_per_tick: 8,
+            cache_keep: CACHE_KEEP,
             limits: crate::limits::LimitDef::builtins(u64::from(users::DEFAULT_MACHINE_LIMIT)),
         }
     }

@@ -131,7 +131,8 @@ pub struct Candidate {
     pub limited: bool,
 }
 
-/// The longest `arch_filter` accepted (real ones are a few alternatives: "avx2|bmi2|vnni").
+/// The longest `arch_filter` accepted, in characters (real ones are a few alternatives:
+/// "avx2|bmi2|vnni").
 pub const MAX_ARCH_FILTER_LEN: usize = 256;
 
 /// A compiled `arch_filter`. An invalid pattern excludes nothing (Fishtest logs and ignores it).
@@ -145,8 +146,9 @@ impl ArchFilter {
     /// Compiles with a size limit: the `regex` crate matches in linear time, and the limit
     /// stops a hostile pattern from costing memory at compile time.
     pub fn compile(pattern: &str) -> ArchFilter {
-        if pattern.len() > MAX_ARCH_FILTER_LEN {
-            tracing::warn!(len = pattern.len(), "over-long arch_filter ignored");
+        let len = pattern.chars().count();
+        if len > MAX_ARCH_FILTER_LEN {
+            tracing::warn!(len, "over-long arch_filter ignored");
             return ArchFilter::Invalid;
         }
         match regex::RegexBuilder::new(pattern)

@@ -2,6 +2,8 @@
 //! `.ci/run`), driven over WebDriver with `fantoccini`. Each test starts its own server and its
 //! own chromedriver on ephemeral ports, and saves screenshots under `target/screenshots/` for a
 //! person to look at. A missing chromedriver fails the test (it is not skipped): CI installs it.
+//! chromedriver and the Chromium it starts are killed together when the test ends, fails or
+//! dies ([`Driver`]; test: `a_failing_browser_test_leaves_no_browser_behind`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,17 +16,96 @@ use crate::harness::TestServer;
 
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 
-/// A chromedriver child process, killed on drop.
+/// The environment variable that marks chromedriver and everything it starts
+/// ([`Driver::mark`]).
+const MARK_VAR: &str = "SHOAL_TEST_CHROMEDRIVER";
+
+/// A chromedriver and every Chromium process it starts, all killed when it is dropped, also
+/// while a failing test unwinds.
+///
+/// chromedriver runs in a process group of its own, under a small `sh` that leads the group;
+/// Chromium's processes stay in that group, so dropping the driver kills the whole group
+/// (SIGKILL) and reaps the leader. Chromium's crash handlers (`chrome_crashpad_handler`) leave
+/// the group (they call `setsid`), so the driver's environment carries a marker
+/// ([`MARK_VAR`]) they inherit, and every process that carries it is killed too. If the
+/// test process dies without unwinding (nextest's timeout), the leader is told by the kernel
+/// (`PR_SET_PDEATHSIG`) and kills its group itself; so it does when chromedriver ends.
 pub(crate) struct Driver {
+    /// The group leader (`sh`).
     child: Child,
     port: u16,
+    /// The process group: the leader's pid.
+    pub(crate) pgid: i32,
+    /// The value of [`MARK_VAR`] in the environment of every process this driver started.
+    pub(crate) mark: String,
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: killpg(2) and kill(2) with plain integers; no memory is touched. The group
+        // is our child's (it leads it until it is reaped below), the pids carry our marker.
+        unsafe {
+            libc::killpg(self.pgid, libc::SIGKILL);
+        }
+        for pid in marked(&self.mark) {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
         let _ = self.child.wait();
     }
+}
+
+/// A live process as `/proc/<pid>/stat` shows it: its process group and state (a zombie, `Z`,
+/// is dead and only waits to be reaped by its parent).
+pub(crate) fn process_group_of(pid: i32) -> Option<(i32, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ...": comm may contain anything but ends at the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((pgrp, state))
+}
+
+/// Every pid in `/proc`.
+fn pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a process is alive (not gone, not a zombie).
+pub(crate) fn alive(pid: i32) -> bool {
+    process_group_of(pid).is_some_and(|(_, state)| state != 'Z' && state != 'X')
+}
+
+/// The live processes of process group `pgid`.
+pub(crate) fn live_in_group(pgid: i32) -> Vec<i32> {
+    pids()
+        .into_iter()
+        .filter(|&pid| {
+            process_group_of(pid)
+                .is_some_and(|(g, state)| g == pgid && state != 'Z' && state != 'X')
+        })
+        .collect()
+}
+
+/// The processes whose environment has `MARK_VAR=mark`.
+pub(crate) fn marked(mark: &str) -> Vec<i32> {
+    let needle = format!("{MARK_VAR}={mark}");
+    pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+        })
+        .collect()
 }
 
 fn free_port() -> u16 {
@@ -35,19 +116,55 @@ fn free_port() -> u16 {
 }
 
 pub(crate) async fn start_driver() -> Driver {
+    use std::os::unix::process::CommandExt as _;
     let port = free_port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
+    let mark = format!("{}-{port}", std::process::id());
+    // SAFETY: getpid(2) has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = Command::new("sh");
+    // The leader waits for chromedriver and kills its group when chromedriver ends, or when
+    // it is told that the test process died.
+    cmd.arg("-c")
+        .arg(r#"trap 'kill -9 0' TERM; chromedriver --port="$1" & wait; kill -9 0"#)
+        .arg("sh")
+        .arg(port.to_string())
+        .env(MARK_VAR, &mark)
+        .process_group(0)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver must be installed (apt-get install chromium chromium-driver)");
-    let driver = Driver { child, port };
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The test process died before the line above: nobody would tell us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the test process is gone"));
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("sh");
+    let pgid = i32::try_from(child.id()).expect("a pid");
+    let mut driver = Driver {
+        child,
+        port,
+        pgid,
+        mark,
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .is_err()
     {
+        if let Ok(Some(status)) = driver.child.try_wait() {
+            panic!(
+                "chromedriver must be installed (apt-get install chromium chromium-driver): {status}"
+            );
+        }
         assert!(Instant::now() < deadline, "chromedriver did not start");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -383,4 +500,76 @@ async fn the_owner_modifies_a_run_and_watches_it_finish() {
     }
     screenshot(&c, "run-finished").await;
     c.close().await.expect("close the browser");
+}
+
+/// The processes of `driver` still alive: its group's and those carrying its marker.
+fn left_behind(pgid: i32, mark: &str) -> Vec<i32> {
+    let mut left = live_in_group(pgid);
+    left.extend(marked(mark).into_iter().filter(|&pid| alive(pid)));
+    left.sort_unstable();
+    left.dedup();
+    left
+}
+
+/// `ps`-like lines for `pids` (for a failure's message).
+fn describe(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {:?} {}", process_group_of(*pid), comm.trim())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_failing_browser_test_leaves_no_browser_behind() {
+    let server = TestServer::start().await;
+    let driver = start_driver().await;
+    let (pgid, mark) = (driver.pgid, driver.mark.clone());
+    let c = browser(&driver).await;
+    c.goto(&server.url("/tests")).await.expect("dashboard");
+    body_text(&c).await;
+    // Chromium runs: its processes are in the driver's group, or carry its marker.
+    let running = left_behind(pgid, &mark);
+    let chromium = running
+        .iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "chromium")
+        })
+        .count();
+    assert!(
+        chromium >= 2,
+        "Chromium's processes:\n{}",
+        describe(&running)
+    );
+    eprintln!("the driver's processes:\n{}", describe(&running));
+    assert!(
+        running.contains(&pgid),
+        "the group's leader:\n{}",
+        describe(&running)
+    );
+    // A test that fails with the browser open: the driver is dropped while it unwinds. (The
+    // WebDriver session stays open meanwhile: nothing asks chromedriver to close Chromium.)
+    let failed = tokio::spawn(async move {
+        let _driver = driver;
+        panic!("a browser test fails with its browser open");
+    })
+    .await;
+    assert!(failed.is_err_and(|e| e.is_panic()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = left_behind(pgid, &mark);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind by the failed test:\n{}",
+            describe(&left)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(c);
 }

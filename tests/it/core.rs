@@ -1289,6 +1289,7 @@ async fn production_defaults_serve_no_debug_routes() {
         ("GET", "/debug/kv/any"),
         ("PUT", "/debug/kv/any"),
         ("POST", "/debug/pgn_retention"),
+        ("POST", "/debug/job/flush_buffers"),
         ("POST", "/api/debug/panic"),
     ] {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
@@ -1306,4 +1307,5 @@ async fn production_defaults_serve_no_debug_routes() {
     let (ok, text) = run_bin_all(&["check-config"], &[], dir.path());
     assert!(ok, "{text}");
     assert!(text.contains("debug_endpoints = false"), "{text}");
+    assert!(text.contains("periodic_jobs = true"), "{text}");
 }

@@ -6,6 +6,7 @@
 mod api_shapes;
 mod batches;
 mod beside_fishtest;
+mod bounds;
 mod browser;
 mod browser_nets;
 mod browser_record;
@@ -18,6 +19,7 @@ mod fuzz;
 mod hardening;
 mod harness;
 mod instances;
+mod jobs;
 mod limits;
 mod mongo;
 mod nets_store;
