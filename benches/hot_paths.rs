@@ -17,6 +17,7 @@ mod common;
 
 use common::worker;
 use shoal::config::SqliteSync;
+use shoal::ledger::Ledger;
 use shoal::offload::Offload;
 use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
@@ -56,11 +57,13 @@ fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
 fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
+    let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
     let db = RunDb::open(
         store,
         offload.clone(),
         Books::shipped().expect("books"),
         cfg,
+        ledger,
     )
     .expect("rundb");
     (dir, Arc::new(db))

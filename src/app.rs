@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
+use crate::ledger::Ledger;
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::books::Books;
 use crate::rundb::{RunDb, RunDbConfig, RunDbError};
@@ -133,7 +134,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb) = offload
+    let (secret, rundb, ledger) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -155,8 +156,9 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 flush_runs_per_tick: c.flush_runs_per_tick,
                 limits: c.limit_defs(),
             };
-            let rundb = RunDb::open(store, pool, books, cfg)?;
-            Ok((secret, Arc::new(rundb)))
+            let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
+            let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
+            Ok((secret, Arc::new(rundb), ledger))
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
@@ -196,6 +198,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         gate,
         batches,
         rundb,
+        ledger,
         metrics,
         draining: Default::default(),
         started: Instant::now(),
@@ -352,13 +355,13 @@ pub async fn serve(
 
 /// Logs a `system_event` action (start and stop of an instance, as Fishtest does).
 async fn system_event(state: &Arc<AppState>, message: String) {
-    let db = state.rundb.clone();
+    let ledger = state.ledger.clone();
     let result = state
         .offload
         .run(move || {
             let mut fields = crate::store::Doc::new();
             fields.insert("message".into(), serde_json::Value::String(message));
-            db.log_action("system_event", "fishtest.system", fields)
+            ledger.log_action("system_event", "fishtest.system", fields)
         })
         .await;
     if let Err(e) = result

@@ -13,7 +13,9 @@
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
 //! - [`throttle`]: failed-authentication counters (password spraying), no I/O.
-//! - [`rundb`]: runs, tasks, users and the worker protocol's rules; the run cache and journal.
+//! - [`ledger`]: the action log, CPU hours and contributors; told facts, knows no run.
+//! - [`rundb`]: runs, tasks, users and the worker protocol's rules; the run cache and journal
+//!   (it records into the [`ledger`]).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
 //! - [`app`]: start-up, serving, orderly shutdown.
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
@@ -26,6 +28,7 @@ pub mod app;
 pub mod config;
 pub mod dump;
 pub mod http;
+pub mod ledger;
 pub mod limits;
 pub mod offload;
 pub mod process;

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::reply::ApiReply;
 use crate::offload::OffloadError;
 use crate::rundb::RunDbError;
+use crate::store::StoreError;
 
 /// Errors a handler can return. The status codes are Fishtest's where it has one
 /// (docs/protocol.md#errors lists them all).
@@ -102,6 +103,13 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T = ApiReply> = Result<T, ApiError>;
+
+/// A store failure (the ledger's only one): 500, as the run database's.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
 
 impl From<RunDbError> for ApiError {
     fn from(e: RunDbError) -> Self {

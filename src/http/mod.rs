@@ -34,6 +34,7 @@ use tokio::sync::Semaphore;
 
 use crate::admission::Gate;
 use crate::config::Config;
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::rundb::RunDb;
 use reply::ApiReply;
@@ -52,6 +53,8 @@ pub struct AppState {
     /// request_task's jobs handed in to the gate, served in batches by the slot holder.
     pub batches: Arc<api::worker::SchedBatches>,
     pub rundb: Arc<RunDb>,
+    /// The action log, CPU hours and contributors (the run database writes to it too).
+    pub ledger: Arc<Ledger>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.
     pub draining: AtomicBool,

@@ -229,7 +229,7 @@ impl RunDb {
             "message".into(),
             json!(format!("{name}: max {old} -> {max}")),
         );
-        self.log_action("set_limit", &by.username, fields)?;
+        self.ledger.log_action("set_limit", &by.username, fields)?;
         Ok(old)
     }
 

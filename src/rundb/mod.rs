@@ -16,8 +16,9 @@
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
-//! - `actions.rs` (the action log), `cpu_hours.rs` (the CPU-hour ledger) and
-//!   `contributors.rs` (the contributors table, kept up to date as tasks end);
+//! - `records.rs`: what the run database tells the ledger ([`crate::ledger`]: the action log,
+//!   CPU hours, contributors): a run's action fields, actions made under a run's lock (through
+//!   the journal), a finished task's figures, the stored runs for the one-time rebuild;
 //! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
@@ -33,19 +34,16 @@
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
 //! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
-//! `cpu_hours_pending`, `contributors`, `unfinished`, `last_sync`, the journal, the store; never two run locks
-//! at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock order",
-//! has every lock and the one start-up exception (`load_unfinished`). None is held across an
+//! the ledger's (its pending CPU hours, its contributors table), `unfinished`, `last_sync`,
+//! the journal, the store; never two run locks at once; the cache is written only with no
+//! other lock held. ARCHITECTURE.md, "Lock order", has every lock and the one start-up exception (`load_unfinished`). None is held across an
 //! `.await` (everything here is blocking code run in the offload pool).
 //! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
 //! request_task's path.
 
-pub mod actions;
 pub mod books;
 mod cache;
-mod contributors;
 mod control;
-mod cpu_hours;
 pub mod create;
 mod jobs;
 pub mod journal;
@@ -57,6 +55,7 @@ pub mod nets;
 pub mod outcome;
 mod people;
 pub mod queries;
+mod records;
 mod recovery;
 pub mod retention;
 pub mod schedule;
@@ -76,12 +75,12 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::ledger::Ledger;
 pub use crate::protocol::WORKER_VERSION;
 use crate::store::{Date, SharedStore, StoreError};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
-pub use contributors::ContributorRow;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
@@ -171,16 +170,11 @@ pub struct RunDb {
     limit_ids: limiter::LimitIds,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
-    /// Serialises the read-modify-write of the stored CPU-hour totals.
-    cpu_hours_lock: Mutex<()>,
-    /// CPU hours of finished tasks not yet added to the stored totals (username -> hours).
-    /// Tasks finish under their run's lock, where no store write may happen; the write-behind
-    /// job adds these to the store each tick (and at shutdown).
-    cpu_hours_pending: Mutex<HashMap<String, f64>>,
     /// Browser sessions (`sessions`).
     sessions: sessions::Sessions,
-    /// The contributors table (`contributors`), kept up to date as tasks end and runs start.
-    contributors: contributors::ContributorTable,
+    /// The action log, the CPU-hour totals and the contributors table: told of every run
+    /// change they record (`records.rs`), written behind by `flush`.
+    ledger: Arc<Ledger>,
     /// Changes a run list shows at once ([`RunDb::listed_changes`]).
     listed_changes: std::sync::atomic::AtomicU64,
 }

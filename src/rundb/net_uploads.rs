@@ -42,7 +42,7 @@ impl RunDb {
         tracing::info!(net = name, user, "net uploaded");
         let mut f = Doc::new();
         f.insert("nn".into(), json!(name));
-        if let Err(e) = self.log_action("upload_nn", user, f) {
+        if let Err(e) = self.ledger.log_action("upload_nn", user, f) {
             tracing::warn!(error = %e, net = name, "upload_nn not logged");
         }
         Ok(())

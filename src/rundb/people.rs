@@ -56,7 +56,8 @@ impl RunDb {
                 }
                 let message = if blocked { "blocked" } else { "unblocked" };
                 fields.insert("message".into(), json!(message));
-                self.log_action("block_user", &approver.username, fields)?;
+                self.ledger
+                    .log_action("block_user", &approver.username, fields)?;
                 tracing::info!(user = %user.username, by = %approver.username, message, "user");
             }
             UserAction::Accept | UserAction::Reject if !user.pending => {
@@ -69,7 +70,8 @@ impl RunDb {
                 user.pending = false;
                 self.users.save(&user)?;
                 fields.insert("message".into(), json!("accepted"));
-                self.log_action("accept_user", &approver.username, fields)?;
+                self.ledger
+                    .log_action("accept_user", &approver.username, fields)?;
                 tracing::info!(user = %user.username, by = %approver.username, "user accepted");
             }
             UserAction::Reject => {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::config::SqliteSync;
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::rundb::books::Books;
 use crate::rundb::create::CreateArgs;
@@ -40,6 +41,7 @@ fn open(store: &SharedStore) -> RunDb {
         Offload::new(4),
         Books::shipped().expect("books"),
         RunDbConfig::default(),
+        Arc::new(Ledger::new(store.clone(), true)),
     )
     .expect("rundb")
 }

@@ -226,7 +226,7 @@ impl RunDb {
                 "message".into(),
                 json!(if blocked { "blocked" } else { "unblocked" }),
             );
-            self.log_action("block_worker", &by.username, f)?;
+            self.ledger.log_action("block_worker", &by.username, f)?;
             tracing::info!(worker = name, blocked, by = %by.username, "worker block changed");
         }
         Ok(WorkerChange {

@@ -32,9 +32,10 @@ use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, r
 use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
+use crate::ledger::Ledger;
 use crate::rundb::sessions::SessionState;
 use crate::rundb::users::{DEFAULT_MACHINE_LIMIT, User};
-use crate::rundb::{ProfileChange, RunDb, RunDbError, UserAction};
+use crate::rundb::{ProfileChange, RunDbError, UserAction};
 
 /// Rows per page of `/user_management`.
 pub const USERS_PAGE: usize = 25;
@@ -83,8 +84,10 @@ pub fn groups_label(user: &User) -> String {
         .join(", ")
 }
 
-fn view_of(db: &RunDb, user: &User) -> Result<UserView, RunDbError> {
-    let cpu = db.contributor(&user.username)?.map_or(0.0, |c| c.cpu_hours);
+fn view_of(ledger: &Ledger, user: &User) -> Result<UserView, RunDbError> {
+    let cpu = ledger
+        .contributor(&user.username)?
+        .map_or(0.0, |c| c.cpu_hours);
     Ok(UserView {
         username: user.username.clone(),
         registered: user
@@ -164,8 +167,8 @@ fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
-    match view_of(db, user) {
+fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
+    match view_of(ledger, user) {
         Ok(u) => {
             let mut l = Layout::new(ctx, "Profile");
             l.flashes = flashes;
@@ -181,7 +184,8 @@ pub async fn own_profile(
     headers: HeaderMap,
     Query(q): Query<DoneQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let ledger = state.ledger.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(user) = ctx.user.clone() else {
             return to_login("/user");
         };
@@ -192,7 +196,7 @@ pub async fn own_profile(
             .map(Flash::info)
             .into_iter()
             .collect();
-        profile_page(db, ctx, &user, flashes)
+        profile_page(&ledger, ctx, &user, flashes)
     })
     .await
 }
@@ -281,9 +285,10 @@ pub async fn change_profile(
         Login::at(ip, user.username.clone(), form.old_password.clone()),
     )
     .await;
+    let ledger = state.ledger.clone();
     continue_page(&state, keys, ctx, move |db, ctx, _| {
         let refuse =
-            |ctx: &Ctx, text: String| profile_page(db, ctx, &user, vec![Flash::error(text)]);
+            |ctx: &Ctx, text: String| profile_page(&ledger, ctx, &user, vec![Flash::error(text)]);
         match verdict {
             Ok(_) => {}
             Err(ApiError::Throttled { retry_after_s }) => {
@@ -329,6 +334,7 @@ pub async fn user_page(
     Path(name): Path<String>,
     Query(q): Query<DoneQuery>,
 ) -> Response {
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let Some(me) = ctx.user.clone() else {
             return to_login(&format!("/user/{name}"));
@@ -341,7 +347,7 @@ pub async fn user_page(
             .into_iter()
             .collect();
         if me.username == name {
-            return profile_page(db, ctx, &me, flashes);
+            return profile_page(&ledger, ctx, &me, flashes);
         }
         if !me.is_approver() {
             return errors::refused(
@@ -356,7 +362,7 @@ pub async fn user_page(
             Ok(None) => return errors::missing(ctx),
             Err(e) => return refusal(ctx, e.into()),
         };
-        match view_of(db, &user) {
+        match view_of(&ledger, &user) {
             Ok(u) => {
                 let mut l = Layout::new(ctx, "User Management");
                 l.flashes = flashes;
@@ -531,6 +537,7 @@ pub async fn user_management(
     headers: HeaderMap,
     Query(q): Query<UsersQuery>,
 ) -> Response {
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let Some(me) = ctx.user.clone() else {
             return to_login("/user_management");
@@ -542,9 +549,9 @@ pub async fn user_management(
             Ok(u) => u,
             Err(e) => return refusal(ctx, e.into()),
         };
-        let contributors: std::collections::HashSet<String> = match db.contributors(false) {
+        let contributors: std::collections::HashSet<String> = match ledger.contributors(false) {
             Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
-            Err(e) => return refusal(ctx, e),
+            Err(e) => return refusal(ctx, e.into()),
         };
         user_management_page(ctx, users, &contributors, q)
     })

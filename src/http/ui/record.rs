@@ -23,8 +23,8 @@ use super::people::{Header, page_number, pager, repo_label};
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, errors, page};
 use crate::http::AppState;
-use crate::rundb::actions::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS};
-use crate::rundb::{ContributorRow, RunDb};
+use crate::ledger::{ACTION_KINDS, ActionFilter, ContributorRow, HIDDEN_KINDS, Ledger};
+use crate::rundb::RunDb;
 use crate::store::Doc;
 
 /// Actions per page.
@@ -217,7 +217,7 @@ fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, S
         if names.is_empty() {
             return Ok(None);
         }
-        names.truncate(crate::rundb::actions::MAX_IN);
+        names.truncate(crate::ledger::MAX_IN);
         f = f.usernames(names);
     }
     Ok(Some(f))
@@ -266,7 +266,7 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
     }
 }
 
-fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
+fn actions_page(ledger: &Ledger, db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let render = |status, count_line: String, rows, pager, flash: Option<String>| {
         let mut l = Layout::new(ctx, "Events");
@@ -308,7 +308,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
         Err(text) => return bad(text),
     };
     let total = match &filter {
-        Some(f) => match db.count_actions(f) {
+        Some(f) => match ledger.count_actions(f) {
             Ok(n) => n.min(cap),
             Err(e) => {
                 tracing::error!(error = %e, "actions: count failed");
@@ -322,7 +322,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
     let skip = (page - 1) * ACTIONS_PAGE;
     let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
     let docs = match &filter {
-        Some(f) if take > 0 => match db.find_actions(f, skip, take) {
+        Some(f) if take > 0 => match ledger.find_actions(f, skip, take) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "actions: read failed");
@@ -347,8 +347,9 @@ pub async fn actions(
     headers: HeaderMap,
     Query(q): Query<ActionsQuery>,
 ) -> Response {
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        actions_page(db, ctx, q)
+        actions_page(&ledger, db, ctx, q)
     })
     .await
 }
@@ -430,13 +431,19 @@ fn time_ago(t: Option<&crate::store::Date>) -> String {
     format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
 }
 
-fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Out {
+fn contributors_page(
+    ledger: &Ledger,
+    db: &RunDb,
+    ctx: &Ctx,
+    q: ContributorsQuery,
+    monthly: bool,
+) -> Out {
     let (heading, base) = if monthly {
         ("Contributors - Top Month", "/contributors/monthly")
     } else {
         ("Contributors", "/contributors")
     };
-    let rows = match db.contributors(monthly) {
+    let rows = match ledger.contributors(monthly) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "contributors failed");
@@ -668,8 +675,9 @@ pub async fn contributors(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(db, ctx, q, false)
+        contributors_page(&ledger, db, ctx, q, false)
     })
     .await
 }
@@ -680,8 +688,9 @@ pub async fn contributors_monthly(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(db, ctx, q, true)
+        contributors_page(&ledger, db, ctx, q, true)
     })
     .await
 }
