@@ -16,6 +16,7 @@ use serde_json::json;
 mod common;
 
 use common::worker;
+use shoal::accounts::{User, Users};
 use shoal::config::SqliteSync;
 use shoal::ledger::Ledger;
 use shoal::offload::Offload;
@@ -23,7 +24,6 @@ use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
 use shoal::rundb::model::Stats;
 use shoal::rundb::outcome::{Assignment, TaskReply};
-use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
 use shoal::store::sqlite::SqliteStore;
 
@@ -49,16 +49,31 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
-/// A run database on a fresh temporary SQLite store (the directory lives as long as the guard).
-fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
+/// A run database and the users of its store, on a fresh temporary SQLite store (the
+/// directory lives as long as this; it derefs to the run database).
+struct Db {
+    runs: RunDb,
+    users: Users,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Db {
+    type Target = RunDb;
+    fn deref(&self) -> &RunDb {
+        &self.runs
+    }
+}
+
+fn open_db(offload: &Offload) -> Arc<Db> {
     open_db_with(offload, RunDbConfig::default())
 }
 
-fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
+fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> Arc<Db> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
     let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
-    let db = RunDb::open(
+    let users = Users::new(store.clone());
+    let runs = RunDb::open(
         store,
         offload.clone(),
         Books::shipped().expect("books"),
@@ -66,7 +81,11 @@ fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<
         ledger,
     )
     .expect("rundb");
-    (dir, Arc::new(db))
+    Arc::new(Db {
+        runs,
+        users,
+        _dir: dir,
+    })
 }
 
 /// Ten configured limits, none of which refuses in the benchmark (the cost measured is the
@@ -136,7 +155,7 @@ fn ten_limits() -> RunDbConfig {
 /// 10,000 active tasks, the calls interleaved (one on each database in turn, the order
 /// swapped every round) so that the machine's load and the allocator's state weigh on every
 /// database alike.
-fn bench_request_task(dbs: &[(&str, &RunDb)]) {
+fn bench_request_task(dbs: &[(&str, &Db)]) {
     // Loaded in turns too (a run, a task on each database in turn), so that neither is the
     // one built on the other's leftovers.
     let (users, approvers): (Vec<User>, Vec<User>) =
@@ -195,13 +214,12 @@ fn main() {
                 "ten" => (ten_limits(), format!("10 limits ({})", i + 1)),
                 other => panic!("SHOAL_BENCH_PAIR: `{other}` is not none or ten"),
             };
-            let (dir, db) = open_db_with(&offload, cfg);
-            dbs.push((label, db, dir));
+            dbs.push((label, open_db_with(&offload, cfg)));
         }
         offload
             .run(move || {
-                let refs: Vec<(&str, &RunDb)> =
-                    dbs.iter().map(|(l, db, _)| (l.as_str(), &**db)).collect();
+                let refs: Vec<(&str, &Db)> =
+                    dbs.iter().map(|(l, db)| (l.as_str(), &**db)).collect();
                 bench_request_task(&refs);
             })
             .await
@@ -210,7 +228,7 @@ fn main() {
             return;
         }
 
-        let (_dir, db) = open_db(&offload);
+        let db = open_db(&offload);
         let d = db.clone();
         offload
             .run(move || bench(&d))
@@ -218,7 +236,7 @@ fn main() {
             .expect("bench panicked");
 
         // Write-behind of one big run (a storm's run: thousands of tasks with worker_info).
-        let (_dir, db) = open_db(&offload);
+        let db = open_db(&offload);
         offload
             .run(move || bench_big_flush(&db))
             .await
@@ -227,7 +245,7 @@ fn main() {
 }
 
 /// A submitter without a machine limit and an approver.
-fn bench_users(db: &RunDb) -> (User, User) {
+fn bench_users(db: &Db) -> (User, User) {
     let user = db
         .users
         .add("bench", "pw", "", false, Some(u32::MAX))
@@ -273,7 +291,7 @@ fn batch_stats() -> Stats {
 
 const BIG_RUN_TASKS: usize = 3_000;
 
-fn bench_big_flush(db: &RunDb) {
+fn bench_big_flush(db: &Db) {
     let (user, approver) = bench_users(db);
     let id = approved_run(db, &user, &approver, "big", 3_200_000, 100);
     for n in 0..BIG_RUN_TASKS {
@@ -293,7 +311,7 @@ fn bench_big_flush(db: &RunDb) {
     percentiles("flush of one run with 3,000 active tasks", samples);
 }
 
-fn bench(db: &RunDb) {
+fn bench(db: &Db) {
     let (user, approver) = bench_users(db);
     let started = Instant::now();
     for i in 0..RUNS {
@@ -358,7 +376,7 @@ fn bench(db: &RunDb) {
     db.users
         .authenticate("bench", "pw")
         .expect("warm the cache");
-    let throttle = shoal::throttle::AuthThrottle::new(shoal::throttle::ThrottleConfig {
+    let throttle = shoal::accounts::AuthThrottle::new(shoal::accounts::ThrottleConfig {
         window: Duration::from_secs(300),
         per_user_ip: 10,
         per_ip: 100,
@@ -380,7 +398,7 @@ fn bench(db: &RunDb) {
         let user = db.users.authenticate_cached("bench", "pw");
         throttle.succeeded("bench", &ip);
         samples.push(t.elapsed());
-        assert_eq!(verdict, shoal::throttle::Verdict::Allow);
+        assert_eq!(verdict, shoal::accounts::Verdict::Allow);
         assert!(matches!(user, Some(Ok(_))));
     }
     percentiles("login: throttle verdict + cache hit", samples);
@@ -392,7 +410,7 @@ fn bench(db: &RunDb) {
         let t = Instant::now();
         let verdict = throttle.check("bench", "10.9.9.9");
         samples.push(t.elapsed());
-        assert!(matches!(verdict, shoal::throttle::Verdict::Refuse { .. }));
+        assert!(matches!(verdict, shoal::accounts::Verdict::Refuse { .. }));
     }
     percentiles("login: a throttled guess refused", samples);
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 
+use crate::accounts::{Accounts, ThrottleConfig, UserError};
 use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
@@ -48,6 +49,8 @@ pub enum AppError {
     Offload(#[from] OffloadError),
     #[error("run database: {0}")]
     RunDb(#[from] RunDbError),
+    #[error("accounts: {0}")]
+    Accounts(#[from] UserError),
     #[error("{0}")]
     Books(#[from] crate::rundb::books::BooksError),
 }
@@ -134,7 +137,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, ledger) = offload
+    let (secret, rundb, ledger, accounts) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -157,22 +160,21 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 limits: c.limit_defs(),
             };
             let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
+            let throttle = ThrottleConfig {
+                window: c.auth_throttle_window(),
+                per_user_ip: c.auth_throttle_per_user_ip,
+                per_ip: c.auth_throttle_per_ip,
+                per_user: c.auth_throttle_per_user,
+            };
+            let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
             let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
-            Ok((secret, Arc::new(rundb), ledger))
+            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts)))
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
     let batches = Arc::new(crate::admission::Batches::new(
         &gate,
         config.request_task_batch,
-    ));
-    let throttle = Arc::new(crate::throttle::AuthThrottle::new(
-        crate::throttle::ThrottleConfig {
-            window: config.auth_throttle_window(),
-            per_user_ip: config.auth_throttle_per_user_ip,
-            per_ip: config.auth_throttle_per_ip,
-            per_user: config.auth_throttle_per_user,
-        },
     ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
     // Pages render on their own lane of lower-priority threads (offload::Lane).
@@ -198,12 +200,12 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         gate,
         batches,
         rundb,
+        accounts,
         ledger,
         metrics,
         draining: Default::default(),
         started: Instant::now(),
         secret,
-        throttle,
         pgn_uploads,
         page_renders,
         debug: Default::default(),
@@ -372,8 +374,7 @@ async fn system_event(state: &Arc<AppState>, message: String) {
     }
 }
 
-/// A periodic job of the primary (the list: `spawn_jobs`, and ARCHITECTURE.md, Entry points):
-/// first run after `first`, then every `period` with ±5% jitter, each run in the offload pool.
+/// A periodic job of the run database (see [`spawn_periodic`]).
 fn spawn_job(
     state: &Arc<AppState>,
     name: &'static str,
@@ -381,12 +382,30 @@ fn spawn_job(
     period: Duration,
     work: fn(&RunDb) -> Result<(), RunDbError>,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_periodic(state, name, first, period, runs, work)
+}
+
+/// A periodic job of the primary (the list: `spawn_jobs`, and ARCHITECTURE.md, Entry points),
+/// on the component `component` picks from the state: first run after `first`, then every
+/// `period` with ±5% jitter, each run in the offload pool.
+fn spawn_periodic<C, E>(
+    state: &Arc<AppState>,
+    name: &'static str,
+    first: Duration,
+    period: Duration,
+    component: fn(&AppState) -> Arc<C>,
+    work: fn(&C) -> Result<(), E>,
+) -> tokio::task::JoinHandle<()>
+where
+    C: Send + Sync + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
     let state = state.clone();
     tokio::spawn(async move {
         let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
         tokio::time::sleep(jitter(first)).await;
         loop {
-            let db = state.rundb.clone();
+            let db = component(&state);
             let started = Instant::now();
             match state.offload.run(move || work(&db)).await {
                 Ok(Ok(())) => {}
@@ -398,6 +417,16 @@ fn spawn_job(
             tokio::time::sleep(jitter(period)).await;
         }
     })
+}
+
+/// The run database, for a job.
+fn runs(state: &AppState) -> Arc<RunDb> {
+    state.rundb.clone()
+}
+
+/// The accounts, for a job.
+fn accounts(state: &AppState) -> Arc<Accounts> {
+    state.accounts.clone()
 }
 
 fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
@@ -425,10 +454,14 @@ fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
         spawn_job(state, "refresh_blocked_workers", s(5), s(5), |db| {
             db.refresh_blocked()
         }),
-        spawn_job(state, "refresh_legacy_usernames", s(5), s(5), |db| {
-            db.users.refresh_legacy_names().map(|_| ())?;
-            Ok(())
-        }),
+        spawn_periodic(
+            state,
+            "refresh_legacy_usernames",
+            s(5),
+            s(5),
+            accounts,
+            |a| a.users().refresh_legacy_names().map(|_| ()),
+        ),
         spawn_job(state, "clean_worker_runs", s(60), s(300), |db| {
             db.clean_worker_runs()
         }),

@@ -773,7 +773,7 @@ fn for_fishtest_user(d: &Doc) -> (Doc, bool) {
     (d, hash_only)
 }
 
-/// A browser session's record (`rundb::sessions`): shoal's own state, and a credential.
+/// A browser session's record (`accounts`, `sessions.rs`): shoal's own state, and a credential.
 fn is_session(d: &Doc) -> bool {
     d.get("_id")
         .and_then(Value::as_str)

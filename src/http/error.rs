@@ -9,9 +9,10 @@
 use axum::response::{IntoResponse, Response};
 
 use super::reply::ApiReply;
+use crate::accounts::{AuthError, UserError};
+use crate::ledger::LedgerError;
 use crate::offload::OffloadError;
 use crate::rundb::RunDbError;
-use crate::store::StoreError;
 
 /// Errors a handler can return. The status codes are Fishtest's where it has one
 /// (docs/protocol.md#errors lists them all).
@@ -104,9 +105,38 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T = ApiReply> = Result<T, ApiError>;
 
+/// A refused login: Fishtest's texts (`http::auth`), 401; a throttled one 429.
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        use super::auth::{MSG_BLOCKED, MSG_INVALID, MSG_PENDING, retry_after_s};
+        match e {
+            AuthError::WrongPassword => ApiError::Unauthorized(MSG_INVALID.into()),
+            AuthError::Blocked => ApiError::Unauthorized(MSG_BLOCKED.into()),
+            AuthError::Pending => ApiError::Unauthorized(MSG_PENDING.into()),
+            AuthError::Throttled { retry_after } => ApiError::Throttled {
+                retry_after_s: retry_after_s(retry_after),
+            },
+            AuthError::Account(e) => e.into(),
+        }
+    }
+}
+
+/// An account operation's failure.
+impl From<UserError> for ApiError {
+    fn from(e: UserError) -> Self {
+        match e {
+            UserError::Invalid(m) => ApiError::BadRequest(m),
+            UserError::NotApprover => ApiError::Unauthorized(e.to_string()),
+            UserError::NoSuchUser(_) => ApiError::NotFound(e.to_string()),
+            UserError::NotPending(_) => ApiError::BadRequest(e.to_string()),
+            UserError::Store(e) => e.into(),
+        }
+    }
+}
+
 /// A store failure (the ledger's only one): 500, as the run database's.
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> Self {
         ApiError::Internal(e.to_string())
     }
 }

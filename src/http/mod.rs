@@ -32,6 +32,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::accounts::Accounts;
 use crate::admission::Gate;
 use crate::config::Config;
 use crate::ledger::Ledger;
@@ -53,6 +54,8 @@ pub struct AppState {
     /// request_task's jobs handed in to the gate, served in batches by the slot holder.
     pub batches: Arc<api::worker::SchedBatches>,
     pub rundb: Arc<RunDb>,
+    /// Users, sessions and the login throttle (the login policy).
+    pub accounts: Arc<Accounts>,
     /// The action log, CPU hours and contributors (the run database writes to it too).
     pub ledger: Arc<Ledger>,
     pub metrics: PrometheusHandle,
@@ -61,8 +64,6 @@ pub struct AppState {
     /// `max_concurrent_requests`, if set: a waiting (never rejecting) cap.
     pub request_cap: Option<Arc<Semaphore>>,
     pub started: Instant,
-    /// Failed-authentication counters (password spraying).
-    pub throttle: Arc<crate::throttle::AuthThrottle>,
     /// Turns for reading large PGN upload bodies (`pgn_upload_concurrency`).
     pub pgn_uploads: Arc<Semaphore>,
     /// Turns for rendering web pages (`page_render_concurrency`): pages queue for these

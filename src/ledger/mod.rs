@@ -29,8 +29,10 @@ pub use contributors::{
 
 use crate::store::{SharedStore, StoreError};
 
-/// What the ledger's operations return: the store is its only way to fail.
-pub type LedgerResult<T> = Result<T, StoreError>;
+/// Why a ledger operation failed: the store is its only way to fail.
+pub type LedgerError = StoreError;
+/// What the ledger's operations return.
+pub type LedgerResult<T> = Result<T, LedgerError>;
 
 /// The action log, the CPU-hour totals and the contributors table.
 pub struct Ledger {

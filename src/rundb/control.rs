@@ -11,8 +11,8 @@
 use super::model::Run;
 use super::records::run_fields;
 use super::transitions::PurgeOutcome;
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError, secs_since};
+use crate::accounts::User;
 use crate::protocol::MAX_GAMES;
 use crate::stats::SprtState;
 

@@ -12,8 +12,8 @@ use super::model::WorkerInfo;
 use super::outcome::TaskReply;
 use super::records::run_fields;
 use super::transitions::PurgeOutcome;
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, create, secs_since};
+use crate::accounts::User;
 
 /// Why [`RunDb::submit_run`] created nothing: a refused argument, or the run database's error.
 #[derive(Debug, thiserror::Error)]

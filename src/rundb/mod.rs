@@ -10,8 +10,8 @@
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `retention.rs` (PGN retention: the store alone, no lock of
-//!   ours), `queries.rs` (what the HTTP layer and the UI read),
-//!   `people.rs` (accounts: an approver's decisions, a user's profile change);
+//!   ours), `queries.rs` (what the HTTP layer and the UI read), `workers.rs` (the workers
+//!   people block), `net_uploads.rs`;
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
@@ -23,7 +23,11 @@
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
 //!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
-//!   [`books`], [`create`], [`nets`], [`users`].
+//!   [`books`], [`create`], [`nets`].
+//!
+//! Users, sessions and logins are [`crate::accounts`]'s (the run database takes a checked
+//! [`crate::accounts::User`]); the action log, CPU hours and contributors are
+//! [`crate::ledger`]'s.
 //!
 //! The fields of `RunDb` are private to this module, so the layers (its submodules) reach them
 //! and nothing outside `rundb` does. Callers outside name what they need as `crate::rundb::…`;
@@ -53,20 +57,17 @@ pub mod model;
 mod net_uploads;
 pub mod nets;
 pub mod outcome;
-mod people;
 pub mod queries;
 mod records;
 mod recovery;
 pub mod retention;
 pub mod schedule;
 mod scheduler;
-pub mod sessions;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod trajectory;
 mod transitions;
-pub mod users;
 pub mod workers;
 
 use std::collections::{HashMap, HashSet};
@@ -85,11 +86,9 @@ pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
-pub use people::{ProfileChange, UserAction};
 pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;
 pub use transitions::PurgeOutcome;
-use users::Users;
 
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);
@@ -115,20 +114,6 @@ pub enum RunDbError {
     NotPrimary,
 }
 
-impl From<users::UserError> for RunDbError {
-    fn from(e: users::UserError) -> Self {
-        match e {
-            users::UserError::Refused(m) => RunDbError::Unauthorized(m.to_string()),
-            users::UserError::Invalid(m) => RunDbError::Invalid(m),
-            users::UserError::NoSuchUser(u) => RunDbError::Invalid(format!("no such user {u}")),
-            users::UserError::Store(s) => RunDbError::Store(s),
-            users::UserError::Throttled(_) => {
-                RunDbError::Unauthorized("too many failed authentications".into())
-            }
-        }
-    }
-}
-
 pub type DbResult<T> = Result<T, RunDbError>;
 
 /// Settings the run database needs.
@@ -148,7 +133,9 @@ impl Default for RunDbConfig {
             primary: true,
             dead_task: DEAD_TASK,
             flush_runs_per_tick: 8,
-            limits: crate::limits::LimitDef::builtins(u64::from(users::DEFAULT_MACHINE_LIMIT)),
+            limits: crate::limits::LimitDef::builtins(u64::from(
+                crate::accounts::DEFAULT_MACHINE_LIMIT,
+            )),
         }
     }
 }
@@ -156,7 +143,6 @@ impl Default for RunDbConfig {
 /// The run database.
 pub struct RunDb {
     store: SharedStore,
-    pub users: Users,
     pub books: Books,
     cfg: RunDbConfig,
     journal: Arc<journal::Journal>,
@@ -170,8 +156,6 @@ pub struct RunDb {
     limit_ids: limiter::LimitIds,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
-    /// Browser sessions (`sessions`).
-    sessions: sessions::Sessions,
     /// The action log, the CPU-hour totals and the contributors table: told of every run
     /// change they record (`records.rs`), written behind by `flush`.
     ledger: Arc<Ledger>,

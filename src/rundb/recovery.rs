@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use super::books::Books;
 use super::cache::{RunEntry, apply_patch, parse_run};
 use super::scheduler::{Sched, WorkerRuns};
-use super::users::Users;
 use super::{DbResult, RunDb, RunDbConfig, journal};
 use crate::ledger::Ledger;
 use crate::offload::Offload;
@@ -79,7 +78,6 @@ impl RunDb {
             std::time::Instant::now(),
         ));
         let db = RunDb {
-            users: Users::new(store.clone()),
             store,
             books,
             cfg,
@@ -90,12 +88,10 @@ impl RunDb {
             limits: limits.clone(),
             limit_ids: super::limiter::LimitIds::of(&limits),
             blocked: RwLock::new(HashSet::new()),
-            sessions: Default::default(),
             ledger,
             listed_changes: Default::default(),
         };
         db.load_limit_maxima()?;
-        db.users.refresh_legacy_names()?;
         if db.cfg.primary {
             db.load_unfinished()?;
             db.refresh_blocked()?;

@@ -11,8 +11,8 @@
 
 use serde_json::{Value, json};
 
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError};
+use crate::accounts::User;
 use crate::store::{Collection, Date, Doc, Query};
 
 /// The longest issue message kept (longer ones are cut, as Fishtest does).

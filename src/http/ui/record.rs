@@ -22,9 +22,9 @@ use super::lists::PageLink;
 use super::people::{Header, page_number, pager, repo_label};
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, errors, page};
+use crate::accounts::Users;
 use crate::http::AppState;
 use crate::ledger::{ACTION_KINDS, ActionFilter, ContributorRow, HIDDEN_KINDS, Ledger};
-use crate::rundb::RunDb;
 use crate::store::Doc;
 
 /// Actions per page.
@@ -174,7 +174,7 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
 
 /// The filter the query asks for; `Err` says what is wrong; `Ok(None)` matches nothing (a
 /// `user` that names nobody).
-fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, String> {
+fn action_filter(users: &Users, q: &ActionsQuery) -> Result<Option<ActionFilter>, String> {
     let mut f = ActionFilter::all();
     f = match q.action.as_deref().map(str::trim).unwrap_or_default() {
         "" => {
@@ -205,8 +205,7 @@ fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, S
     }
     if let Some(user) = q.user.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
         let needle = user.to_lowercase();
-        let mut names: Vec<String> = db
-            .users
+        let mut names: Vec<String> = users
             .list()
             .map_err(|e| e.to_string())?
             .into_iter()
@@ -266,7 +265,7 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
     }
 }
 
-fn actions_page(ledger: &Ledger, db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
+fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> Out {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let render = |status, count_line: String, rows, pager, flash: Option<String>| {
         let mut l = Layout::new(ctx, "Events");
@@ -303,7 +302,7 @@ fn actions_page(ledger: &Ledger, db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out 
         Ok(c) => c,
         Err(text) => return bad(text),
     };
-    let filter = match action_filter(db, &q) {
+    let filter = match action_filter(users, &q) {
         Ok(f) => f,
         Err(text) => return bad(text),
     };
@@ -347,9 +346,9 @@ pub async fn actions(
     headers: HeaderMap,
     Query(q): Query<ActionsQuery>,
 ) -> Response {
-    let ledger = state.ledger.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        actions_page(&ledger, db, ctx, q)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        actions_page(&ledger, accounts.users(), ctx, q)
     })
     .await
 }
@@ -433,7 +432,7 @@ fn time_ago(t: Option<&crate::store::Date>) -> String {
 
 fn contributors_page(
     ledger: &Ledger,
-    db: &RunDb,
+    users: &Users,
     ctx: &Ctx,
     q: ContributorsQuery,
     monthly: bool,
@@ -450,7 +449,7 @@ fn contributors_page(
             return errors::internal();
         }
     };
-    let repos: HashMap<String, String> = match db.users.list() {
+    let repos: HashMap<String, String> = match users.list() {
         Ok(users) => users
             .into_iter()
             .map(|u| (u.username, u.tests_repo))
@@ -675,9 +674,9 @@ pub async fn contributors(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
-    let ledger = state.ledger.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(&ledger, db, ctx, q, false)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        contributors_page(&ledger, accounts.users(), ctx, q, false)
     })
     .await
 }
@@ -688,9 +687,9 @@ pub async fn contributors_monthly(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
-    let ledger = state.ledger.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(&ledger, db, ctx, q, true)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        contributors_page(&ledger, accounts.users(), ctx, q, true)
     })
     .await
 }
