@@ -23,6 +23,7 @@ use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
 use crate::ledger::Ledger;
+use crate::nets::Nets;
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::books::Books;
 use crate::rundb::{RunDb, RunDbConfig, RunDbError};
@@ -137,14 +138,14 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, ledger, accounts) = offload
+    let (secret, rundb, ledger, accounts, nets) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
                 source,
             })?;
             let secret = load_or_create_secret(&c)?;
-            crate::rundb::nets::sweep_stale_parts(&c.nets_dir());
+            crate::nets::sweep_stale_parts(&c.nets_dir());
             if let Some(url) = &c.nn_url
                 && url.trim_end_matches('/').ends_with("/nn")
             {
@@ -167,8 +168,9 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 per_user: c.auth_throttle_per_user,
             };
             let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
+            let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
             let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
-            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts)))
+            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts), Arc::new(nets)))
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
@@ -202,6 +204,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         rundb,
         accounts,
         ledger,
+        nets,
         metrics,
         draining: Default::default(),
         started: Instant::now(),

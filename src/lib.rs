@@ -15,6 +15,7 @@
 //! - [`ledger`]: the action log, CPU hours and contributors; told facts, knows no run.
 //! - [`accounts`]: users, passwords and the credential cache, sessions, the login throttle and
 //!   the login policy; typed refusals ([`accounts::AuthError`]).
+//! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule).
 //! - [`rundb`]: runs, tasks and the worker protocol's rules; the run cache and journal (it
 //!   records into the [`ledger`] and takes checked [`accounts::User`]s).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
@@ -34,6 +35,7 @@ pub mod dump;
 pub mod http;
 pub mod ledger;
 pub mod limits;
+pub mod nets;
 pub mod offload;
 pub mod process;
 pub mod protocol;

@@ -531,7 +531,7 @@ fn main() -> ExitCode {
             let result = shoal::app::open_store(&config)
                 .map_err(|e| e.to_string())
                 .and_then(|store| {
-                    let added = shoal::rundb::nets::add(&store, &config.nets_dir(), &file, &user)
+                    let added = shoal::nets::add(&store, &config.nets_dir(), &file, &user)
                         .map_err(|e| e.to_string());
                     store.close().map_err(|e| e.to_string())?;
                     added

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::reply::ApiReply;
 use crate::accounts::{AuthError, UserError};
 use crate::ledger::LedgerError;
+use crate::nets::NetError;
 use crate::offload::OffloadError;
 use crate::rundb::RunDbError;
 
@@ -130,6 +131,16 @@ impl From<UserError> for ApiError {
             UserError::NoSuchUser(_) => ApiError::NotFound(e.to_string()),
             UserError::NotPending(_) => ApiError::BadRequest(e.to_string()),
             UserError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A failure of the net store (a look-up or a download count): 500, with the store's text.
+impl From<NetError> for ApiError {
+    fn from(e: NetError) -> Self {
+        match e {
+            NetError::Store(e) => e.into(),
+            other => ApiError::Internal(other.to_string()),
         }
     }
 }

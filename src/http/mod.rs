@@ -36,6 +36,7 @@ use crate::accounts::Accounts;
 use crate::admission::Gate;
 use crate::config::Config;
 use crate::ledger::Ledger;
+use crate::nets::Nets;
 use crate::offload::Offload;
 use crate::rundb::RunDb;
 use reply::ApiReply;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub accounts: Arc<Accounts>,
     /// The action log, CPU hours and contributors (the run database writes to it too).
     pub ledger: Arc<Ledger>,
+    /// The net directory and the nets' records.
+    pub nets: Arc<Nets>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.
     pub draining: AtomicBool,

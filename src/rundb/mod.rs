@@ -11,7 +11,7 @@
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `retention.rs` (PGN retention: the store alone, no lock of
 //!   ours), `queries.rs` (what the HTTP layer and the UI read), `workers.rs` (the workers
-//!   people block), `net_uploads.rs`;
+//!   people block);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
@@ -23,11 +23,11 @@
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
 //!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
-//!   [`books`], [`create`], [`nets`].
+//!   [`books`], [`create`].
 //!
 //! Users, sessions and logins are [`crate::accounts`]'s (the run database takes a checked
 //! [`crate::accounts::User`]); the action log, CPU hours and contributors are
-//! [`crate::ledger`]'s.
+//! [`crate::ledger`]'s; the net files and their records are [`crate::nets`]'s.
 //!
 //! The fields of `RunDb` are private to this module, so the layers (its submodules) reach them
 //! and nothing outside `rundb` does. Callers outside name what they need as `crate::rundb::…`;
@@ -54,8 +54,6 @@ pub mod journal;
 mod lifecycle;
 mod limiter;
 pub mod model;
-mod net_uploads;
-pub mod nets;
 pub mod outcome;
 pub mod queries;
 mod records;
