@@ -1,8 +1,10 @@
 //! Accounts: `/login`, `/logout`, `/signup`.
 //!
-//! Login goes through the same path as every API login (`http::auth`: the throttle, the
-//! credential cache, argon2 in the pool), after the CSRF check, so a refused form is never
-//! counted as a failed login. A login starts a new server-side session under a new cookie id.
+//! Login goes through the same path as every API login (`http::auth`, running the accounts'
+//! login policy: the throttle, the credential cache, argon2 in the pool), after the CSRF
+//! check, so a refused form is never counted as a failed login. A refusal is matched by its
+//! type (`AuthError`) and shown with Fishtest's text. A login starts a new server-side
+//! session under a new cookie id.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
