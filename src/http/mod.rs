@@ -54,6 +54,7 @@ pub struct AppState {
     pub gate: Gate,
     /// request_task's jobs handed in to the gate, served in batches by the slot holder.
     pub batches: Arc<api::worker::SchedBatches>,
+    /// The run core: runs, tasks, the scheduler and its limits (it records into `ledger`).
     pub rundb: Arc<RunDb>,
     /// Users, sessions and the login throttle (the login policy).
     pub accounts: Arc<Accounts>,
