@@ -20,13 +20,14 @@ use serde_json::json;
 mod common;
 
 use common::worker;
+use shoal::accounts::{User, Users};
 use shoal::config::SqliteSync;
+use shoal::ledger::Ledger;
 use shoal::offload::Offload;
 use shoal::rundb::books::Books;
 use shoal::rundb::create::CreateArgs;
 use shoal::rundb::model::Stats;
 use shoal::rundb::outcome::{Assignment, TaskReply};
-use shoal::rundb::users::User;
 use shoal::rundb::{RunDb, RunDbConfig};
 use shoal::secret::SecretUri;
 use shoal::store::SharedStore;
@@ -56,19 +57,33 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
-/// A run database on a fresh temporary SQLite store (the directory lives as long as the guard),
-/// or on a fresh MongoDB database when `SHOAL_BENCH_MONGODB_URI` is set.
-fn open_db(offload: &Offload) -> (tempfile::TempDir, Arc<RunDb>) {
+/// A run database and the users of its store, on a fresh temporary SQLite store (the
+/// directory lives as long as this; it derefs to the run database), or on a fresh MongoDB
+/// database when `SHOAL_BENCH_MONGODB_URI` is set.
+struct Db {
+    runs: RunDb,
+    users: Users,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Db {
+    type Target = RunDb;
+    fn deref(&self) -> &RunDb {
+        &self.runs
+    }
+}
+
+fn open_db(offload: &Offload) -> Arc<Db> {
     open_db_with(offload, RunDbConfig::default())
 }
 
-fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
+fn open_db_with(offload: &Offload, cfg: RunDbConfig) -> Arc<Db> {
     // MongoDB's blocking API runs a runtime of its own, which it cannot do from inside this
     // one's async context: leave it for the opening (the benchmarks run in the offload pool).
     tokio::task::block_in_place(|| open_db_blocking(offload, cfg))
 }
 
-fn open_db_blocking(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, Arc<RunDb>) {
+fn open_db_blocking(offload: &Offload, cfg: RunDbConfig) -> Arc<Db> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: SharedStore = match std::env::var("SHOAL_BENCH_MONGODB_URI") {
         Ok(base) => {
@@ -83,14 +98,21 @@ fn open_db_blocking(offload: &Offload, cfg: RunDbConfig) -> (tempfile::TempDir, 
         }
         Err(_) => Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store")),
     };
-    let db = RunDb::open(
+    let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
+    let users = Users::new(store.clone());
+    let runs = RunDb::open(
         store,
         offload.clone(),
         Books::shipped().expect("books"),
         cfg,
+        ledger,
     )
     .expect("rundb");
-    (dir, Arc::new(db))
+    Arc::new(Db {
+        runs,
+        users,
+        _dir: dir,
+    })
 }
 
 /// Ten configured limits, none of which refuses in the benchmark (the cost measured is the
@@ -160,7 +182,7 @@ fn ten_limits() -> RunDbConfig {
 /// 10,000 active tasks, the calls interleaved (one on each database in turn, the order
 /// swapped every round) so that the machine's load and the allocator's state weigh on every
 /// database alike.
-fn bench_request_task(dbs: &[(&str, &RunDb)]) {
+fn bench_request_task(dbs: &[(&str, &Db)]) {
     // Loaded in turns too (a run, a task on each database in turn), so that neither is the
     // one built on the other's leftovers.
     let (users, approvers): (Vec<User>, Vec<User>) =
@@ -219,13 +241,12 @@ fn main() {
                 "ten" => (ten_limits(), format!("10 limits ({})", i + 1)),
                 other => panic!("SHOAL_BENCH_PAIR: `{other}` is not none or ten"),
             };
-            let (dir, db) = open_db_with(&offload, cfg);
-            dbs.push((label, db, dir));
+            dbs.push((label, open_db_with(&offload, cfg)));
         }
         offload
             .run(move || {
-                let refs: Vec<(&str, &RunDb)> =
-                    dbs.iter().map(|(l, db, _)| (l.as_str(), &**db)).collect();
+                let refs: Vec<(&str, &Db)> =
+                    dbs.iter().map(|(l, db)| (l.as_str(), &**db)).collect();
                 bench_request_task(&refs);
             })
             .await
@@ -234,7 +255,7 @@ fn main() {
             return;
         }
 
-        let (_dir, db) = open_db(&offload);
+        let db = open_db(&offload);
         let d = db.clone();
         offload
             .run(move || bench(&d))
@@ -242,7 +263,7 @@ fn main() {
             .expect("bench panicked");
 
         // Write-behind of one big run (a storm's run: thousands of tasks with worker_info).
-        let (_dir, db) = open_db(&offload);
+        let db = open_db(&offload);
         offload
             .run(move || bench_big_flush(&db))
             .await
@@ -251,7 +272,7 @@ fn main() {
 }
 
 /// A submitter without a machine limit and an approver.
-fn bench_users(db: &RunDb) -> (User, User) {
+fn bench_users(db: &Db) -> (User, User) {
     let user = db
         .users
         .add("bench", "pw", "", false, Some(u32::MAX))
@@ -297,7 +318,7 @@ fn batch_stats() -> Stats {
 
 const BIG_RUN_TASKS: usize = 3_000;
 
-fn bench_big_flush(db: &RunDb) {
+fn bench_big_flush(db: &Db) {
     let (user, approver) = bench_users(db);
     let id = approved_run(db, &user, &approver, "big", 3_200_000, 100);
     for n in 0..BIG_RUN_TASKS {
@@ -317,7 +338,7 @@ fn bench_big_flush(db: &RunDb) {
     percentiles("flush of one run with 3,000 active tasks", samples);
 }
 
-fn bench(db: &RunDb) {
+fn bench(db: &Db) {
     let (user, approver) = bench_users(db);
     let started = Instant::now();
     for i in 0..RUNS {
@@ -382,7 +403,7 @@ fn bench(db: &RunDb) {
     db.users
         .authenticate("bench", "pw")
         .expect("warm the cache");
-    let throttle = shoal::throttle::AuthThrottle::new(shoal::throttle::ThrottleConfig {
+    let throttle = shoal::accounts::AuthThrottle::new(shoal::accounts::ThrottleConfig {
         window: Duration::from_secs(300),
         per_user_ip: 10,
         per_ip: 100,
@@ -404,7 +425,7 @@ fn bench(db: &RunDb) {
         let user = db.users.authenticate_cached("bench", "pw");
         throttle.succeeded("bench", &ip);
         samples.push(t.elapsed());
-        assert_eq!(verdict, shoal::throttle::Verdict::Allow);
+        assert_eq!(verdict, shoal::accounts::Verdict::Allow);
         assert!(matches!(user, Some(Ok(_))));
     }
     percentiles("login: throttle verdict + cache hit", samples);
@@ -416,7 +437,7 @@ fn bench(db: &RunDb) {
         let t = Instant::now();
         let verdict = throttle.check("bench", "10.9.9.9");
         samples.push(t.elapsed());
-        assert!(matches!(verdict, shoal::throttle::Verdict::Refuse { .. }));
+        assert!(matches!(verdict, shoal::accounts::Verdict::Refuse { .. }));
     }
     percentiles("login: a throttled guess refused", samples);
 

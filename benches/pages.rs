@@ -127,15 +127,19 @@ fn main() {
         let config = Config::from_sources(None, "bench", env).expect("config");
         let state = shoal::app::build_state(config).await.expect("state");
         let db = state.rundb.clone();
+        let accounts = state.accounts.clone();
         let started = Instant::now();
         let (first_run, tasks) = state
             .offload
             .run(move || {
-                let user = db
-                    .users
+                let user = accounts
+                    .users()
                     .add("bench", PASSWORD, "", false, Some(u32::MAX))
                     .expect("user");
-                let boss = db.users.add("boss", "pw", "", true, None).expect("boss");
+                let boss = accounts
+                    .users()
+                    .add("boss", "pw", "", true, None)
+                    .expect("boss");
                 let mut first = String::new();
                 for i in 0..RUNS {
                     let args: CreateArgs = serde_json::from_value(json!({

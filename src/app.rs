@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 
+use crate::accounts::{Accounts, ThrottleConfig, UserError};
 use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
+use crate::ledger::Ledger;
+use crate::nets::Nets;
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::books::Books;
 use crate::rundb::{RunDb, RunDbConfig, RunDbError};
@@ -48,6 +51,8 @@ pub enum AppError {
     Offload(#[from] OffloadError),
     #[error("run database: {0}")]
     RunDb(#[from] RunDbError),
+    #[error("accounts: {0}")]
+    Accounts(#[from] UserError),
     #[error("{0}")]
     Books(#[from] crate::rundb::books::BooksError),
 }
@@ -134,14 +139,14 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb) = offload
+    let (secret, rundb, ledger, accounts, nets) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
                 source,
             })?;
             let secret = load_or_create_secret(&c)?;
-            crate::rundb::nets::sweep_stale_parts(&c.nets_dir());
+            crate::nets::sweep_stale_parts(&c.nets_dir());
             if let Some(url) = &c.nn_url
                 && url.trim_end_matches('/').ends_with("/nn")
             {
@@ -157,22 +162,23 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 cache_keep: c.cache_keep(),
                 limits: c.limit_defs(),
             };
-            let rundb = RunDb::open(store, pool, books, cfg)?;
-            Ok((secret, Arc::new(rundb)))
+            let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
+            let throttle = ThrottleConfig {
+                window: c.auth_throttle_window(),
+                per_user_ip: c.auth_throttle_per_user_ip,
+                per_ip: c.auth_throttle_per_ip,
+                per_user: c.auth_throttle_per_user,
+            };
+            let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
+            let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
+            let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
+            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts), Arc::new(nets)))
         })
         .await??;
     let gate = Gate::new(GateConfig::request_task(&config));
     let batches = Arc::new(crate::admission::Batches::new(
         &gate,
         config.request_task_batch,
-    ));
-    let throttle = Arc::new(crate::throttle::AuthThrottle::new(
-        crate::throttle::ThrottleConfig {
-            window: config.auth_throttle_window(),
-            per_user_ip: config.auth_throttle_per_user_ip,
-            per_ip: config.auth_throttle_per_ip,
-            per_user: config.auth_throttle_per_user,
-        },
     ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
     // Pages render on their own lane of lower-priority threads (offload::Lane).
@@ -198,11 +204,13 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         gate,
         batches,
         rundb,
+        accounts,
+        ledger,
+        nets,
         metrics,
         draining: Default::default(),
         started: Instant::now(),
         secret,
-        throttle,
         pgn_uploads,
         page_renders,
         debug: Default::default(),
@@ -354,13 +362,13 @@ pub async fn serve(
 
 /// Logs a `system_event` action (start and stop of an instance, as Fishtest does).
 async fn system_event(state: &Arc<AppState>, message: String) {
-    let db = state.rundb.clone();
+    let ledger = state.ledger.clone();
     let result = state
         .offload
         .run(move || {
             let mut fields = crate::store::Doc::new();
             fields.insert("message".into(), serde_json::Value::String(message));
-            db.log_action("system_event", "fishtest.system", fields)
+            ledger.log_action("system_event", "fishtest.system", fields)
         })
         .await;
     if let Err(e) = result
@@ -393,7 +401,14 @@ pub struct Job {
     pub name: &'static str,
     first: Every,
     period: Every,
-    work: fn(&RunDb) -> Result<(), RunDbError>,
+    work: Work,
+}
+
+/// A job's work, on the component it needs.
+#[derive(Clone, Copy)]
+enum Work {
+    Runs(fn(&RunDb) -> Result<(), RunDbError>),
+    Accounts(fn(&Accounts) -> Result<(), UserError>),
 }
 
 /// The periodic jobs (ARCHITECTURE.md, "Background tasks"), the one list both the spawner
@@ -404,80 +419,77 @@ pub const JOBS: &[Job] = &[
         name: "flush_buffers",
         first: Every::Secs(1),
         period: Every::Secs(1),
-        work: |db| db.flush(false).map(|_| ()),
+        work: Work::Runs(|db| db.flush(false).map(|_| ())),
     },
     Job {
         name: "scavenge_dead_tasks",
         first: Every::ScavengeInterval,
         period: Every::ScavengeInterval,
-        work: |db| db.scavenge_dead_tasks().map(|_| ()),
+        work: Work::Runs(|db| db.scavenge_dead_tasks().map(|_| ())),
     },
     Job {
         name: "update_itp",
         first: Every::Secs(60),
         period: Every::Secs(60),
-        work: |db| {
+        work: Work::Runs(|db| {
             db.update_itp();
             Ok(())
-        },
+        }),
     },
     Job {
         name: "update_nps_gpm",
         first: Every::Secs(60),
         period: Every::Secs(60),
-        work: |db| {
+        work: Work::Runs(|db| {
             db.update_nps_gpm();
             Ok(())
-        },
+        }),
     },
     Job {
         name: "clean_cache",
         first: Every::Secs(60),
         period: Every::Secs(60),
-        work: |db| {
+        work: Work::Runs(|db| {
             db.clean_cache();
             Ok(())
-        },
+        }),
     },
     Job {
         name: "refresh_blocked_workers",
         first: Every::Secs(5),
         period: Every::Secs(5),
-        work: |db| db.refresh_blocked(),
+        work: Work::Runs(|db| db.refresh_blocked()),
     },
     Job {
         name: "refresh_legacy_usernames",
         first: Every::Secs(5),
         period: Every::Secs(5),
-        work: |db| {
-            db.users.refresh_legacy_names()?;
-            Ok(())
-        },
+        work: Work::Accounts(|accounts| accounts.users().refresh_legacy_names().map(|_| ())),
     },
     Job {
         name: "clean_worker_runs",
         first: Every::Secs(60),
         period: Every::Secs(300),
-        work: |db| db.clean_worker_runs(),
+        work: Work::Runs(|db| db.clean_worker_runs()),
     },
     Job {
         name: "validate_data_structures",
         first: Every::Secs(60),
         period: Every::Secs(900),
-        work: |db| {
+        work: Work::Runs(|db| {
             db.validate();
             Ok(())
-        },
+        }),
     },
     Job {
         name: "refresh_limits",
         first: Every::Secs(1),
         period: Every::Secs(1),
-        work: |db| {
+        work: Work::Runs(|db| {
             db.refresh_floating()?;
             db.publish_limit_metrics();
             Ok(())
-        },
+        }),
     },
 ];
 
@@ -490,13 +502,22 @@ pub fn job(name: &str) -> Option<&'static Job> {
 /// is logged and returned. What the periodic task does at each period, and what
 /// `POST /debug/job/{name}` does on request.
 pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError> {
-    let db = state.rundb.clone();
-    let work = job.work;
     let started = Instant::now();
-    let result = match state.offload.run(move || work(&db)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(AppError::from(e)),
-        Err(e) => Err(AppError::from(e)),
+    let result = match job.work {
+        Work::Runs(work) => {
+            let db = state.rundb.clone();
+            match state.offload.run(move || work(&db)).await {
+                Ok(r) => r.map_err(AppError::from),
+                Err(e) => Err(AppError::from(e)),
+            }
+        }
+        Work::Accounts(work) => {
+            let accounts = state.accounts.clone();
+            match state.offload.run(move || work(&accounts)).await {
+                Ok(r) => r.map_err(AppError::from),
+                Err(e) => Err(AppError::from(e)),
+            }
+        }
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());

@@ -633,9 +633,8 @@ impl Config {
 
     /// The limits: the built-ins, then `[[limits]]` in order (validated at load).
     pub fn limit_defs(&self) -> Vec<crate::limits::LimitDef> {
-        let mut defs = crate::limits::LimitDef::builtins(u64::from(
-            crate::rundb::users::DEFAULT_MACHINE_LIMIT,
-        ));
+        let mut defs =
+            crate::limits::LimitDef::builtins(u64::from(crate::accounts::DEFAULT_MACHINE_LIMIT));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
         defs
     }

@@ -9,7 +9,7 @@
 //! into a store that holds data it refuses unless told to merge.
 //!
 //! `--nets DIR` ([`import_nets`]) moves the net files of Fishtest's net directory
-//! (`nn-<12 hex>.nnue.gz`) into shoal's (`nn_dir`), each checked first (`rundb::nets`: a
+//! (`nn-<12 hex>.nnue.gz`) into shoal's (`nn_dir`), each checked first (`crate::nets`: a
 //! readable gzip whose decoded SHA-256 matches its name, streamed); the summary lists what
 //! moved, what was refused and why, nets recorded without a file, and files no record names
 //! (those are left where they are). Without `--nets` the summary still lists the recorded nets
@@ -30,7 +30,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::rundb::nets;
+use crate::nets;
 use crate::store::bson_map::{self, MapError, PgnDoc};
 use crate::store::{Collection, Cond, Doc, Order, Query, Store, StoreError};
 
@@ -521,7 +521,7 @@ impl<'de, F: FnMut(Value) -> Result<(), StoreError>> Visitor<'de> for EachSeed<'
 
 /// Moves the net files of `source` (Fishtest's net directory, when given) into the net
 /// directory `dir`, and lists the nets recorded in `nns` that have no file there. Only files
-/// of recorded nets are moved, each after its check (`rundb::nets::import_file`: a readable
+/// of recorded nets are moved, each after its check (`nets::import_file`: a readable
 /// gzip, or a plain file, whose content's SHA-256 matches the name; streamed); a net whose
 /// file `dir` already has is left alone. Nothing of a refused file changes.
 pub fn import_nets(
@@ -773,7 +773,7 @@ fn for_fishtest_user(d: &Doc) -> (Doc, bool) {
     (d, hash_only)
 }
 
-/// A browser session's record (`rundb::sessions`): shoal's own state, and a credential.
+/// A browser session's record (`accounts`, `sessions.rs`): shoal's own state, and a credential.
 fn is_session(d: &Doc) -> bool {
     d.get("_id")
         .and_then(Value::as_str)

@@ -12,21 +12,30 @@
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
-//! - [`throttle`]: failed-authentication counters (password spraying), no I/O.
-//! - [`rundb`]: runs, tasks, users and the worker protocol's rules; the run cache and journal.
-//! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP.
+//! - [`ledger`]: the action log, CPU hours and contributors; told facts, knows no run.
+//! - [`accounts`]: users, passwords and the credential cache, sessions, the login throttle and
+//!   the login policy; typed refusals ([`accounts::AuthError`]).
+//! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule).
+//! - [`rundb`]: runs, tasks and the worker protocol's rules; the run cache and journal (it
+//!   records into the [`ledger`] and takes checked [`accounts::User`]s).
+//! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
+//!   (and Fishtest's texts for its refusals). It holds the components side by side in
+//!   [`http::AppState`].
 //! - [`app`]: start-up, serving, orderly shutdown.
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
 //!   internals (it uses [`protocol`] and [`process`], never [`rundb`] or [`app`]).
 //!
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
+pub mod accounts;
 pub mod admission;
 pub mod app;
 pub mod config;
 pub mod dump;
 pub mod http;
+pub mod ledger;
 pub mod limits;
+pub mod nets;
 pub mod offload;
 pub mod process;
 pub mod protocol;
@@ -38,4 +47,3 @@ pub mod spsa;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
-pub mod throttle;

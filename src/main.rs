@@ -192,7 +192,7 @@ fn secret_arg(text: &str) -> Result<Secret, std::convert::Infallible> {
 }
 
 fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
-    use shoal::rundb::users::{APPROVERS, Users};
+    use shoal::accounts::{APPROVERS, Users};
     let store = shoal::app::open_store(config).map_err(|e| e.to_string())?;
     let users = Users::new(store.clone());
     let out = match action {
@@ -237,11 +237,11 @@ fn user_command(config: &Config, action: UserAction) -> Result<String, String> {
                 &[("message", &message)],
             )?;
             let mut out = match mode {
-                shoal::rundb::users::PasswordMode::Beside => {
+                shoal::accounts::PasswordMode::Beside => {
                     "the trial beside Fishtest is over: passwords are shoal's alone now\n"
                         .to_string()
                 }
-                shoal::rundb::users::PasswordMode::Own => String::new(),
+                shoal::accounts::PasswordMode::Own => String::new(),
             };
             out.push_str(&format!(
                 "{} passwords moved to password_hash",
@@ -531,7 +531,7 @@ fn main() -> ExitCode {
             let result = shoal::app::open_store(&config)
                 .map_err(|e| e.to_string())
                 .and_then(|store| {
-                    let added = shoal::rundb::nets::add(&store, &config.nets_dir(), &file, &user)
+                    let added = shoal::nets::add(&store, &config.nets_dir(), &file, &user)
                         .map_err(|e| e.to_string());
                     store.close().map_err(|e| e.to_string())?;
                     added

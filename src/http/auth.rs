@@ -1,189 +1,68 @@
-//! Logins: every authenticated endpoint checks its credentials here.
+//! Logins at the HTTP edge: every authenticated endpoint checks its credentials here, and
+//! Fishtest's texts for a refused login are made here.
 //!
-//! Owns: the login path — the throttle's verdict and the credential cache on the event loop;
-//! on a miss one pool job (the full check guarded by the throttle inside the user's single
-//! flight, or "verified passwords only" for a throttled address or user); recording each
-//! verdict; 429 for throttled keys.
-//! Must not: know endpoints or reply shapes beyond the error it returns.
+//! Owns: running the accounts' login policy in its two places (`Accounts::login_on_loop` on
+//! the event loop; on a miss one pool job, `Accounts::login_in_pool`, alone or together with
+//! the request's work), and the texts Fishtest's worker and login page expect for a refusal
+//! ([`MSG_INVALID`], [`MSG_BLOCKED`], [`MSG_PENDING`]; `http::error` maps an `AuthError` to its
+//! status with them).
+//! Must not: decide who may log in (the accounts do), know endpoints, or compare messages.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::AppState;
-use super::reply::{ApiError, ApiResult};
-use crate::rundb::users::{MSG_INVALID, SlowCheckGuard, User, UserError};
+use super::reply::ApiResult;
+use crate::accounts::{AuthError, User};
+use crate::offload::OffloadError;
 use crate::rundb::{RunDb, RunDbError};
-use crate::throttle::{AuthThrottle, Verdict};
+
+pub(crate) use crate::accounts::{Login, OnLoop};
+
+/// Fishtest's text for a wrong password or an unknown user.
+pub const MSG_INVALID: &str = "Invalid username or password.";
+/// Fishtest's text for a blocked account that gave its right password.
+pub const MSG_BLOCKED: &str = "Your account is blocked.";
+/// Fishtest's text for an account that waits for approval.
+pub const MSG_PENDING: &str = "Your account is pending approval.";
 
 pub(crate) fn rundb(state: &AppState) -> Arc<RunDb> {
     state.rundb.clone()
 }
 
-/// The credentials of one request and where they come from.
-pub(crate) struct Login {
-    pub(crate) ip: String,
-    pub(crate) username: String,
-    pub(crate) password: String,
+/// A throttled login's `Retry-After`: whole seconds, at least one.
+pub(crate) fn retry_after_s(retry_after: Duration) -> u64 {
+    retry_after.as_secs_f64().ceil().max(1.0) as u64
 }
 
-impl Login {
-    /// A login from a known client address.
-    pub(crate) fn at(ip: String, username: String, password: String) -> Self {
-        Login {
-            ip,
-            username,
-            password,
-        }
-    }
-}
-
-/// How a login that the event loop could not settle is checked in the pool.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PoolCheck {
-    /// The full check: store read, argon2 on a new password.
-    Full,
-    /// Throttled key: only a password the cache has already verified passes (a store read
-    /// at most, never argon2); the `Duration` is the Retry-After of a refusal.
-    KnownOnly(std::time::Duration),
-}
-
-/// What the event loop settled about a login.
-pub(crate) enum OnLoop {
-    Known(User),
-    Pool(PoolCheck),
-}
-
-fn throttled(retry_after: std::time::Duration) -> ApiError {
-    metrics::counter!("shoal_auth_throttled_total").increment(1);
-    ApiError::Throttled {
-        retry_after_s: retry_after.as_secs_f64().ceil().max(1.0) as u64,
-    }
-}
-
-/// What the event loop can settle about a login without waiting: refused by the throttle,
-/// or known to the credential cache; otherwise which check the pool must make.
+/// What the event loop settles about a login (see `Accounts::login_on_loop`); a throttled key
+/// is the 429 at once.
 pub(crate) fn login_on_loop(state: &AppState, login: &Login) -> ApiResult<OnLoop> {
-    let cached = state
-        .rundb
-        .users
-        .authenticate_cached(&login.username, &login.password);
-    let check = match state.throttle.check(&login.username, &login.ip) {
-        Verdict::Refuse { retry_after } => return Err(throttled(retry_after)),
-        Verdict::VerifiedOnly { retry_after } => PoolCheck::KnownOnly(retry_after),
-        Verdict::Allow => PoolCheck::Full,
+    Ok(state.accounts.login_on_loop(login)?)
+}
+
+/// Checks a login: the throttle and the credential cache on the event loop, else the pool
+/// (store read, argon2, single flight per user). The outer `Err` is the pool's failure; the
+/// inner one says why the login was refused.
+pub(crate) async fn authenticate(
+    state: &AppState,
+    login: Login,
+) -> Result<Result<User, AuthError>, OffloadError> {
+    let check = match state.accounts.login_on_loop(&login) {
+        Ok(OnLoop::Known(user)) => return Ok(Ok(user)),
+        Ok(OnLoop::Pool(check)) => check,
+        Err(refused) => return Ok(Err(refused)),
     };
-    match cached {
-        Some(verdict) => {
-            record_login(&state.throttle, login, check, false, verdict).map(OnLoop::Known)
-        }
-        None => Ok(OnLoop::Pool(check)),
-    }
-}
-
-/// The pool's part of a login check.
-fn login_in_pool(
-    db: &RunDb,
-    throttle: &AuthThrottle,
-    login: &Login,
-    check: PoolCheck,
-) -> ApiResult<User> {
-    match check {
-        PoolCheck::Full => {
-            // The guard records every verdict itself, inside the user's single flight, and
-            // re-checks the throttle before each argon2 run: concurrent guesses are bounded
-            // exactly.
-            let guard = ThrottleGuard { throttle, login };
-            let verdict = db
-                .users
-                .authenticate_guarded(&login.username, &login.password, &guard);
-            record_login(throttle, login, check, true, verdict)
-        }
-        PoolCheck::KnownOnly(_) => {
-            let verdict = db
-                .users
-                .authenticate_known(&login.username, &login.password)
-                .unwrap_or(Err(UserError::Refused(MSG_INVALID)));
-            record_login(throttle, login, check, false, verdict)
-        }
-    }
-}
-
-/// The throttle, as the password check's guard for one login.
-struct ThrottleGuard<'a> {
-    throttle: &'a AuthThrottle,
-    login: &'a Login,
-}
-
-impl SlowCheckGuard for ThrottleGuard<'_> {
-    fn may_check(&self) -> Result<(), std::time::Duration> {
-        match self.throttle.check(&self.login.username, &self.login.ip) {
-            Verdict::Allow => Ok(()),
-            Verdict::Refuse { retry_after } | Verdict::VerifiedOnly { retry_after } => {
-                Err(retry_after)
-            }
-        }
-    }
-
-    fn checked(&self, right: bool) {
-        if right {
-            self.throttle
-                .succeeded(&self.login.username, &self.login.ip);
-        } else {
-            self.throttle.failed(&self.login.username, &self.login.ip);
-        }
-    }
-}
-
-/// Records the outcome of a password check with the throttle and turns it into the reply's
-/// error. Only a wrong password or an unknown user counts as a failure (a blocked or pending
-/// account gave the right password); a throttled key's failure is answered 429.
-fn record_login(
-    throttle: &AuthThrottle,
-    login: &Login,
-    check: PoolCheck,
-    recorded: bool,
-    verdict: Result<User, UserError>,
-) -> ApiResult<User> {
-    let wrong = matches!(&verdict, Err(UserError::Refused(m)) if *m == MSG_INVALID);
-    if wrong {
-        metrics::counter!("shoal_auth_failures_total").increment(1);
-        if !recorded {
-            throttle.failed(&login.username, &login.ip);
-        }
-    }
-    match verdict {
-        Ok(user) => {
-            if !recorded {
-                throttle.succeeded(&login.username, &login.ip);
-            }
-            Ok(user)
-        }
-        Err(UserError::Throttled(retry_after)) => Err(throttled(retry_after)),
-        Err(UserError::Refused(m)) => {
-            if m != MSG_INVALID {
-                return Err(RunDbError::Unauthorized(m.to_string()).into());
-            }
-            match check {
-                PoolCheck::KnownOnly(retry_after) => Err(throttled(retry_after)),
-                PoolCheck::Full => Err(RunDbError::Unauthorized(m.to_string()).into()),
-            }
-        }
-        Err(e) => Err(RunDbError::from(e).into()),
-    }
-}
-
-/// Checks a login: throttle and credential cache on the event loop, else the pool (store
-/// read, argon2, single flight per user).
-pub(crate) async fn credentials(state: &AppState, login: Login) -> ApiResult<User> {
-    let check = match login_on_loop(state, &login)? {
-        OnLoop::Known(user) => return Ok(user),
-        OnLoop::Pool(check) => check,
-    };
-    let db = rundb(state);
-    let throttle = state.throttle.clone();
+    let accounts = state.accounts.clone();
     state
         .offload
-        .run(move || login_in_pool(&db, &throttle, &login, check))
-        .await?
+        .run(move || accounts.login_in_pool(&login, check))
+        .await
+}
+
+/// [`authenticate`] with a refusal as the API's error (401, 429, …).
+pub(crate) async fn credentials(state: &AppState, login: Login) -> ApiResult<User> {
+    Ok(authenticate(state, login).await??)
 }
 
 /// Checks the login, then runs `work` in the pool: one pool job when the credential cache
@@ -210,13 +89,13 @@ where
     F: FnOnce(&RunDb, User) -> Result<T, RunDbError> + Send + 'static,
 {
     let db = rundb(state);
-    let throttle = state.throttle.clone();
+    let accounts = state.accounts.clone();
     let out = state
         .offload
         .run(move || -> ApiResult<T> {
             let user = match on_loop {
                 OnLoop::Known(user) => user,
-                OnLoop::Pool(check) => login_in_pool(&db, &throttle, &login, check)?,
+                OnLoop::Pool(check) => accounts.login_in_pool(&login, check)?,
             };
             Ok(work(&db, user)?)
         })

@@ -9,6 +9,9 @@
 use axum::response::{IntoResponse, Response};
 
 use super::reply::ApiReply;
+use crate::accounts::{AuthError, UserError};
+use crate::ledger::LedgerError;
+use crate::nets::NetError;
 use crate::offload::OffloadError;
 use crate::rundb::RunDbError;
 
@@ -102,6 +105,52 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T = ApiReply> = Result<T, ApiError>;
+
+/// A refused login: Fishtest's texts (`http::auth`), 401; a throttled one 429.
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        use super::auth::{MSG_BLOCKED, MSG_INVALID, MSG_PENDING, retry_after_s};
+        match e {
+            AuthError::WrongPassword => ApiError::Unauthorized(MSG_INVALID.into()),
+            AuthError::Blocked => ApiError::Unauthorized(MSG_BLOCKED.into()),
+            AuthError::Pending => ApiError::Unauthorized(MSG_PENDING.into()),
+            AuthError::Throttled { retry_after } => ApiError::Throttled {
+                retry_after_s: retry_after_s(retry_after),
+            },
+            AuthError::Account(e) => e.into(),
+        }
+    }
+}
+
+/// An account operation's failure.
+impl From<UserError> for ApiError {
+    fn from(e: UserError) -> Self {
+        match e {
+            UserError::Invalid(m) => ApiError::BadRequest(m),
+            UserError::NotApprover => ApiError::Unauthorized(e.to_string()),
+            UserError::NoSuchUser(_) => ApiError::NotFound(e.to_string()),
+            UserError::NotPending(_) => ApiError::BadRequest(e.to_string()),
+            UserError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A failure of the net store (a look-up or a download count): 500, with the store's text.
+impl From<NetError> for ApiError {
+    fn from(e: NetError) -> Self {
+        match e {
+            NetError::Store(e) => e.into(),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// A store failure (the ledger's only one): 500, as the run database's.
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
 
 impl From<RunDbError> for ApiError {
     fn from(e: RunDbError) -> Self {

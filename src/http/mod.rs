@@ -32,8 +32,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::accounts::Accounts;
 use crate::admission::Gate;
 use crate::config::Config;
+use crate::ledger::Ledger;
+use crate::nets::Nets;
 use crate::offload::Offload;
 use crate::rundb::RunDb;
 use reply::ApiReply;
@@ -51,15 +54,20 @@ pub struct AppState {
     pub gate: Gate,
     /// request_task's jobs handed in to the gate, served in batches by the slot holder.
     pub batches: Arc<api::worker::SchedBatches>,
+    /// The run core: runs, tasks, the scheduler and its limits (it records into `ledger`).
     pub rundb: Arc<RunDb>,
+    /// Users, sessions and the login throttle (the login policy).
+    pub accounts: Arc<Accounts>,
+    /// The action log, CPU hours and contributors (the run database writes to it too).
+    pub ledger: Arc<Ledger>,
+    /// The net directory and the nets' records.
+    pub nets: Arc<Nets>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.
     pub draining: AtomicBool,
     /// `max_concurrent_requests`, if set: a waiting (never rejecting) cap.
     pub request_cap: Option<Arc<Semaphore>>,
     pub started: Instant,
-    /// Failed-authentication counters (password spraying).
-    pub throttle: Arc<crate::throttle::AuthThrottle>,
     /// Turns for reading large PGN upload bodies (`pgn_upload_concurrency`).
     pub pgn_uploads: Arc<Semaphore>,
     /// Turns for rendering web pages (`page_render_concurrency`): pages queue for these

@@ -232,8 +232,8 @@ impl RunDb {
     /// (minimum of last_sync − 60 s · priority, as Fishtest), and the pending CPU hours.
     /// Returns how many runs were written.
     pub fn flush(&self, all: bool) -> DbResult<usize> {
-        let hours = self.persist_cpu_hours();
-        let contributors = self.persist_contributors();
+        let hours = self.ledger.persist_cpu_hours();
+        let contributors = self.ledger.persist_contributors();
         let runs = self.flush_runs(all);
         hours?;
         contributors?;

@@ -8,11 +8,11 @@
 //! recovery; change a run on a secondary instance; hold a run's lock while the action log is
 //! written.
 
-use super::actions::run_fields;
 use super::model::Run;
+use super::records::run_fields;
 use super::transitions::PurgeOutcome;
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError, secs_since};
+use crate::accounts::User;
 use crate::protocol::MAX_GAMES;
 use crate::stats::SprtState;
 
@@ -250,9 +250,11 @@ impl RunDb {
         let modified = run_fields(&run, Some(message.clone()));
         drop(run);
         if unapprove {
-            self.log_action("approve_run", &by.username, unapproved)?;
+            self.ledger
+                .log_action("approve_run", &by.username, unapproved)?;
         }
-        self.log_action("modify_run", &by.username, modified)?;
+        self.ledger
+            .log_action("modify_run", &by.username, modified)?;
         let approval = match (was_approved, unapprove) {
             (true, false) => Approval::Approved,
             (true, true) => Approval::Unapproved,
@@ -287,7 +289,8 @@ impl RunDb {
         }
         let f = run_fields(&run, None);
         drop(run);
-        self.log_action("delete_run", &by.username, f)
+        self.ledger.log_action("delete_run", &by.username, f)?;
+        Ok(())
     }
 
     /// `/tests/stop`: the run's owner or an approver stops an unfinished run: it is finished
@@ -321,12 +324,12 @@ impl RunDb {
         drop(run);
         let auto_purge = match purge {
             Some((outcome, f)) => {
-                self.log_action("purge_run", &submitter, f)?;
+                self.ledger.log_action("purge_run", &submitter, f)?;
                 Some(outcome)
             }
             None => None,
         };
-        self.log_action("stop_run", &by.username, stopped)?;
+        self.ledger.log_action("stop_run", &by.username, stopped)?;
         Ok(UserStop { auto_purge })
     }
 }
@@ -702,7 +705,8 @@ mod tests {
             ..RunDbConfig::default()
         };
         let books = Books::shipped().expect("books");
-        let secondary = RunDb::open(store, Offload::new(2), books, cfg).expect("secondary");
+        let ledger = Arc::new(crate::ledger::Ledger::new(store.clone(), false));
+        let secondary = RunDb::open(store, Offload::new(2), books, cfg, ledger).expect("secondary");
         let modify = secondary.modify_run(&id, changes(1000, 0, 100), &f.owner);
         assert!(matches!(modify, Err(RunDbError::NotPrimary)));
         let delete = secondary.delete_run(&id, &f.owner);

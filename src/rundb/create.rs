@@ -259,7 +259,7 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         }
     }
     for (name, nets) in [("base_nets", &args.base_nets), ("new_nets", &args.new_nets)] {
-        if let Some(bad) = nets.iter().find(|n| !super::nets::valid_name(n)) {
+        if let Some(bad) = nets.iter().find(|n| !crate::nets::valid_name(n)) {
             return Err(refuse(
                 name,
                 format!("{name}: {bad:?} is not a net name nn-<12 hex>.nnue"),

@@ -116,7 +116,7 @@ impl RunDb {
                 entry.mark_dirty(Prio::Normal);
             }
         }
-        self.set_games_per_hour(per_user);
+        self.ledger.set_games_per_hour(per_user);
     }
 
     /// Checks every unfinished run's invariants; logs violations. Returns how many runs

@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use super::actions::run_fields;
 use super::cache::{Prio, RunEntry};
 use super::model::WorkerInfo;
 use super::outcome::TaskReply;
+use super::records::run_fields;
 use super::transitions::PurgeOutcome;
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, create, secs_since};
+use crate::accounts::User;
 
 /// Why [`RunDb::submit_run`] created nothing: a refused argument, or the run database's error.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +51,12 @@ impl RunDb {
         self.save_now(&entry, &run)?;
         self.cache.write().insert(id.clone(), entry);
         self.unfinished.write().push(id.clone());
-        self.add_test_submitted(&run);
+        self.ledger
+            .add_test_submitted(&run.args.username, &run.start_time);
         let f = run_fields(&run, Some(run.args.info.clone()));
-        self.log_action("new_run", &user.username, f)?;
+        self.ledger
+            .log_action("new_run", &user.username, f)
+            .map_err(RunDbError::from)?;
         Ok(id)
     }
 
@@ -87,7 +90,8 @@ impl RunDb {
         self.save_now(&entry, &run)?;
         let f = run_fields(&run, Some("approved".into()));
         drop(run);
-        self.log_action("approve_run", &approver.username, f)?;
+        self.ledger
+            .log_action("approve_run", &approver.username, f)?;
         Ok(())
     }
 
@@ -100,7 +104,7 @@ impl RunDb {
         wi: &WorkerInfo,
     ) -> DbResult<(TaskReply, Option<Ticket>)> {
         let entry = self.run_entry(run_id)?;
-        let hours = self.cpu_hours(&wi.username)?;
+        let hours = self.ledger.cpu_hours(&wi.username)?;
         let mut run = entry.run.lock();
         self.task_of(&run, task_id, wi)?;
         if run.finished {
@@ -166,7 +170,7 @@ impl RunDb {
             }),
         );
         drop(run);
-        self.log_action("purge_run", &user.username, f)?;
+        self.ledger.log_action("purge_run", &user.username, f)?;
         Ok(outcome)
     }
 }

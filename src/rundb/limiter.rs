@@ -19,8 +19,8 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::model::{Run, WorkerInfo};
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError};
+use crate::accounts::User;
 use crate::limits::compute::{self, RunLoad};
 use crate::limits::def::{MACHINE, SPSA_CORES, WINDOW};
 use crate::limits::{Engine, GrantRef, Holder, KeyCtx, KeyKind, LimitId, Source};
@@ -229,7 +229,7 @@ impl RunDb {
             "message".into(),
             json!(format!("{name}: max {old} -> {max}")),
         );
-        self.log_action("set_limit", &by.username, fields)?;
+        self.ledger.log_action("set_limit", &by.username, fields)?;
         Ok(old)
     }
 

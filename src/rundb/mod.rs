@@ -10,19 +10,24 @@
 //!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
 //!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
 //!   periodic jobs over runs), `retention.rs` (PGN retention: the store alone, no lock of
-//!   ours), `queries.rs` (what the HTTP layer and the UI read),
-//!   `people.rs` (accounts: an approver's decisions, a user's profile change);
+//!   ours), `queries.rs` (what the HTTP layer and the UI read), `workers.rs` (the workers
+//!   people block);
 //! - `transitions.rs`: the changes several operations share (a task set inactive, a run
 //!   finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
-//! - `actions.rs` (the action log), `cpu_hours.rs` (the CPU-hour ledger) and
-//!   `contributors.rs` (the contributors table, kept up to date as tasks end);
+//! - `records.rs`: what the run database tells the ledger ([`crate::ledger`]: the action log,
+//!   CPU hours, contributors): a run's action fields, actions made under a run's lock (through
+//!   the journal), a finished task's figures, the stored runs for the one-time rebuild;
 //! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
 //!   into Fishtest's JSON and messages);
 //! - this file: the struct and its fields, the errors and the settings; and the
 //!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
-//!   [`books`], [`create`], [`nets`], [`users`].
+//!   [`books`], [`create`].
+//!
+//! Users, sessions and logins are [`crate::accounts`]'s (the run database takes a checked
+//! [`crate::accounts::User`]); the action log, CPU hours and contributors are
+//! [`crate::ledger`]'s; the net files and their records are [`crate::nets`]'s.
 //!
 //! The fields of `RunDb` are private to this module, so the layers (its submodules) reach them
 //! and nothing outside `rundb` does. Callers outside name what they need as `crate::rundb::…`;
@@ -33,41 +38,34 @@
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
 //! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
-//! `cpu_hours_pending`, `contributors`, `unfinished`, `last_sync`, the journal, the store; never two run locks
-//! at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock order",
-//! has every lock and the one start-up exception (`load_unfinished`). None is held across an
+//! the ledger's (its pending CPU hours, its contributors table), `unfinished`, `last_sync`,
+//! the journal, the store; never two run locks at once; the cache is written only with no
+//! other lock held. ARCHITECTURE.md, "Lock order", has every lock and the one start-up exception (`load_unfinished`). None is held across an
 //! `.await` (everything here is blocking code run in the offload pool).
 //! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
 //! request_task's path.
 
-pub mod actions;
 pub mod books;
 mod cache;
-mod contributors;
 mod control;
-mod cpu_hours;
 pub mod create;
 mod jobs;
 pub mod journal;
 mod lifecycle;
 mod limiter;
 pub mod model;
-mod net_uploads;
-pub mod nets;
 pub mod outcome;
-mod people;
 pub mod queries;
+mod records;
 mod recovery;
 pub mod retention;
 pub mod schedule;
 mod scheduler;
-pub mod sessions;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod trajectory;
 mod transitions;
-pub mod users;
 pub mod workers;
 
 use std::collections::{HashMap, HashSet};
@@ -76,21 +74,19 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::ledger::Ledger;
 pub use crate::protocol::WORKER_VERSION;
 use crate::store::{Date, SharedStore, StoreError};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
-pub use contributors::ContributorRow;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
-pub use people::{ProfileChange, UserAction};
 pub use scheduler::DUPLICATE_WINDOW;
 use scheduler::Sched;
 pub use transitions::PurgeOutcome;
-use users::Users;
 
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);
@@ -120,20 +116,6 @@ pub enum RunDbError {
     NotPrimary,
 }
 
-impl From<users::UserError> for RunDbError {
-    fn from(e: users::UserError) -> Self {
-        match e {
-            users::UserError::Refused(m) => RunDbError::Unauthorized(m.to_string()),
-            users::UserError::Invalid(m) => RunDbError::Invalid(m),
-            users::UserError::NoSuchUser(u) => RunDbError::Invalid(format!("no such user {u}")),
-            users::UserError::Store(s) => RunDbError::Store(s),
-            users::UserError::Throttled(_) => {
-                RunDbError::Unauthorized("too many failed authentications".into())
-            }
-        }
-    }
-}
-
 pub type DbResult<T> = Result<T, RunDbError>;
 
 /// Settings the run database needs.
@@ -157,7 +139,9 @@ impl Default for RunDbConfig {
             dead_task: DEAD_TASK,
             flush_runs_per_tick: 8,
             cache_keep: CACHE_KEEP,
-            limits: crate::limits::LimitDef::builtins(u64::from(users::DEFAULT_MACHINE_LIMIT)),
+            limits: crate::limits::LimitDef::builtins(u64::from(
+                crate::accounts::DEFAULT_MACHINE_LIMIT,
+            )),
         }
     }
 }
@@ -165,7 +149,6 @@ impl Default for RunDbConfig {
 /// The run database.
 pub struct RunDb {
     store: SharedStore,
-    pub users: Users,
     pub books: Books,
     cfg: RunDbConfig,
     journal: Arc<journal::Journal>,
@@ -179,16 +162,9 @@ pub struct RunDb {
     limit_ids: limiter::LimitIds,
     /// Blocked short worker names, refreshed from the store.
     blocked: RwLock<HashSet<String>>,
-    /// Serialises the read-modify-write of the stored CPU-hour totals.
-    cpu_hours_lock: Mutex<()>,
-    /// CPU hours of finished tasks not yet added to the stored totals (username -> hours).
-    /// Tasks finish under their run's lock, where no store write may happen; the write-behind
-    /// job adds these to the store each tick (and at shutdown).
-    cpu_hours_pending: Mutex<HashMap<String, f64>>,
-    /// Browser sessions (`sessions`).
-    sessions: sessions::Sessions,
-    /// The contributors table (`contributors`), kept up to date as tasks end and runs start.
-    contributors: contributors::ContributorTable,
+    /// The action log, the CPU-hour totals and the contributors table: told of every run
+    /// change they record (`records.rs`), written behind by `flush`.
+    ledger: Arc<Ledger>,
     /// Changes a run list shows at once ([`RunDb::listed_changes`]).
     listed_changes: std::sync::atomic::AtomicU64,
 }

@@ -142,12 +142,6 @@ impl RunDb {
         Ok(self.store.pgn_read(&pgn.handle, offset, len)?)
     }
 
-    /// Counts one download of a net; `false` (and nothing counted) when no net of that name
-    /// is recorded.
-    pub fn count_net_download(&self, name: &str) -> DbResult<bool> {
-        Ok(super::nets::count_download(&self.store, name)?)
-    }
-
     /// The debug routes' key-value probe: writes `{"_id": "debug:<key>", "value": ...}`.
     pub fn debug_put(&self, key: &str, value: Value) -> DbResult<()> {
         let mut doc = Doc::new();

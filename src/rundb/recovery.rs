@@ -3,12 +3,14 @@
 //! Owns: `RunDb::open`: the journal replayed over the stored run documents (primary only), the
 //! journal's writer started, every unfinished run loaded into the cache with its active tasks
 //! counted per address and in the worker -> task map, `worker_runs` read back, the blocked
-//! workers read.
+//! workers read, and the ledger's contributors table loaded (built from the stored runs, once,
+//! on a store that never had it).
 //! Must not: be called on a live run database (`load_unfinished` takes the cache, `sched` and
 //! `conns` together, against the lock order: safe only while nothing else can see the
 //! struct).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
@@ -16,19 +18,21 @@ use serde_json::{Value, json};
 use super::books::Books;
 use super::cache::{RunEntry, apply_patch, parse_run};
 use super::scheduler::{Sched, WorkerRuns};
-use super::users::Users;
 use super::{DbResult, RunDb, RunDbConfig, journal};
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::store::{Collection, Cond, Doc, Query, RunRecord, SharedStore};
 
 impl RunDb {
     /// Opens the run database: loads unfinished runs, replays the journal, rebuilds the
-    /// scheduler's memory. Blocking; call from the offload pool.
+    /// scheduler's memory; `ledger` records what the runs do (primary: its contributors
+    /// table is loaded here, after the replay). Blocking; call from the offload pool.
     pub fn open(
         store: SharedStore,
         offload: Offload,
         books: Books,
         cfg: RunDbConfig,
+        ledger: Arc<Ledger>,
     ) -> DbResult<RunDb> {
         // Replay the journal over the stored documents (primary only: a secondary never
         // writes runs; it reads them from the store, where the primary puts them).
@@ -74,7 +78,6 @@ impl RunDb {
             std::time::Instant::now(),
         ));
         let db = RunDb {
-            users: Users::new(store.clone()),
             store,
             books,
             cfg,
@@ -85,18 +88,14 @@ impl RunDb {
             limits: limits.clone(),
             limit_ids: super::limiter::LimitIds::of(&limits),
             blocked: RwLock::new(HashSet::new()),
-            cpu_hours_lock: Mutex::new(()),
-            cpu_hours_pending: Mutex::new(HashMap::new()),
-            sessions: Default::default(),
-            contributors: Default::default(),
+            ledger,
             listed_changes: Default::default(),
         };
         db.load_limit_maxima()?;
-        db.users.refresh_legacy_names()?;
         if db.cfg.primary {
             db.load_unfinished()?;
             db.refresh_blocked()?;
-            db.load_contributors()?;
+            db.ledger.load_contributors(&db)?;
         }
         Ok(db)
     }

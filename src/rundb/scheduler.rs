@@ -19,8 +19,8 @@ use super::cache::Prio;
 use super::model::{Stats, Task, WorkerInfo};
 use super::outcome::{Assignment, Refusal, TaskAssignment};
 use super::schedule::{self, Candidate, WorkerNeeds};
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError, Ticket, now, secs_since};
+use crate::accounts::User;
 use crate::limits::{Full, GrantRef, Holder};
 use crate::store::{Collection, Cond, Doc, Query};
 

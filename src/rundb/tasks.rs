@@ -14,10 +14,10 @@
 use parking_lot::MutexGuard;
 use serde_json::json;
 
-use super::actions::{run_fields, run_label};
 use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
+use super::records::{run_fields, run_label};
 use super::trajectory::Point;
 use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
@@ -284,7 +284,7 @@ impl RunDb {
             let f = run_fields(&run, Some(format!("{:?}", run.results)));
             let username = run.args.username.clone();
             drop(run);
-            self.log_action("finished_run", &username, f)?;
+            self.ledger.log_action("finished_run", &username, f)?;
             return Ok((TaskReply::Alive(false), Some(ticket)));
         }
         let alive = run.tasks[task_id].active;
@@ -394,7 +394,7 @@ impl RunDb {
             f.insert("run".into(), json!(run_label(&run)));
             f.insert("task_id".into(), json!(task_id));
         }
-        self.log_action("worker_log", &wi.username, f)?;
+        self.ledger.log_action("worker_log", &wi.username, f)?;
         Ok(TaskReply::Done)
     }
 

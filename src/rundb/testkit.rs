@@ -8,15 +8,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::config::SqliteSync;
+use crate::accounts::{User, Users};
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::rundb::books::Books;
 use crate::rundb::create::CreateArgs;
 use crate::rundb::model::{Run, WorkerInfo};
 use crate::rundb::outcome::Assignment;
-use crate::rundb::users::User;
 use crate::rundb::{RunDb, RunDbConfig, Ticket};
-use crate::store::sqlite::SqliteStore;
 use crate::store::{Collection, Cond, Doc, Query, SharedStore};
 
 /// Dropped in this order: the run database, then the runtime its journal writer runs
@@ -40,17 +39,12 @@ fn open(store: &SharedStore) -> RunDb {
         Offload::new(4),
         Books::shipped().expect("books"),
         RunDbConfig::default(),
+        Arc::new(Ledger::new(store.clone(), true)),
     )
     .expect("rundb")
 }
 
-/// An empty SQLite store in a temporary directory; keep the directory until the store is dropped.
-pub(crate) fn temp_store() -> (tempfile::TempDir, SharedStore) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store: SharedStore =
-        Arc::new(SqliteStore::open(dir.path(), SqliteSync::Normal).expect("store"));
-    (dir, store)
-}
+pub(crate) use crate::store::testkit::temp_store;
 
 pub(crate) fn fixture() -> Fixture {
     let (dir, store) = temp_store();
@@ -61,9 +55,10 @@ pub(crate) fn fixture() -> Fixture {
         .expect("runtime");
     let _in_rt = rt.enter();
     let db = open(&store);
-    let owner = db.users.add("owner", "pw", "", false, None).expect("owner");
-    let other = db.users.add("other", "pw", "", false, None).expect("other");
-    let approver = db.users.add("boss", "pw", "", true, None).expect("boss");
+    let users = Users::new(store.clone());
+    let owner = users.add("owner", "pw", "", false, None).expect("owner");
+    let other = users.add("other", "pw", "", false, None).expect("other");
+    let approver = users.add("boss", "pw", "", true, None).expect("boss");
     drop(_in_rt);
     Fixture {
         db,

@@ -78,8 +78,7 @@ impl RunDb {
         // whoever ended it; waiters of those keys are served.
         self.limits
             .release(&crate::limits::Holder::Task(run.id.clone(), task_id));
-        self.add_cpu_hours(run, task_id);
-        self.add_contribution(run, task_id);
+        self.record_finished_task(run, task_id);
     }
 
     /// Logs a crash_or_time action if the task's stats say so.

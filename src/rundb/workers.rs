@@ -11,8 +11,8 @@
 
 use serde_json::{Value, json};
 
-use super::users::User;
 use super::{DbResult, RunDb, RunDbError};
+use crate::accounts::User;
 use crate::store::{Collection, Date, Doc, Query};
 
 /// The longest issue message kept (longer ones are cut, as Fishtest does).
@@ -226,7 +226,7 @@ impl RunDb {
                 "message".into(),
                 json!(if blocked { "blocked" } else { "unblocked" }),
             );
-            self.log_action("block_worker", &by.username, f)?;
+            self.ledger.log_action("block_worker", &by.username, f)?;
             tracing::info!(worker = name, blocked, by = %by.username, "worker block changed");
         }
         Ok(WorkerChange {

@@ -20,6 +20,8 @@
 pub mod bson_map;
 pub mod mongo;
 pub mod sqlite;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 use std::fmt;
 use std::sync::Arc;

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::http::AppState;
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiError, BareJson};
-use crate::rundb::actions::ActionFilter;
+use crate::ledger::ActionFilter;
 
 /// At most this many actions per reply (Fishtest's cap).
 pub const API_ACTIONS_CAP: u64 = 200;
@@ -52,10 +52,10 @@ pub async fn actions(
 ) -> Result<Response, ApiError> {
     let body = match ActionFilter::from_mongo(&query) {
         Ok(filter) => {
-            let db = state.rundb.clone();
+            let ledger = state.ledger.clone();
             state
                 .offload
-                .run(move || BareJson::of(&db.find_actions(&filter, 0, API_ACTIONS_CAP)?))
+                .run(move || BareJson::of(&ledger.find_actions(&filter, 0, API_ACTIONS_CAP)?))
                 .await??
         }
         Err(reason) => {

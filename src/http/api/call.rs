@@ -97,7 +97,7 @@ fn valid_unique_key(key: &str) -> bool {
 /// Checks the exact key set, the types and the value rules of `worker_info`, with Fishtest's
 /// username rule and no legacy names.
 pub fn parse_worker_info(raw: Map<String, Value>) -> Result<WorkerInfo, ApiError> {
-    parse_worker_info_with(raw, &crate::rundb::users::valid_username)
+    parse_worker_info_with(raw, &crate::accounts::valid_username)
 }
 
 /// [`parse_worker_info`], with `name_allowed` deciding the username (the rule, or a legacy
@@ -274,7 +274,7 @@ pub(crate) fn validate(
     headers: &HeaderMap,
     needs: Needs,
 ) -> Result<Call, ApiError> {
-    let users = &state.rundb.users;
+    let users = state.accounts.users();
     let mut wi = parse_worker_info_with(req.worker_info, &|name| users.name_allowed(name))?;
     wi.remote_addr = client_addr(state, peer, headers);
     wi.country_code = country(headers);

@@ -5,7 +5,7 @@
 //! Owns: streaming stored bytes one pool-read chunk at a time (never buffered whole, never on
 //! the event loop), the download routes' name rules, content types and encodings.
 //! Must not: read the store except through `RunDb`'s queries; open a path but through
-//! `rundb::nets::locate` (a name that is not `nn-<12 hex>.nnue` never reaches the disk).
+//! `nets::locate` (a name that is not `nn-<12 hex>.nnue` never reaches the disk).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use super::schema::{Binary, ErrorReply};
 use crate::http::AppState;
 use crate::http::auth::rundb;
 use crate::http::reply::ApiError;
-use crate::rundb::nets::{self, NetFile};
+use crate::nets::{self, NetFile};
 
 /// Uploads (any instance: Fishtest sends PGNs to a secondary) and downloads.
 pub fn router() -> Router<Arc<AppState>> {
@@ -113,11 +113,11 @@ pub async fn download_net(
     if !nets::valid_name(&name) {
         return Err(ApiError::NotFound("Not Found".into()));
     }
-    let db = rundb(&state);
+    let store = state.nets.clone();
     let n = name.clone();
     let known = state
         .offload
-        .run(move || db.count_net_download(&n))
+        .run(move || store.count_download(&n))
         .await??;
     if !known {
         return Err(ApiError::NotFound("Not Found".into()));
@@ -183,11 +183,11 @@ pub async fn serve_net(State(state): State<Arc<AppState>>, Path(name): Path<Stri
     if !nets::valid_name(&name) {
         return (StatusCode::NOT_FOUND, "Not Found").into_response();
     }
-    let dir = state.config.nets_dir();
+    let store = state.nets.clone();
     let found = state
         .offload
         .run(move || -> std::io::Result<Option<(NetFile, u64)>> {
-            match nets::locate(&dir, &name)? {
+            match store.locate(&name)? {
                 Some(file) => {
                     let len = std::fs::metadata(file.path())?.len();
                     Ok(Some((file, len)))

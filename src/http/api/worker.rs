@@ -169,7 +169,7 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
 
 /// A request_task handed in to the gate: what its critical section needs.
 pub struct SchedJob {
-    user: crate::rundb::users::User,
+    user: crate::accounts::User,
     wi: WorkerInfo,
     reservation: Option<u64>,
 }
@@ -208,7 +208,7 @@ impl Service<SchedJob, SchedResult> for Scheduler {
 /// (too busy).
 async fn gated_request_task(
     state: &AppState,
-    user: &crate::rundb::users::User,
+    user: &crate::accounts::User,
     wi: WorkerInfo,
     reservation: Option<u64>,
 ) -> Result<Option<(Assignment, Option<Ticket>)>, ApiError> {

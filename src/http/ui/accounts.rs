@@ -1,8 +1,10 @@
 //! Accounts: `/login`, `/logout`, `/signup`.
 //!
-//! Login goes through the same path as every API login (`http::auth`: the throttle, the
-//! credential cache, argon2 in the pool), after the CSRF check, so a refused form is never
-//! counted as a failed login. A login starts a new server-side session under a new cookie id.
+//! Login goes through the same path as every API login (`http::auth`, running the accounts'
+//! login policy: the throttle, the credential cache, argon2 in the pool), after the CSRF
+//! check, so a refused form is never counted as a failed login. A refusal is matched by its
+//! type (`AuthError`) and shown with Fishtest's text. A login starts a new server-side
+//! session under a new cookie id.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,10 +19,9 @@ use serde::Deserialize;
 
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
+use crate::accounts::{AuthError, UserError};
 use crate::http::AppState;
-use crate::http::auth::{self, Login};
-use crate::http::reply::ApiError;
-use crate::rundb::users::{MSG_INVALID, MSG_PENDING};
+use crate::http::auth::{self, Login, MSG_BLOCKED, MSG_INVALID, MSG_PENDING};
 
 /// Shown after a successful signup (Fishtest's words).
 pub const MSG_CREATED: &str = "Account created! To avoid spam, a person will now manually \
@@ -163,31 +164,36 @@ pub async fn login(
         .stay_logged_in
         .as_deref()
         .is_some_and(|v| matches!(v, "1" | "true" | "on" | "yes"));
-    let verdict = auth::credentials(
+    let verdict = auth::authenticate(
         &state,
         Login::at(ip, form.username.trim().to_string(), form.password),
     )
     .await;
-    continue_page(&state, keys, ctx, move |db, ctx, _| match verdict {
-        Ok(user) => match ctx.login(db, user, remember) {
-            Ok(()) => Out::Redirect(safe_next(&q)),
-            Err(e) => {
-                tracing::error!(error = %e, "session not started");
-                errors::internal()
+    let accounts = state.accounts.clone();
+    continue_page(&state, keys, ctx, move |_, ctx, _| {
+        let refused = |text: String| login_page(ctx, &q, remember, Some(Flash::error(text)));
+        match verdict {
+            Ok(Ok(user)) => match ctx.login(&accounts, user, remember) {
+                Ok(()) => Out::Redirect(safe_next(&q)),
+                Err(e) => {
+                    tracing::error!(error = %e, "session not started");
+                    errors::internal()
+                }
+            },
+            Ok(Err(AuthError::Throttled { retry_after })) => {
+                errors::throttled(ctx, auth::retry_after_s(retry_after))
             }
-        },
-        Err(ApiError::Throttled { retry_after_s }) => errors::throttled(ctx, retry_after_s),
-        Err(ApiError::Unauthorized(m)) => {
-            let text = if m == MSG_PENDING {
-                format!("{m}{PENDING_MORE}")
-            } else {
-                m
-            };
-            login_page(ctx, &q, remember, Some(Flash::error(text)))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "login failed");
-            login_page(ctx, &q, remember, Some(Flash::error(MSG_INVALID)))
+            Ok(Err(AuthError::WrongPassword)) => refused(MSG_INVALID.into()),
+            Ok(Err(AuthError::Blocked)) => refused(MSG_BLOCKED.into()),
+            Ok(Err(AuthError::Pending)) => refused(format!("{MSG_PENDING}{PENDING_MORE}")),
+            Ok(Err(AuthError::Account(e))) => {
+                tracing::warn!(error = %e, "login failed");
+                refused(MSG_INVALID.into())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "login failed");
+                refused(MSG_INVALID.into())
+            }
         }
     })
     .await
@@ -210,10 +216,11 @@ pub async fn logout(
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Response {
     let form = unform(form);
+    let accounts = state.accounts.clone();
     page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
-        |db, ctx, keys| match ctx.logout(db, keys) {
+        move |_, ctx, keys| match ctx.logout(&accounts, keys) {
             Ok(()) => Out::Redirect("/tests".into()),
             Err(e) => {
                 tracing::error!(error = %e, "logout failed");
@@ -346,10 +353,11 @@ pub async fn signup(
 ) -> Response {
     let form = unform(form);
     let token = form.csrf_token.clone();
+    let accounts = state.accounts.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
-        move |db, ctx, _| {
+        move |_, ctx, _| {
             if ctx.user.is_some() {
                 return Out::Redirect("/tests".into());
             }
@@ -357,16 +365,14 @@ pub async fn signup(
             if !errors.is_empty() {
                 return signup_page(ctx, errors.into_iter().map(Flash::error).collect());
             }
-            match db.users.register(
+            match accounts.users().register(
                 form.username.trim(),
                 form.password.trim(),
                 form.email.trim(),
                 form.tests_repo.trim(),
             ) {
                 Ok(_) => Out::Redirect("/login?created=1".into()),
-                Err(crate::rundb::users::UserError::Invalid(m)) => {
-                    signup_page(ctx, vec![Flash::error(m)])
-                }
+                Err(UserError::Invalid(m)) => signup_page(ctx, vec![Flash::error(m)]),
                 Err(e) => {
                     tracing::error!(error = %e, "signup failed");
                     errors::internal()

@@ -21,8 +21,8 @@ use serde::Deserialize;
 
 use super::session::Ctx;
 use super::{Input, Out, errors, page};
+use crate::accounts::User;
 use crate::http::AppState;
-use crate::rundb::users::User;
 use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
 
 /// The `run-id` form of approve, stop, purge and delete.

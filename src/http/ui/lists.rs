@@ -19,6 +19,7 @@ use axum::response::Response;
 use super::results::RunRow;
 use super::session::Ctx;
 use super::{Input, Layout, Out, errors, page};
+use crate::accounts::Users;
 use crate::http::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::model::Run;
@@ -542,7 +543,7 @@ const SEARCH_BATCH: u64 = 500;
 
 /// The search's matches, in order, at most `cap`: per matching submitter (ranked) newest
 /// first, or every finished run newest first; filtered by the text query.
-fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
+fn search_runs(users: &Users, db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
     let fail = |e: crate::rundb::RunDbError| {
         tracing::error!(error = %e, "finished runs search");
         errors::internal()
@@ -551,8 +552,7 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
     let users: Vec<Option<String>> = if s.user.is_empty() {
         vec![None]
     } else {
-        let names = db
-            .users
+        let names = users
             .list()
             .map_err(|e| {
                 tracing::error!(error = %e, "users list");
@@ -592,14 +592,14 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
 }
 
 /// Search mode: the matches (capped), paged 25 at a time.
-fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
+fn search_page(users: &Users, db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
     let cap = match (&ctx.user, s.max_count) {
         (None, m) => m.unwrap_or(ANONYMOUS_MAX_COUNT).min(ANONYMOUS_MAX_COUNT),
         (Some(_), m) => m.unwrap_or(DEFAULT_MAX_COUNT),
     };
     let searching = !s.user.is_empty() || !s.text.is_empty();
     let runs = if searching {
-        match search_runs(db, &s, cap) {
+        match search_runs(users, db, &s, cap) {
             Ok(runs) => runs,
             Err(out) => return out,
         }
@@ -669,12 +669,13 @@ pub async fn finished(
     } else {
         None
     };
+    let accounts = state.accounts.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         if let Some(to) = redirect {
             return Out::Redirect(to);
         }
         if search_mode {
-            return search_page(db, ctx, search, q.page);
+            return search_page(accounts.users(), db, ctx, search, q.page);
         }
         let base = "/tests/finished";
         let f = match finished_part(db, base, None, q) {
@@ -699,8 +700,9 @@ pub async fn user(
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
     let q = parse_query(&params);
+    let accounts = state.accounts.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        match db.users.get(&name) {
+        match accounts.users().get(&name) {
             Ok(Some(_)) => {}
             Ok(None) => return errors::not_found_page(ctx),
             Err(e) => {

@@ -43,6 +43,7 @@ use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use super::AppState;
+use crate::accounts::Accounts;
 use crate::rundb::RunDb;
 use session::{CookieKeys, Ctx};
 
@@ -285,8 +286,12 @@ fn keys(state: &AppState) -> CookieKeys {
 /// The session and, for a POST, the token (blocking: in the pool). `Err` is the answer
 /// instead of the page: a session ended on this request → `/tests`; a POST whose CSRF token
 /// does not match → the 403 page (the handler never runs).
-fn open(db: &RunDb, keys: &CookieKeys, input: Input) -> Result<Ctx, (Option<(String, bool)>, Out)> {
-    let ctx = match session::resolve(db, keys, input.id) {
+fn open(
+    accounts: &Accounts,
+    keys: &CookieKeys,
+    input: Input,
+) -> Result<Ctx, (Option<(String, bool)>, Out)> {
+    let ctx = match session::resolve(accounts, keys, input.id) {
         Ok(ctx) => ctx,
         Err(e) => {
             tracing::error!(error = %e, "session lookup failed");
@@ -313,9 +318,10 @@ where
     F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Out + Send + 'static,
 {
     let db = state.rundb.clone();
+    let accounts = state.accounts.clone();
     let keys = input.keys.clone();
     let k = keys.clone();
-    let job = move || match open(&db, &k, input) {
+    let job = move || match open(&accounts, &k, input) {
         Ok(mut ctx) => {
             let out = body(&db, &mut ctx, &k);
             (ctx.set_cookie, out)
@@ -328,10 +334,10 @@ where
 /// The first half of a page whose body must await something else first (the login's
 /// credential check): [`open`] in the pool. `Ok` to go on with [`continue_page`].
 pub async fn open_page(state: &AppState, input: Input) -> Result<Ctx, Response> {
-    let db = state.rundb.clone();
+    let accounts = state.accounts.clone();
     let keys = input.keys.clone();
     let k = keys.clone();
-    match state.offload.run(move || open(&db, &k, input)).await {
+    match state.offload.run(move || open(&accounts, &k, input)).await {
         Ok(Ok(ctx)) => Ok(ctx),
         Ok(Err((cookie, out))) => Err(respond(&keys, cookie, out)),
         Err(e) => Err(unavailable(e)),

@@ -5,16 +5,16 @@
 //! `network`, after the hidden `csrf_token`).
 //!
 //! An upload is streamed: each piece of the body is hashed and gzipped into a temporary file
-//! in the net directory (Fishtest's layout, `rundb::nets`), in the pool, about a mebibyte at
+//! in the net directory (Fishtest's layout, `crate::nets`), in the pool, about a mebibyte at
 //! a time, so a net is never held whole in memory. Checked before a byte is written: the CSRF
 //! token, the login, the name (`nn-<12 hex>.nnue`) and that no net of that name exists (in
 //! `nns` or on disk); while it arrives: the size (`nn_upload_limit_bytes`); at the end: that
-//! the name's 12 digits begin its SHA-256. Only then is it installed (`RunDb::install_net`:
+//! the name's 12 digits begin its SHA-256. Only then is it installed (`Nets::install`:
 //! linked to `<name>.gz`, exclusively). A refused upload leaves nothing behind: its temporary
 //! file is removed on every path, a dropped connection included ([`TempFile`]). A body that
 //! stops arriving for `body_read_timeout_s` is refused.
 //! Owns: the pages, the upload's reading, the refusal messages. Must not: write a net other
-//! than through `rundb::nets`; block the event loop (every file step runs in the pool); keep
+//! than through `crate::nets`; block the event loop (every file step runs in the pool); keep
 //! reading a body past the limit.
 
 use std::collections::HashSet;
@@ -31,8 +31,8 @@ use axum::response::{IntoResponse, Response};
 use super::session::{CookieKeys, Ctx};
 use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
+use crate::nets::{self, NetError, NetRecord, NetWriter};
 use crate::offload::Offload;
-use crate::rundb::nets::{self, NetError, NetRecord, NetWriter};
 
 /// Nets a page of `/nns` shows; `view=all` shows up to [`ALL_ROWS`].
 pub const NETS_PAGE: usize = 25;
@@ -233,10 +233,11 @@ pub async fn nns(
     Query(raw): Query<Vec<(String, String)>>,
 ) -> Response {
     let q = NetsQuery::parse(&raw);
-    let dir = state.config.nets_dir();
+    let store = state.nets.clone();
     let elsewhere = state.config.nn_url.is_some();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut nets: Vec<NetRecord> = match db.nets() {
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        let dir = store.dir();
+        let mut nets: Vec<NetRecord> = match store.list() {
             Ok(n) => n.into_iter().filter(|n| q.keeps(n)).collect(),
             Err(e) => {
                 tracing::error!(error = %e, "nets");
@@ -249,7 +250,8 @@ pub async fn nns(
         let files = if elsewhere && !dir.is_dir() {
             None
         } else {
-            db.net_files(&dir)
+            store
+                .files()
                 .map_err(
                     |e| tracing::warn!(error = %e, dir = %dir.display(), "net directory not read"),
                 )
@@ -462,10 +464,9 @@ async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> R
             .to_string()
             .into());
     }
-    let nets_dir = state.config.nets_dir();
-    let db = state.rundb.clone();
-    let (d, n) = (nets_dir.clone(), name.clone());
-    let known = pool(state, move || db.net_known(&d, &n)).await?;
+    let store = state.nets.clone();
+    let n = name.clone();
+    let known = pool(state, move || store.known(&n)).await?;
     match known {
         Ok(false) => {}
         Ok(true) => return Err(format!("Network {name} already exists").into()),
@@ -474,7 +475,7 @@ async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> R
             return Err(format!("Failed to write network {name}").into());
         }
     }
-    let d = nets_dir;
+    let d = state.nets.dir().to_path_buf();
     let writer = pool(state, move || NetWriter::create(&d))
         .await?
         .map_err(|e| {
@@ -487,7 +488,7 @@ async fn receive_net(state: &Arc<AppState>, field: Field<'_>, user: String) -> R
     };
     let result = write_and_install(state, field, writer, &name, user).await;
     // Installed, or refused: either way the temporary file goes before the answer (on
-    // success `install_net` already took it; removing it again is harmless).
+    // success `Nets::install` already took it; removing it again is harmless).
     if let Some(path) = temp.path.clone()
         && state
             .offload
@@ -509,7 +510,6 @@ async fn write_and_install(
     name: &str,
     user: String,
 ) -> Result<(), Refusal> {
-    let nets_dir = state.config.nets_dir();
     let idle = state.config.body_read_timeout();
     let limit = state.config.nn_upload_limit_bytes;
     let too_big = || format!("Network must be < {}", limit_text(limit));
@@ -561,9 +561,9 @@ async fn write_and_install(
     if sha != name[3..15] {
         return Err(format!("Wrong SHA256 hash: {sha} Filename: {}", &name[3..15]).into());
     }
-    let db = state.rundb.clone();
+    let store = state.nets.clone();
     let n = name.to_string();
-    let installed = pool(state, move || db.install_net(&nets_dir, &path, &n, &user)).await?;
+    let installed = pool(state, move || store.install(&path, &n, &user)).await?;
     match installed {
         Ok(()) => Ok(()),
         Err(NetError::Duplicate(_)) => Err(format!("Network {name} already uploaded").into()),

@@ -11,8 +11,8 @@
 //! A profile change is all or nothing (Fishtest's quirk of flashing "Password updated" and
 //! then discarding the change is not kept); a new password ends every session of the user and
 //! starts a fresh one for the browser that changed it.
-//! Must not: decide who may administer accounts (`RunDb::administer_user` does) or change a
-//! user other than through `RunDb`.
+//! Must not: decide who may administer accounts (`Accounts::administer_user` does) or change
+//! a user other than through `Accounts`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,12 +29,12 @@ use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
 use super::lists::PageLink;
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
+use crate::accounts::{
+    AuthError, DEFAULT_MACHINE_LIMIT, ProfileChange, SessionState, User, UserAction, UserError,
+};
 use crate::http::AppState;
 use crate::http::auth::{self, Login};
-use crate::http::reply::ApiError;
-use crate::rundb::sessions::SessionState;
-use crate::rundb::users::{DEFAULT_MACHINE_LIMIT, User};
-use crate::rundb::{ProfileChange, RunDb, RunDbError, UserAction};
+use crate::ledger::Ledger;
 
 /// Rows per page of `/user_management`.
 pub const USERS_PAGE: usize = 25;
@@ -83,8 +83,10 @@ pub fn groups_label(user: &User) -> String {
         .join(", ")
 }
 
-fn view_of(db: &RunDb, user: &User) -> Result<UserView, RunDbError> {
-    let cpu = db.contributor(&user.username)?.map_or(0.0, |c| c.cpu_hours);
+fn view_of(ledger: &Ledger, user: &User) -> Result<UserView, UserError> {
+    let cpu = ledger
+        .contributor(&user.username)?
+        .map_or(0.0, |c| c.cpu_hours);
     Ok(UserView {
         username: user.username.clone(),
         registered: user
@@ -122,13 +124,19 @@ pub struct UserAdminPage {
 }
 
 /// A store failure is a 500; everything else the domain says is a page with its message.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
+fn refusal(ctx: &Ctx, e: UserError) -> Out {
     let (status, heading) = match &e {
-        RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
-        RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
-        RunDbError::NotFound(_) => return errors::missing(ctx),
-        RunDbError::NotPrimary => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
-        RunDbError::Store(_) | RunDbError::Corrupt(..) => {
+        UserError::NotApprover => {
+            return errors::refused(
+                ctx,
+                StatusCode::FORBIDDEN,
+                "Not allowed",
+                MSG_CANNOT_INSPECT,
+            );
+        }
+        UserError::Invalid(_) | UserError::NotPending(_) => (StatusCode::BAD_REQUEST, "Not done"),
+        UserError::NoSuchUser(_) => return errors::missing(ctx),
+        UserError::Store(_) => {
             tracing::error!(error = %e, "user page failed");
             return errors::internal();
         }
@@ -164,8 +172,8 @@ fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
-    match view_of(db, user) {
+fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
+    match view_of(ledger, user) {
         Ok(u) => {
             let mut l = Layout::new(ctx, "Profile");
             l.flashes = flashes;
@@ -181,7 +189,8 @@ pub async fn own_profile(
     headers: HeaderMap,
     Query(q): Query<DoneQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let ledger = state.ledger.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(user) = ctx.user.clone() else {
             return to_login("/user");
         };
@@ -192,7 +201,7 @@ pub async fn own_profile(
             .map(Flash::info)
             .into_iter()
             .collect();
-        profile_page(db, ctx, &user, flashes)
+        profile_page(&ledger, ctx, &user, flashes)
     })
     .await
 }
@@ -276,20 +285,27 @@ pub async fn change_profile(
         return respond(&keys, ctx.set_cookie, Out::Redirect("/user".into()));
     }
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
-    let verdict = auth::credentials(
+    let verdict = auth::authenticate(
         &state,
         Login::at(ip, user.username.clone(), form.old_password.clone()),
     )
     .await;
-    continue_page(&state, keys, ctx, move |db, ctx, _| {
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    continue_page(&state, keys, ctx, move |_, ctx, _| {
         let refuse =
-            |ctx: &Ctx, text: String| profile_page(db, ctx, &user, vec![Flash::error(text)]);
+            |ctx: &Ctx, text: String| profile_page(&ledger, ctx, &user, vec![Flash::error(text)]);
         match verdict {
-            Ok(_) => {}
-            Err(ApiError::Throttled { retry_after_s }) => {
-                return errors::throttled(ctx, retry_after_s);
+            Ok(Ok(_)) => {}
+            Ok(Err(AuthError::Throttled { retry_after })) => {
+                return errors::throttled(ctx, auth::retry_after_s(retry_after));
             }
-            Err(ApiError::Unauthorized(_)) => return refuse(ctx, "Invalid password!".into()),
+            Ok(Err(AuthError::WrongPassword | AuthError::Blocked | AuthError::Pending)) => {
+                return refuse(ctx, "Invalid password!".into());
+            }
+            Ok(Err(AuthError::Account(e))) => {
+                tracing::error!(error = %e, "profile: password check failed");
+                return errors::internal();
+            }
             Err(e) => {
                 tracing::error!(error = %e, "profile: password check failed");
                 return errors::internal();
@@ -302,16 +318,16 @@ pub async fn change_profile(
         let new_password = change.new_password.is_some();
         // The browser that changed the password keeps a session: a fresh one, with the
         // lifetime of the one it had.
-        let remember = match db.session(&ctx.id) {
+        let remember = match accounts.session(&ctx.id) {
             Ok(SessionState::Active(s)) => s.0.remember,
             _ => false,
         };
-        let saved = match db.change_profile(&user, change) {
+        let saved = match accounts.change_profile(&user, change) {
             Ok(saved) => saved,
             Err(e) => return refusal(ctx, e),
         };
         if new_password {
-            if let Err(e) = ctx.login(db, saved, remember) {
+            if let Err(e) = ctx.login(&accounts, saved, remember) {
                 tracing::error!(error = %e, "profile: new session not started");
                 return errors::internal();
             }
@@ -329,7 +345,8 @@ pub async fn user_page(
     Path(name): Path<String>,
     Query(q): Query<DoneQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(me) = ctx.user.clone() else {
             return to_login(&format!("/user/{name}"));
         };
@@ -341,7 +358,7 @@ pub async fn user_page(
             .into_iter()
             .collect();
         if me.username == name {
-            return profile_page(db, ctx, &me, flashes);
+            return profile_page(&ledger, ctx, &me, flashes);
         }
         if !me.is_approver() {
             return errors::refused(
@@ -351,12 +368,12 @@ pub async fn user_page(
                 MSG_CANNOT_INSPECT,
             );
         }
-        let user = match db.users.load(&name) {
+        let user = match accounts.users().load(&name) {
             Ok(Some(u)) => u,
             Ok(None) => return errors::missing(ctx),
-            Err(e) => return refusal(ctx, e.into()),
+            Err(e) => return refusal(ctx, e),
         };
-        match view_of(db, &user) {
+        match view_of(&ledger, &user) {
             Ok(u) => {
                 let mut l = Layout::new(ctx, "User Management");
                 l.flashes = flashes;
@@ -413,10 +430,11 @@ pub async fn user_action(
 ) -> Response {
     let form = unform(form);
     let token = form.csrf_token.clone();
+    let accounts = state.accounts.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
-        move |db, ctx, _| {
+        move |_, ctx, _| {
             let Some(me) = ctx.user.clone() else {
                 return to_login(&format!("/user/{name}"));
             };
@@ -434,7 +452,7 @@ pub async fn user_action(
                     return errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &text);
                 }
             };
-            match db.administer_user(&me, &name, action) {
+            match accounts.administer_user(&me, &name, action) {
                 Ok(()) => {
                     if action == UserAction::Block && me.username == name {
                         // Blocking oneself ends one's own session.
@@ -531,20 +549,21 @@ pub async fn user_management(
     headers: HeaderMap,
     Query(q): Query<UsersQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(me) = ctx.user.clone() else {
             return to_login("/user_management");
         };
         if !me.is_approver() {
             return errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", MSG_CANNOT_MANAGE);
         }
-        let users = match db.users.list() {
+        let users = match accounts.users().list() {
             Ok(u) => u,
-            Err(e) => return refusal(ctx, e.into()),
-        };
-        let contributors: std::collections::HashSet<String> = match db.contributors(false) {
-            Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
             Err(e) => return refusal(ctx, e),
+        };
+        let contributors: std::collections::HashSet<String> = match ledger.contributors(false) {
+            Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
+            Err(e) => return refusal(ctx, e.into()),
         };
         user_management_page(ctx, users, &contributors, q)
     })
@@ -703,8 +722,12 @@ fn user_management_page(
 /// `GET /user_management/pending_count`: the navigation link alone, "Users" or
 /// "Users (N)" (anyone; the count is cached for a second).
 pub async fn pending_count(State(state): State<Arc<AppState>>) -> Response {
-    let db = state.rundb.clone();
-    match state.offload.run(move || db.users.pending_count()).await {
+    let accounts = state.accounts.clone();
+    match state
+        .offload
+        .run(move || accounts.users().pending_count())
+        .await
+    {
         Ok(Ok(n)) => {
             let html = if n > 0 {
                 format!("<a href=\"/user_management\" class=\"pending\">Users ({n})</a>")

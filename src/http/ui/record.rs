@@ -22,9 +22,9 @@ use super::lists::PageLink;
 use super::people::{Header, page_number, pager, repo_label};
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, errors, page};
+use crate::accounts::Users;
 use crate::http::AppState;
-use crate::rundb::actions::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS};
-use crate::rundb::{ContributorRow, RunDb};
+use crate::ledger::{ACTION_KINDS, ActionFilter, ContributorRow, HIDDEN_KINDS, Ledger};
 use crate::store::Doc;
 
 /// Actions per page.
@@ -174,7 +174,7 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
 
 /// The filter the query asks for; `Err` says what is wrong; `Ok(None)` matches nothing (a
 /// `user` that names nobody).
-fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, String> {
+fn action_filter(users: &Users, q: &ActionsQuery) -> Result<Option<ActionFilter>, String> {
     let mut f = ActionFilter::all();
     f = match q.action.as_deref().map(str::trim).unwrap_or_default() {
         "" => {
@@ -205,8 +205,7 @@ fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, S
     }
     if let Some(user) = q.user.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
         let needle = user.to_lowercase();
-        let mut names: Vec<String> = db
-            .users
+        let mut names: Vec<String> = users
             .list()
             .map_err(|e| e.to_string())?
             .into_iter()
@@ -217,7 +216,7 @@ fn action_filter(db: &RunDb, q: &ActionsQuery) -> Result<Option<ActionFilter>, S
         if names.is_empty() {
             return Ok(None);
         }
-        names.truncate(crate::rundb::actions::MAX_IN);
+        names.truncate(crate::ledger::MAX_IN);
         f = f.usernames(names);
     }
     Ok(Some(f))
@@ -266,7 +265,7 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
     }
 }
 
-fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
+fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> Out {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let render = |status, count_line: String, rows, pager, flash: Option<String>| {
         let mut l = Layout::new(ctx, "Events");
@@ -303,12 +302,12 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
         Ok(c) => c,
         Err(text) => return bad(text),
     };
-    let filter = match action_filter(db, &q) {
+    let filter = match action_filter(users, &q) {
         Ok(f) => f,
         Err(text) => return bad(text),
     };
     let total = match &filter {
-        Some(f) => match db.count_actions(f) {
+        Some(f) => match ledger.count_actions(f) {
             Ok(n) => n.min(cap),
             Err(e) => {
                 tracing::error!(error = %e, "actions: count failed");
@@ -322,7 +321,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
     let skip = (page - 1) * ACTIONS_PAGE;
     let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
     let docs = match &filter {
-        Some(f) if take > 0 => match db.find_actions(f, skip, take) {
+        Some(f) if take > 0 => match ledger.find_actions(f, skip, take) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "actions: read failed");
@@ -347,8 +346,9 @@ pub async fn actions(
     headers: HeaderMap,
     Query(q): Query<ActionsQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        actions_page(db, ctx, q)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        actions_page(&ledger, accounts.users(), ctx, q)
     })
     .await
 }
@@ -430,20 +430,26 @@ fn time_ago(t: Option<&crate::store::Date>) -> String {
     format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
 }
 
-fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Out {
+fn contributors_page(
+    ledger: &Ledger,
+    users: &Users,
+    ctx: &Ctx,
+    q: ContributorsQuery,
+    monthly: bool,
+) -> Out {
     let (heading, base) = if monthly {
         ("Contributors - Top Month", "/contributors/monthly")
     } else {
         ("Contributors", "/contributors")
     };
-    let rows = match db.contributors(monthly) {
+    let rows = match ledger.contributors(monthly) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "contributors failed");
             return errors::internal();
         }
     };
-    let repos: HashMap<String, String> = match db.users.list() {
+    let repos: HashMap<String, String> = match users.list() {
         Ok(users) => users
             .into_iter()
             .map(|u| (u.username, u.tests_repo))
@@ -668,8 +674,9 @@ pub async fn contributors(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(db, ctx, q, false)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        contributors_page(&ledger, accounts.users(), ctx, q, false)
     })
     .await
 }
@@ -680,8 +687,9 @@ pub async fn contributors_monthly(
     headers: HeaderMap,
     Query(q): Query<ContributorsQuery>,
 ) -> Response {
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        contributors_page(db, ctx, q, true)
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        contributors_page(&ledger, accounts.users(), ctx, q, true)
     })
     .await
 }

@@ -2,7 +2,7 @@
 //!
 //! The cookie `shoal_session` carries only a random id, signed (HMAC-SHA256, the `cookie`
 //! crate's signed jar) with a key derived from the server's secret. The session itself is a
-//! server-side record (`rundb::sessions`), so logging out ends it for good: a replayed cookie
+//! server-side record (`accounts`), so logging out ends it for good: a replayed cookie
 //! names no session and is anonymous.
 //!
 //! CSRF: a logged-in session has a random token in its record; an anonymous visitor's token is
@@ -18,9 +18,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
-use crate::rundb::sessions::{REMEMBER_S, SessionState, random_token};
-use crate::rundb::users::User;
-use crate::rundb::{DbResult, RunDb};
+use crate::accounts::{Accounts, REMEMBER_S, SessionState, User, UserError, random_token};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "shoal_session";
@@ -119,8 +117,13 @@ impl Ctx {
 
     /// Logs `user` in: a new session under a new id (the old anonymous id and its token are
     /// dropped, so a planted cookie cannot be carried into the login).
-    pub fn login(&mut self, db: &RunDb, user: User, remember: bool) -> DbResult<()> {
-        let (id, session) = db.session_start(&user, remember)?;
+    pub fn login(
+        &mut self,
+        accounts: &Accounts,
+        user: User,
+        remember: bool,
+    ) -> Result<(), UserError> {
+        let (id, session) = accounts.session_start(&user, remember)?;
         self.csrf = session.csrf;
         self.set_cookie = Some((id.clone(), remember));
         self.id = id;
@@ -129,8 +132,8 @@ impl Ctx {
     }
 
     /// Ends the session on the server and gives the browser a fresh anonymous id.
-    pub fn logout(&mut self, db: &RunDb, keys: &CookieKeys) -> DbResult<()> {
-        db.session_end(&self.id)?;
+    pub fn logout(&mut self, accounts: &Accounts, keys: &CookieKeys) -> Result<(), UserError> {
+        accounts.session_end(&self.id)?;
         self.id = random_token();
         self.csrf = keys.anonymous_csrf(&self.id);
         self.set_cookie = Some((self.id.clone(), false));
@@ -141,7 +144,11 @@ impl Ctx {
 
 /// Resolves the request's session (blocking: call in the pool). A request without a valid
 /// cookie gets a new anonymous id, sent back as a cookie.
-pub fn resolve(db: &RunDb, keys: &CookieKeys, id: Option<String>) -> DbResult<Ctx> {
+pub fn resolve(
+    accounts: &Accounts,
+    keys: &CookieKeys,
+    id: Option<String>,
+) -> Result<Ctx, UserError> {
     let Some(id) = id else {
         let id = random_token();
         return Ok(Ctx {
@@ -153,11 +160,11 @@ pub fn resolve(db: &RunDb, keys: &CookieKeys, id: Option<String>) -> DbResult<Ct
             pending_users: None,
         });
     };
-    Ok(match db.session(&id)? {
+    Ok(match accounts.session(&id)? {
         SessionState::Active(active) => {
             let (session, user) = *active;
             let pending_users = if user.is_approver() {
-                Some(db.users.pending_count()?)
+                Some(accounts.users().pending_count()?)
             } else {
                 None
             };

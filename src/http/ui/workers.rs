@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use super::session::Ctx;
 use super::{Flash, Input, Layout, Out, errors, page};
+use crate::accounts::Users;
 use crate::http::AppState;
 use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
 use crate::rundb::{RunDb, RunDbError};
@@ -412,7 +413,7 @@ impl ListQuery {
     }
 }
 
-fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> {
+fn list_page(users: &Users, db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> {
     let records = db.worker_records().map_err(|e| {
         tracing::error!(error = %e, "worker records");
         errors::internal()
@@ -444,7 +445,7 @@ fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> 
         .take(WORKERS_PAGE)
     {
         let email = if approver {
-            match db.users.get(owner_of(&r.worker_name)) {
+            match users.get(owner_of(&r.worker_name)) {
                 Ok(Some(u)) => u.email,
                 Ok(None) => String::new(),
                 Err(e) => {
@@ -534,6 +535,7 @@ pub async fn worker_page(
 ) -> Response {
     let lq = ListQuery::parse(&params);
     let flashes = done_flash(&params);
+    let accounts = state.accounts.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let mut flash: Vec<Flash> = flashes;
         let mut edit = None;
@@ -571,7 +573,7 @@ pub async fn worker_page(
                 }
             }
         }
-        let mut p = match list_page(db, ctx, &lq) {
+        let mut p = match list_page(accounts.users(), db, ctx, &lq) {
             Ok(p) => p,
             Err(out) => return out,
         };

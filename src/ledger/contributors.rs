@@ -4,14 +4,14 @@
 //!
 //! Maintained incrementally, never by scanning runs on a view: a task set inactive adds its
 //! games and hours (under its run's lock: memory only), a run created adds a test; the
-//! write-behind ([`RunDb::persist_contributors`]) writes each changed user's document to
+//! write-behind ([`Ledger::persist_contributors`]) writes each changed user's document to
 //! `kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
 //! start; when the marker `contributors:built` is missing (a store from before this table)
-//! it rebuilds them from the stored runs once, then writes the marker. A secondary reads the
-//! documents again when its copy is older than [`SECONDARY_RELOAD`]. Games per hour come from
-//! the active tasks, recomputed by the `update_nps_gpm` job.
-//! Must not: call any other layer of `rundb` (it is below the cache); write the store under a
-//! run's lock; scan runs anywhere but the one-time rebuild at start-up.
+//! it rebuilds them from the stored runs once ([`StoredRuns`]), then writes the marker. A
+//! secondary reads the documents again when its copy is older than [`SECONDARY_RELOAD`].
+//! Games per hour come from the active tasks, recomputed by the `update_nps_gpm` job.
+//! Must not: write the store under a run's lock (the `add_*` calls touch memory only); read
+//! runs anywhere but the one-time rebuild at start-up.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -20,10 +20,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::model::Run;
-use super::schedule;
-use super::{DbResult, RunDb};
-use crate::store::{Collection, Cond, Date, Doc, Order, Query};
+use super::{Ledger, LedgerResult};
+use crate::store::{Collection, Cond, Date, Doc, Query};
 
 /// The `kind` and `_id` prefix of the stored documents.
 const KIND: &str = "contributor";
@@ -33,8 +31,6 @@ const MARKER: &str = "contributors:built";
 pub const MONTH_DAYS: i64 = 30;
 /// A secondary re-reads the stored table when its copy is older than this.
 pub const SECONDARY_RELOAD: Duration = Duration::from_secs(60);
-/// Runs read per page by the one-time rebuild.
-const REBUILD_PAGE: u64 = 500;
 
 /// One day's contribution (by the start day of the runs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -69,6 +65,36 @@ pub struct ContributorRow {
     pub last_updated: Option<Date>,
 }
 
+/// What a task set inactive contributed, as the run database figures it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskContribution {
+    /// The worker's user.
+    pub username: String,
+    pub games: u64,
+    /// Games × game duration × threads (0 when the time control does not parse).
+    pub cpu_hours: f64,
+    /// The task's last update.
+    pub ended: Date,
+    /// The start of its run: the day the contribution counts for.
+    pub run_started: Date,
+}
+
+/// A stored run as the one-time rebuild counts it: a test submitted by `username` on the day
+/// of `started`, and its inactive tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunContribution {
+    pub username: String,
+    pub started: Date,
+    pub tasks: Vec<TaskContribution>,
+}
+
+/// The stored runs, read once to build the table on a store that never had it.
+pub trait StoredRuns {
+    /// Calls `each` with every stored run (unreadable ones skipped); returns how many were
+    /// read.
+    fn each_stored_run(&self, each: &mut dyn FnMut(RunContribution)) -> LedgerResult<usize>;
+}
+
 /// The in-memory table.
 #[derive(Default)]
 pub(super) struct Table {
@@ -93,16 +119,6 @@ fn month_start() -> String {
     ))
 }
 
-/// A finished task's games and CPU hours: games × game duration × threads.
-fn task_totals(run: &Run, task_id: usize) -> Option<(u64, f64, Date)> {
-    let task = run.tasks.get(task_id)?;
-    let games = task.stats.games();
-    let hours = schedule::parse_tc(&run.args.tc).map_or(0.0, |tc| {
-        games as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads) / 3600.0
-    });
-    Some((games, hours.max(0.0), task.last_updated))
-}
-
 impl Table {
     fn row(&mut self, username: &str) -> &mut Contributor {
         self.dirty.insert(username.to_string());
@@ -114,22 +130,13 @@ impl Table {
             })
     }
 
-    fn add_task(&mut self, run: &Run, task_id: usize) {
-        let Some((games, hours, at)) = task_totals(run, task_id) else {
-            return;
-        };
+    fn add_task(&mut self, task: &TaskContribution) {
+        let (games, hours, at) = (task.games, task.cpu_hours, task.ended);
         if games == 0 {
             return;
         }
-        let Some(username) = run
-            .tasks
-            .get(task_id)
-            .map(|t| t.worker_info.username.clone())
-        else {
-            return;
-        };
-        let day = day_of(&run.start_time);
-        let row = self.row(&username);
+        let day = day_of(&task.run_started);
+        let row = self.row(&task.username);
         row.cpu_hours += hours;
         row.games = row.games.saturating_add(games);
         if row.last_updated.as_ref().is_none_or(|l| l.0 < at.0) {
@@ -140,9 +147,9 @@ impl Table {
         d.games = d.games.saturating_add(games);
     }
 
-    fn add_test(&mut self, run: &Run) {
-        let day = day_of(&run.start_time);
-        let row = self.row(&run.args.username);
+    fn add_test(&mut self, username: &str, started: &Date) {
+        let day = day_of(started);
+        let row = self.row(username);
         row.tests = row.tests.saturating_add(1);
         let d = row.days.entry(day).or_default();
         d.tests = d.tests.saturating_add(1);
@@ -159,28 +166,28 @@ fn to_doc(c: &Contributor) -> Option<Doc> {
     Some(doc)
 }
 
-impl RunDb {
-    /// Adds a task just set inactive to its user's row (called under the run's lock: memory
-    /// only).
-    pub(super) fn add_contribution(&self, run: &Run, task_id: usize) {
-        self.contributors.lock().add_task(run, task_id);
+impl Ledger {
+    /// Adds a task just set inactive to its user's row (the caller may hold the run's lock:
+    /// memory only).
+    pub fn add_contribution(&self, task: &TaskContribution) {
+        self.contributors.lock().add_task(task);
     }
 
-    /// Counts a new run as a test submitted by its user.
-    pub(super) fn add_test_submitted(&self, run: &Run) {
-        self.contributors.lock().add_test(run);
+    /// Counts a new run, started at `started`, as a test submitted by `username`.
+    pub fn add_test_submitted(&self, username: &str, started: &Date) {
+        self.contributors.lock().add_test(username, started);
     }
 
     /// Replaces the games per hour of every user (the `update_nps_gpm` job).
-    pub(super) fn set_games_per_hour(&self, gph: HashMap<String, f64>) {
+    pub fn set_games_per_hour(&self, gph: HashMap<String, f64>) {
         self.contributors.lock().games_per_hour = gph;
     }
 
-    /// Reads the stored table (primary: at start, rebuilding it from the runs once if it was
+    /// Reads the stored table (primary: at start, rebuilding it from `runs` once if it was
     /// never built).
-    pub(super) fn load_contributors(&self) -> DbResult<()> {
-        if self.cfg.primary && self.store.get(Collection::Kvstore, MARKER)?.is_none() {
-            self.rebuild_contributors()?;
+    pub fn load_contributors(&self, runs: &dyn StoredRuns) -> LedgerResult<()> {
+        if self.primary && self.store.get(Collection::Kvstore, MARKER)?.is_none() {
+            self.rebuild_contributors(runs)?;
         }
         let rows = self.read_contributors()?;
         let mut t = self.contributors.lock();
@@ -189,7 +196,7 @@ impl RunDb {
         Ok(())
     }
 
-    fn read_contributors(&self) -> DbResult<HashMap<String, Contributor>> {
+    fn read_contributors(&self) -> LedgerResult<HashMap<String, Contributor>> {
         let docs = self.store.find(
             Collection::Kvstore,
             &Query::new().with(Cond::Eq("kind".into(), json!(KIND))),
@@ -203,45 +210,14 @@ impl RunDb {
 
     /// Builds the table from every stored run (tasks already inactive; active ones are added
     /// when they end), writes it and the marker. Start-up only.
-    fn rebuild_contributors(&self) -> DbResult<()> {
+    fn rebuild_contributors(&self, stored: &dyn StoredRuns) -> LedgerResult<()> {
         let mut table = Table::default();
-        let mut after: Option<String> = None;
-        let mut runs = 0usize;
-        loop {
-            // Keyset paging (by `_id`), so each page costs the same however far in it is.
-            let mut q = Query::new().sort("_id", Order::Asc).limit(REBUILD_PAGE);
-            if let Some(last) = &after {
-                q = q.with(Cond::Gt("_id".into(), json!(last)));
+        let runs = stored.each_stored_run(&mut |run| {
+            table.add_test(&run.username, &run.started);
+            for task in &run.tasks {
+                table.add_task(task);
             }
-            let docs = self.store.find(Collection::Runs, &q)?;
-            let n = docs.len() as u64;
-            if let Some(last) = docs
-                .last()
-                .and_then(|d| d.get("_id"))
-                .and_then(Value::as_str)
-            {
-                after = Some(last.to_string());
-            }
-            for doc in docs {
-                let run = match serde_json::from_value::<Run>(Value::Object(doc)) {
-                    Ok(run) => run,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "contributors: an unreadable run skipped");
-                        continue;
-                    }
-                };
-                runs += 1;
-                table.add_test(&run);
-                for (i, t) in run.tasks.iter().enumerate() {
-                    if !t.active {
-                        table.add_task(&run, i);
-                    }
-                }
-            }
-            if n < REBUILD_PAGE || after.is_none() {
-                break;
-            }
-        }
+        })?;
         let docs: Vec<Doc> = table.rows.values().filter_map(to_doc).collect();
         self.store.put_many(Collection::Kvstore, &docs)?;
         let mut marker = Doc::new();
@@ -254,7 +230,7 @@ impl RunDb {
 
     /// Writes the rows that changed (write-behind job, shutdown); days older than the month
     /// are dropped first. Rows whose write fails stay dirty.
-    pub fn persist_contributors(&self) -> DbResult<usize> {
+    pub fn persist_contributors(&self) -> LedgerResult<usize> {
         let start = month_start();
         let docs: Vec<(String, Doc)> = {
             let mut t = self.contributors.lock();
@@ -279,19 +255,19 @@ impl RunDb {
                     .lock()
                     .dirty
                     .extend(docs.into_iter().map(|(u, _)| u));
-                Err(e.into())
+                Err(e)
             }
         }
     }
 
     /// The contributors, all time or over the last month (users with games or tests only).
     /// Reads memory (a secondary re-reads the store when its copy is stale).
-    pub fn contributors(&self, monthly: bool) -> DbResult<Vec<ContributorRow>> {
+    pub fn contributors(&self, monthly: bool) -> LedgerResult<Vec<ContributorRow>> {
         let stale = self
             .contributors
             .lock()
             .loaded
-            .is_none_or(|at| !self.cfg.primary && at.elapsed() > SECONDARY_RELOAD);
+            .is_none_or(|at| !self.primary && at.elapsed() > SECONDARY_RELOAD);
         if stale {
             let rows = self.read_contributors()?;
             let mut t = self.contributors.lock();
@@ -329,9 +305,9 @@ impl RunDb {
     }
 
     /// One user's all-time row, if they contributed.
-    pub fn contributor(&self, username: &str) -> DbResult<Option<ContributorRow>> {
+    pub fn contributor(&self, username: &str) -> LedgerResult<Option<ContributorRow>> {
         let loaded = self.contributors.lock().loaded.is_some();
-        if !loaded || !self.cfg.primary {
+        if !loaded || !self.primary {
             // The same freshness rules as the list.
             return Ok(self
                 .contributors(false)?

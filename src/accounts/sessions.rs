@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use crate::store::{Cond, Query};
 use sha2::{Digest, Sha256};
 
-use super::users::User;
-use super::{DbResult, RunDb};
+use super::{Accounts, User, UserError};
 use crate::store::Collection;
 
 /// The `kind` of the `kvstore` documents holding sessions, and their `_id` prefix.
@@ -80,8 +79,11 @@ pub fn random_token() -> String {
     hex::encode(rand::random::<[u8; 32]>())
 }
 
-impl RunDb {
-    fn with_sessions<R>(&self, f: impl FnOnce(&mut HashMap<String, Session>) -> R) -> DbResult<R> {
+impl Accounts {
+    fn with_sessions<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<String, Session>) -> R,
+    ) -> Result<R, UserError> {
         let mut guard = self.sessions.map.lock();
         if guard.is_none() {
             let docs = self.store.find(
@@ -106,7 +108,7 @@ impl RunDb {
         Ok(f(map))
     }
 
-    fn store_session(&self, id: &str, session: &Session) -> DbResult<()> {
+    fn store_session(&self, id: &str, session: &Session) -> Result<(), UserError> {
         let doc = json!({"_id": kv_id(id), "kind": KIND, "session": session});
         if let Value::Object(doc) = doc {
             self.store.put(Collection::Kvstore, &doc)?;
@@ -114,7 +116,7 @@ impl RunDb {
         Ok(())
     }
 
-    fn forget_sessions(&self, ids: &[String]) -> DbResult<()> {
+    fn forget_sessions(&self, ids: &[String]) -> Result<(), UserError> {
         for id in ids {
             self.store.delete(Collection::Kvstore, &kv_id(id))?;
         }
@@ -122,7 +124,7 @@ impl RunDb {
     }
 
     /// The state of session `id`; a session that must end is removed here.
-    pub fn session(&self, id: &str) -> DbResult<SessionState> {
+    pub fn session(&self, id: &str) -> Result<SessionState, UserError> {
         let Some(session) = self.with_sessions(|m| m.get(id).cloned())? else {
             return Ok(SessionState::Anonymous);
         };
@@ -142,7 +144,11 @@ impl RunDb {
     }
 
     /// Starts a session for `user` under a new id; returns the id and the session.
-    pub fn session_start(&self, user: &User, remember: bool) -> DbResult<(String, Session)> {
+    pub fn session_start(
+        &self,
+        user: &User,
+        remember: bool,
+    ) -> Result<(String, Session), UserError> {
         let id = random_token();
         let now = now_s();
         let session = Session {
@@ -184,7 +190,7 @@ impl RunDb {
     }
 
     /// Ends session `id` (logout); an unknown id is fine.
-    pub fn session_end(&self, id: &str) -> DbResult<()> {
+    pub fn session_end(&self, id: &str) -> Result<(), UserError> {
         if self.with_sessions(|m| m.remove(id).is_some())? {
             self.forget_sessions(&[id.to_string()])?;
         }
@@ -193,7 +199,7 @@ impl RunDb {
 
     /// Ends every session of `username` (for an administrative change made in this process;
     /// changes made elsewhere end them on next use, see the module docs).
-    pub fn sessions_end_user(&self, username: &str) -> DbResult<usize> {
+    pub fn sessions_end_user(&self, username: &str) -> Result<usize, UserError> {
         let ended: Vec<String> = self.with_sessions(|m| {
             let ids: Vec<String> = m
                 .iter()

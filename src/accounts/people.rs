@@ -5,13 +5,12 @@
 //! Fishtest writes them (`accept_user` "accepted", `block_user` "blocked"/"unblocked"; a
 //! rejected signup is deleted with no entry, only a log line), and ending the sessions a
 //! change must end (a block, a rejection, a new password: every session of that user).
-//! Must not: validate form fields (the UI does, with Fishtest's messages); know HTTP; call a
-//! run operation.
+//! Must not: validate form fields (the UI does, with Fishtest's messages); know HTTP; touch
+//! runs.
 
 use serde_json::json;
 
-use super::users::User;
-use super::{DbResult, RunDb, RunDbError};
+use super::{Accounts, User, UserError};
 use crate::store::Doc;
 
 /// What an approver does to an account.
@@ -34,16 +33,21 @@ pub struct ProfileChange {
     pub new_password: Option<String>,
 }
 
-impl RunDb {
+impl Accounts {
     /// An approver's decision about the account `name`, logged as Fishtest does.
-    pub fn administer_user(&self, approver: &User, name: &str, action: UserAction) -> DbResult<()> {
+    pub fn administer_user(
+        &self,
+        approver: &User,
+        name: &str,
+        action: UserAction,
+    ) -> Result<(), UserError> {
         if !approver.is_approver() {
-            return Err(RunDbError::Unauthorized("You cannot inspect users".into()));
+            return Err(UserError::NotApprover);
         }
         let mut user = self
             .users
             .load(name)?
-            .ok_or_else(|| RunDbError::NotFound(format!("No such user {name}")))?;
+            .ok_or_else(|| UserError::NoSuchUser(name.to_string()))?;
         let mut fields = Doc::new();
         fields.insert("user".into(), json!(user.username));
         match action {
@@ -56,20 +60,19 @@ impl RunDb {
                 }
                 let message = if blocked { "blocked" } else { "unblocked" };
                 fields.insert("message".into(), json!(message));
-                self.log_action("block_user", &approver.username, fields)?;
+                self.ledger
+                    .log_action("block_user", &approver.username, fields)?;
                 tracing::info!(user = %user.username, by = %approver.username, message, "user");
             }
             UserAction::Accept | UserAction::Reject if !user.pending => {
-                return Err(RunDbError::Invalid(format!(
-                    "{} is not pending approval",
-                    user.username
-                )));
+                return Err(UserError::NotPending(user.username.clone()));
             }
             UserAction::Accept => {
                 user.pending = false;
                 self.users.save(&user)?;
                 fields.insert("message".into(), json!("accepted"));
-                self.log_action("accept_user", &approver.username, fields)?;
+                self.ledger
+                    .log_action("accept_user", &approver.username, fields)?;
                 tracing::info!(user = %user.username, by = %approver.username, "user accepted");
             }
             UserAction::Reject => {
@@ -83,11 +86,11 @@ impl RunDb {
 
     /// Saves a user's own profile change; a new password ends every session of the user (the
     /// caller starts a fresh one for the browser that made the change). Returns the saved user.
-    pub fn change_profile(&self, user: &User, change: ProfileChange) -> DbResult<User> {
+    pub fn change_profile(&self, user: &User, change: ProfileChange) -> Result<User, UserError> {
         let mut saved = self
             .users
             .load(&user.username)?
-            .ok_or_else(|| RunDbError::NotFound(format!("No such user {}", user.username)))?;
+            .ok_or_else(|| UserError::NoSuchUser(user.username.clone()))?;
         saved.email = change.email;
         saved.tests_repo = change.tests_repo.trim_end_matches('/').to_string();
         let new_password = change.new_password.is_some();

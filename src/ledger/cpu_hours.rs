@@ -1,22 +1,20 @@
-//! The CPU-hour ledger: what each user's finished tasks have cost (the figure stop_run's
+//! The CPU-hour totals: what each user's finished tasks have cost (the figure stop_run's
 //! 1000-hour rule reads).
 //!
-//! Owns: adding a finished task's hours in memory (under its run's lock, where no store write
-//! may happen), the stored totals in `kvstore` (`cpu_hours:<user>`), and `persist_cpu_hours`,
-//! which the write-behind calls each tick and at shutdown.
-//! Must not: call any other layer of `rundb` (it is below the cache); write the store under a
-//! run's lock.
+//! Owns: adding a finished task's hours in memory (the run database calls it under the run's
+//! lock, where no store write may happen), the stored totals in `kvstore`
+//! (`cpu_hours:<user>`), and `persist_cpu_hours`, which the write-behind calls each tick and at
+//! shutdown.
+//! Must not: write the store from `add_cpu_hours` (it runs under a run's lock).
 
 use serde_json::{Value, json};
 
-use super::model::Run;
-use super::schedule;
-use super::{DbResult, RunDb};
+use super::{Ledger, LedgerResult};
 use crate::store::{Collection, Doc};
 
-impl RunDb {
+impl Ledger {
     /// CPU hours a user has contributed (finished tasks' games × concurrency × game time).
-    pub fn cpu_hours(&self, username: &str) -> DbResult<f64> {
+    pub fn cpu_hours(&self, username: &str) -> LedgerResult<f64> {
         let pending = self
             .cpu_hours_pending
             .lock()
@@ -26,7 +24,7 @@ impl RunDb {
         Ok(self.stored_cpu_hours(username)? + pending)
     }
 
-    fn stored_cpu_hours(&self, username: &str) -> DbResult<f64> {
+    fn stored_cpu_hours(&self, username: &str) -> LedgerResult<f64> {
         if let Some(doc) = self
             .store
             .get(Collection::Kvstore, &format!("cpu_hours:{username}"))?
@@ -36,32 +34,19 @@ impl RunDb {
         Ok(0.0)
     }
 
-    /// Adds a finished task's CPU time to its user (games × game duration × threads), the
-    /// figure stop_run's 1000-hour rule reads. In memory: called under the run's lock;
-    /// [`RunDb::persist_cpu_hours`] writes it.
-    pub(super) fn add_cpu_hours(&self, run: &Run, task_id: usize) {
-        let Some(task) = run.tasks.get(task_id) else {
-            return;
-        };
-        let Some(tc) = schedule::parse_tc(&run.args.tc) else {
-            return;
-        };
-        let hours =
-            task.stats.games() as f64 * schedule::tc_duration(&tc) * f64::from(run.args.threads)
-                / 3600.0;
-        if hours <= 0.0 {
-            return;
-        }
+    /// Adds a finished task's CPU time to its user. In memory: the caller may hold the run's
+    /// lock; [`Ledger::persist_cpu_hours`] writes it.
+    pub fn add_cpu_hours(&self, username: &str, hours: f64) {
         *self
             .cpu_hours_pending
             .lock()
-            .entry(task.worker_info.username.clone())
+            .entry(username.to_string())
             .or_insert(0.0) += hours;
     }
 
     /// Adds the pending CPU hours to the stored totals (write-behind job, shutdown). A user
     /// whose write fails keeps its hours pending for the next call.
-    pub fn persist_cpu_hours(&self) -> DbResult<usize> {
+    pub fn persist_cpu_hours(&self) -> LedgerResult<usize> {
         let pending = std::mem::take(&mut *self.cpu_hours_pending.lock());
         let mut written = 0;
         let mut failure = None;
@@ -72,7 +57,7 @@ impl RunDb {
                 let mut doc = Doc::new();
                 doc.insert("_id".into(), json!(format!("cpu_hours:{username}")));
                 doc.insert("value".into(), json!(total + hours));
-                Ok(self.store.put(Collection::Kvstore, &doc)?)
+                self.store.put(Collection::Kvstore, &doc)
             });
             match result {
                 Ok(()) => written += 1,

@@ -1,4 +1,4 @@
-//! Neural-network files ("nets") the workers download while building engines.
+//! The net store: net files in Fishtest's layout and their `nns` records.
 //!
 //! Owns: the `nns` collection's documents ({name, user, downloads, is_master?, first_test?,
 //! last_test?}), the net directory (`nn_dir`, by default `<data_dir>/nn`) and its layout, the
@@ -292,7 +292,7 @@ pub fn add(store: &SharedStore, dir: &Path, file: &Path, user: &str) -> Result<A
 }
 
 /// Whether a net of this name is recorded in `nns` or has a file in the net directory.
-pub fn known(store: &SharedStore, dir: &Path, name: &str) -> Result<bool, NetError> {
+pub(super) fn known(store: &SharedStore, dir: &Path, name: &str) -> Result<bool, NetError> {
     Ok(find(store, name)?.is_some() || locate(dir, name)?.is_some())
 }
 
@@ -410,7 +410,7 @@ pub fn discard(path: &Path) {
 /// temporary file is linked to its final name, which fails if a net of that name exists
 /// (two uploads of one net cannot both win), then unlinked. On any failure nothing of the
 /// net is left.
-pub fn install(
+pub(super) fn install(
     store: &SharedStore,
     dir: &Path,
     tmp: &Path,
@@ -523,7 +523,7 @@ fn test_of(v: Option<&Value>) -> Option<(String, Option<Date>)> {
 }
 
 /// Every recorded net (unreadable records are skipped).
-pub fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
+pub(super) fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
     Ok(store
         .find(Collection::Nns, &Query::new())?
         .iter()
@@ -548,15 +548,10 @@ pub fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
         .collect())
 }
 
-/// Serialises download counts within this process: the store has no atomic increment, so
-/// two downloads at once would otherwise both write the same count. (Instances sharing one
-/// MongoDB database can still lose a count when they race.)
-static COUNTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-
 /// Counts a download of net `name` (Fishtest increments `downloads` on every request).
-/// `false` when no net of that name is recorded (nothing changes).
-pub fn count_download(store: &SharedStore, name: &str) -> Result<bool, StoreError> {
-    let _turn = COUNTS.lock();
+/// `false` when no net of that name is recorded (nothing changes). A read-modify-write: the
+/// caller serialises the calls (`Nets::count_download`).
+pub(super) fn count_download(store: &SharedStore, name: &str) -> Result<bool, StoreError> {
     let Some(mut doc) = find(store, name)? else {
         return Ok(false);
     };
@@ -569,7 +564,7 @@ pub fn count_download(store: &SharedStore, name: &str) -> Result<bool, StoreErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rundb::testkit::temp_store;
+    use crate::store::testkit::temp_store;
 
     fn gunzip(path: &Path) -> Vec<u8> {
         let mut out = Vec::new();

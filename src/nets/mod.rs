@@ -1,0 +1,97 @@
+//! Nets: the neural-network files ("nets") the workers download while building engines.
+//!
+//! Owns: the net directory (`nn_dir`, by default `<data_dir>/nn`) and the `nns` collection,
+//! through [`Nets`] (the list and which nets have a file, whether a name is taken, an upload's
+//! installation with its `upload_nn` action in the ledger, the download count and the lock
+//! that serialises it) and the net store's functions in `store.rs` (the layout, the name rule,
+//! the streamed content check, the temporary files; `add` and `import_file` for the command
+//! line and the dump import, which run without a server).
+//! Must not: run on the event loop (file and store I/O); know HTTP, runs or another
+//! component's state; replace a net that exists; hold a net in memory.
+
+mod store;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::json;
+
+pub use store::{
+    Added, Imported, NetError, NetFile, NetRecord, NetWriter, STALE_PART, add, content_prefix,
+    discard, gz_file_name, import_file, locate, net_of_file, present, sweep_stale_parts,
+    valid_name, verify,
+};
+
+use crate::ledger::Ledger;
+use crate::store::{Doc, SharedStore};
+
+/// The net directory and the nets recorded in the store.
+pub struct Nets {
+    store: SharedStore,
+    dir: PathBuf,
+    /// Serialises download counts within this process: the store has no atomic increment, so
+    /// two downloads at once would otherwise both write the same count. (Instances sharing one
+    /// MongoDB database can still lose a count when they race.)
+    counting: Mutex<()>,
+    /// Where uploads are logged (`upload_nn`).
+    ledger: Arc<Ledger>,
+}
+
+impl Nets {
+    /// The nets of a store, with their files in `dir`.
+    pub fn new(store: SharedStore, dir: PathBuf, ledger: Arc<Ledger>) -> Nets {
+        Nets {
+            store,
+            dir,
+            counting: Mutex::new(()),
+            ledger,
+        }
+    }
+
+    /// The net directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every recorded net.
+    pub fn list(&self) -> Result<Vec<NetRecord>, NetError> {
+        Ok(store::list(&self.store)?)
+    }
+
+    /// The names of the nets with a file in the net directory (either layout).
+    pub fn files(&self) -> Result<HashSet<String>, NetError> {
+        Ok(present(&self.dir)?)
+    }
+
+    /// Whether a net of this name is recorded or has a file in the net directory.
+    pub fn known(&self, name: &str) -> Result<bool, NetError> {
+        store::known(&self.store, &self.dir, name)
+    }
+
+    /// The file of net `name` in the net directory, if it has one.
+    pub fn locate(&self, name: &str) -> std::io::Result<Option<NetFile>> {
+        locate(&self.dir, name)
+    }
+
+    /// Installs a checked upload written to `tmp` (nothing is left behind on failure) and logs
+    /// `upload_nn`.
+    pub fn install(&self, tmp: &Path, name: &str, user: &str) -> Result<(), NetError> {
+        store::install(&self.store, &self.dir, tmp, name, user)?;
+        tracing::info!(net = name, user, "net uploaded");
+        let mut f = Doc::new();
+        f.insert("nn".into(), json!(name));
+        if let Err(e) = self.ledger.log_action("upload_nn", user, f) {
+            tracing::warn!(error = %e, net = name, "upload_nn not logged");
+        }
+        Ok(())
+    }
+
+    /// Counts one download of a net; `false` (and nothing counted) when no net of that name
+    /// is recorded.
+    pub fn count_download(&self, name: &str) -> Result<bool, NetError> {
+        let _turn = self.counting.lock();
+        Ok(store::count_download(&self.store, name)?)
+    }
+}
