@@ -103,6 +103,6 @@ async fn not_found(
         reply.status = StatusCode::NOT_FOUND;
         reply.into_response()
     } else {
-        ui::errors::not_found(axum::extract::State(state), headers).await
+        ui::kit::error::not_found(axum::extract::State(state), headers).await
     }
 }

@@ -15,8 +15,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::error as errors;
+use super::kit::{
+    Flash, Href, Input, Layout, Page, continue_page, form_or_default, open_page, page, respond,
+};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
@@ -55,11 +58,6 @@ pub struct NextQuery {
     created: Option<String>,
 }
 
-/// A body that is not a form is an empty form: its missing token refuses it (403).
-pub(super) fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
-    form.map(|Form(f)| f).unwrap_or_default()
-}
-
 /// Only a same-origin path is a place to go after login.
 fn safe_next(q: &NextQuery) -> String {
     [q.next.as_deref(), q.came_from.as_deref()]
@@ -72,28 +70,19 @@ fn safe_next(q: &NextQuery) -> String {
 
 fn login_action(q: &NextQuery) -> String {
     match &q.next {
-        Some(_) => format!("/login?next={}", percent(&safe_next(q))),
+        Some(_) => Href::new("/login")
+            .path_param("next", &safe_next(q))
+            .build(),
         None => "/login".into(),
     }
 }
 
-pub(super) fn percent(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> Out {
+fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> Page {
     let mut l = Layout::new(ctx, "Login");
     if let Some(f) = flash {
         l = l.flash(f);
     }
-    Out::render(
+    Page::render(
         StatusCode::OK,
         &LoginPage {
             l,
@@ -111,7 +100,7 @@ pub async fn login_form(
 ) -> Response {
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_some() {
-            return Out::Redirect("/tests".into());
+            return Page::Redirect("/tests".into());
         }
         let flash = q.created.is_some().then(|| Flash::info(MSG_CREATED));
         login_page(ctx, &q, true, flash)
@@ -140,7 +129,7 @@ pub async fn login(
     Query(q): Query<NextQuery>,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     // Rate limits (scope `login`) on the loop: a limited attempt costs no token, no argon2.
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let ctx = crate::limits::KeyCtx {
@@ -170,7 +159,7 @@ pub async fn login(
     .await;
     continue_page(&state, keys, ctx, move |db, ctx, _| match verdict {
         Ok(user) => match ctx.login(db, user, remember) {
-            Ok(()) => Out::Redirect(safe_next(&q)),
+            Ok(()) => Page::Redirect(safe_next(&q)),
             Err(e) => {
                 tracing::error!(error = %e, "session not started");
                 errors::internal()
@@ -194,7 +183,7 @@ pub async fn login(
 }
 
 fn redirect_home(keys: &super::session::CookieKeys) -> Response {
-    respond(keys, None, Out::Redirect("/tests".into()))
+    respond(keys, None, Page::Redirect("/tests".into()))
 }
 
 #[derive(Deserialize, Default)]
@@ -209,12 +198,12 @@ pub async fn logout(
     headers: HeaderMap,
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
         |db, ctx, keys| match ctx.logout(db, keys) {
-            Ok(()) => Out::Redirect("/tests".into()),
+            Ok(()) => Page::Redirect("/tests".into()),
             Err(e) => {
                 tracing::error!(error = %e, "logout failed");
                 errors::internal()
@@ -224,17 +213,17 @@ pub async fn logout(
     .await
 }
 
-fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> Out {
+fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> Page {
     let mut l = Layout::new(ctx, "Register");
     l.flashes = flashes;
-    Out::render(StatusCode::OK, &SignupPage { l })
+    Page::render(StatusCode::OK, &SignupPage { l })
 }
 
 /// `GET /signup`.
 pub async fn signup_form(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
         if ctx.user.is_some() {
-            return Out::Redirect("/tests".into());
+            return Page::Redirect("/tests".into());
         }
         signup_page(ctx, Vec::new())
     })
@@ -344,14 +333,14 @@ pub async fn signup(
     headers: HeaderMap,
     form: Result<Form<SignupForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let token = form.csrf_token.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             if ctx.user.is_some() {
-                return Out::Redirect("/tests".into());
+                return Page::Redirect("/tests".into());
             }
             let errors = signup_errors(&form);
             if !errors.is_empty() {
@@ -363,7 +352,7 @@ pub async fn signup(
                 form.email.trim(),
                 form.tests_repo.trim(),
             ) {
-                Ok(_) => Out::Redirect("/login?created=1".into()),
+                Ok(_) => Page::Redirect("/login?created=1".into()),
                 Err(crate::rundb::users::UserError::Invalid(m)) => {
                     signup_page(ctx, vec![Flash::error(m)])
                 }

@@ -19,8 +19,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::error as errors;
+use super::kit::{Input, Page, form_or_default, page};
 use super::session::Ctx;
-use super::{Input, Out, errors, page};
 use crate::http::AppState;
 use crate::rundb::users::User;
 use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
@@ -83,12 +84,8 @@ pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
     )
 }
 
-fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
-    form.map(|Form(f)| f).unwrap_or_default()
-}
-
 /// A domain refusal as a page with its message; a store failure is the only 500.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
+fn refusal(ctx: &Ctx, e: RunDbError) -> Page {
     let (status, heading) = match &e {
         RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
         RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
@@ -102,7 +99,7 @@ fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
     errors::refused(ctx, status, heading, &e.to_string())
 }
 
-fn not_primary(ctx: &Ctx) -> Out {
+fn not_primary(ctx: &Ctx) -> Page {
     errors::refused(
         ctx,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -131,10 +128,10 @@ where
                 return not_primary(ctx);
             }
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect("/login".into());
+                return Page::Redirect("/login".into());
             };
             match act(db, &user) {
-                Ok(code) => Out::Redirect(format!("/tests?done={code}")),
+                Ok(code) => Page::Redirect(format!("/tests?done={code}")),
                 Err(e) => refusal(ctx, e),
             }
         },
@@ -148,7 +145,7 @@ pub async fn approve(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.approve_run(&f.run_id, user).map(|()| {
             if super::run::valid_id(&f.run_id) {
@@ -167,7 +164,7 @@ pub async fn stop(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.stop_run_by_user(&f.run_id, user)
             .map(|_| "stopped".into())
@@ -181,7 +178,7 @@ pub async fn purge(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.purge_run(&f.run_id, user).map(|outcome| {
             if outcome.purged.is_empty() {
@@ -200,7 +197,7 @@ pub async fn delete(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.delete_run(&f.run_id, user).map(|()| "deleted".into())
     })
@@ -242,7 +239,7 @@ pub async fn modify(
     headers: HeaderMap,
     form: Result<Form<ModifyForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     let token = f.csrf_token.clone();
     control(state, headers, token, move |db, user| {
         let c = changes(&f).map_err(RunDbError::Invalid)?;

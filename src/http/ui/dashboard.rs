@@ -14,11 +14,11 @@ use std::collections::HashMap;
 
 use std::time::{Duration, Instant};
 
-use super::lists::{
-    self, ListQuery, PageLink, Panel, failed_panel, finished_part, parse_query, unfinished_panels,
-};
+use super::controls;
+use super::kit::error as errors;
+use super::kit::{Flash, Href, Input, Layout, Page, Pager, page};
+use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
-use super::{Flash, Input, Layout, Out, controls, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
 
@@ -54,7 +54,7 @@ pub struct TestsBody {
     pub finished_heading: String,
     pub count_line: String,
     pub finished: Vec<RunRow>,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
 }
 
 /// How long a rendered first page is served to everybody.
@@ -115,13 +115,13 @@ pub async fn tests(
         .iter()
         .any(|k| params.get(*k).is_some_and(|v| !v.trim().is_empty()));
     if search {
-        let mut to = String::from("/tests/finished?mode=search");
+        let mut to = Href::new("/tests/finished").param("mode", "search");
         for k in ["user", "text"] {
             if let Some(v) = params.get(k).filter(|v| !v.trim().is_empty()) {
-                to.push_str(&format!("&{k}={}", lists::url_encode(v.trim())));
+                to = to.param(k, v.trim());
             }
         }
-        return (StatusCode::FOUND, [(header::LOCATION, to)]).into_response();
+        return (StatusCode::FOUND, [(header::LOCATION, to.build())]).into_response();
     }
     let done = params
         .get("done")
@@ -154,14 +154,14 @@ pub async fn tests(
                 Err(out) => return out,
             }
         };
-        Out::render(StatusCode::OK, &TestsPage { l, body })
+        Page::render(StatusCode::OK, &TestsPage { l, body })
     })
     .await
 }
 
 /// Renders the dashboard's content for query `q` with `token` in its forms (the rendered
 /// HTML, or the answer instead: a redirect past the last page, an error page).
-fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Out> {
+fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Page> {
     let f = finished_part(db, "/tests", None, q)?;
     let mut p = TestsBody {
         l: FormToken {

@@ -17,8 +17,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::error as errors;
+use super::kit::{Flash, Input, Layout, Page, form_or_default, page};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
 use crate::http::AppState;
 use crate::limits::LimitView;
 use crate::rundb::{RunDb, RunDbError};
@@ -104,9 +105,9 @@ pub struct LimitsPage {
     pub limits: Vec<LimitRow>,
 }
 
-fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Out {
+fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Page {
     let Some(user) = ctx.user.as_ref() else {
-        return Out::Redirect("/login".into());
+        return Page::Redirect("/login".into());
     };
     if !user.is_approver() {
         return errors::refused(
@@ -126,7 +127,7 @@ fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Out {
         .into_iter()
         .map(LimitRow::of)
         .collect();
-    Out::render(StatusCode::OK, &LimitsPage { l, limits })
+    Page::render(StatusCode::OK, &LimitsPage { l, limits })
 }
 
 /// `GET /limits`.
@@ -153,13 +154,13 @@ pub async fn set_max(
     headers: HeaderMap,
     form: Result<Form<MaxForm>, FormRejection>,
 ) -> Response {
-    let f = form.map(|Form(f)| f).unwrap_or_default();
+    let f = form_or_default(form);
     page(
         &state,
         Input::post(&state, &headers, f.csrf_token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect("/login".into());
+                return Page::Redirect("/login".into());
             };
             let Ok(max) = f.max.trim().parse::<u64>() else {
                 return errors::refused(

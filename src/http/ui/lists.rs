@@ -16,9 +16,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::kit::error as errors;
+use super::kit::pager::{MAX_PAGE, page_param};
+use super::kit::{Href, Input, Layout, Page, Pager, page};
 use super::results::RunRow;
 use super::session::Ctx;
-use super::{Input, Layout, Out, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::model::Run;
@@ -27,19 +29,9 @@ use crate::rundb::queries::FinishedFilter;
 /// Finished runs a page of these lists holds.
 pub const PAGE_SIZE: u64 = 25;
 
-/// The last page that may be asked for (the same bound as `/api/finished_runs`).
-pub const MAX_PAGE: u64 = 1_000_000;
-
 /// One tab (All, Green, Yellow, LTC).
 pub struct Tab {
     pub label: &'static str,
-    pub href: String,
-    pub current: bool,
-}
-
-/// One pager item: a page link, a disabled Prev/Next (empty `href`) or a gap ("…").
-pub struct PageLink {
-    pub label: String,
     pub href: String,
     pub current: bool,
 }
@@ -57,7 +49,7 @@ pub struct ListPage {
     pub finished_heading: String,
     pub count_line: String,
     pub finished: Vec<RunRow>,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
 }
 
 /// The list query: the page (1-based; anything not a number from 1 on means 1; capped at
@@ -98,13 +90,13 @@ impl Which {
         }
     }
 
-    /// The query parameter that selects the tab.
+    /// The query parameter that selects the tab (its value is 1).
     fn param(self) -> Option<&'static str> {
         match self {
             Which::All => None,
-            Which::Green => Some("success_only=1"),
-            Which::Yellow => Some("yellow_only=1"),
-            Which::Ltc => Some("ltc_only=1"),
+            Which::Green => Some("success_only"),
+            Which::Yellow => Some("yellow_only"),
+            Which::Ltc => Some("ltc_only"),
         }
     }
 
@@ -136,11 +128,7 @@ fn flag(params: &HashMap<String, String>, key: &str) -> bool {
 }
 
 pub fn parse_query(params: &HashMap<String, String>) -> ListQuery {
-    let page = params
-        .get("page")
-        .and_then(|p| p.trim().parse::<u64>().ok())
-        .filter(|p| *p >= 1)
-        .map_or(1, |p| p.min(MAX_PAGE));
+    let page = page_param(params.get("page").map(String::as_str));
     let filter = if flag(params, "success_only") {
         Which::Green
     } else if flag(params, "yellow_only") {
@@ -155,15 +143,11 @@ pub fn parse_query(params: &HashMap<String, String>) -> ListQuery {
 
 /// `base` with the filter's parameter and, past page 1, the page.
 pub fn href(base: &str, filter: Which, page: u64) -> String {
-    let mut params: Vec<String> = filter.param().map(str::to_string).into_iter().collect();
-    if page > 1 {
-        params.push(format!("page={page}"));
+    let mut h = Href::new(base);
+    if let Some(key) = filter.param() {
+        h = h.param(key, 1);
     }
-    if params.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", params.join("&"))
-    }
+    h.param_if(page > 1, "page", page).build()
 }
 
 fn tabs(base: &str, current: Which) -> Vec<Tab> {
@@ -177,57 +161,9 @@ fn tabs(base: &str, current: Which) -> Vec<Tab> {
         .collect()
 }
 
-/// The pages a pager shows: page 1 always, the last page, and either pages 2–4 (near the
-/// start), the last four (near the end) or the current page with its neighbours; `None` marks
-/// a gap.
-pub(super) fn pager_pages(page: u64, last: u64) -> Vec<Option<u64>> {
-    let mut pages = vec![1, last];
-    if page <= 3 {
-        pages.extend(2..=4);
-    } else if page + 2 >= last {
-        pages.extend(last.saturating_sub(3)..=last);
-    } else {
-        pages.extend(page - 1..=page + 1);
-    }
-    pages.retain(|p| (1..=last).contains(p));
-    pages.sort_unstable();
-    pages.dedup();
-    let mut out = Vec::new();
-    let mut prev = 0;
-    for p in pages {
-        if p > prev + 1 {
-            out.push(None);
-        }
-        out.push(Some(p));
-        prev = p;
-    }
-    out
-}
-
 /// The pager: Prev · pages · Next; empty (hidden) when there is one page.
-fn pager(base: &str, filter: Which, page: u64, last: u64) -> Vec<PageLink> {
-    pager_by(page, last, |p| href(base, filter, p))
-}
-
-/// The pager with each page's link from `href_of`.
-pub fn pager_by(page: u64, last: u64, href_of: impl Fn(u64) -> String) -> Vec<PageLink> {
-    if last <= 1 {
-        return Vec::new();
-    }
-    let link = |label: String, target: Option<u64>, current: bool| PageLink {
-        label,
-        href: target.map_or_else(String::new, &href_of),
-        current,
-    };
-    let mut out = vec![link("Prev".into(), (page > 1).then(|| page - 1), false)];
-    for p in pager_pages(page, last) {
-        out.push(match p {
-            Some(p) => link(p.to_string(), Some(p), p == page),
-            None => link("…".into(), None, false),
-        });
-    }
-    out.push(link("Next".into(), (page < last).then(|| page + 1), false));
-    out
+fn pager(base: &str, filter: Which, page: u64, last: u64) -> Pager {
+    Pager::new(page, last, |p| href(base, filter, p))
 }
 
 /// The last page of `total` runs (1 when there are none).
@@ -326,7 +262,7 @@ pub struct Finished {
     pub heading: String,
     pub count_line: String,
     pub runs: Vec<Run>,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
 }
 
 pub fn finished_part(
@@ -334,7 +270,7 @@ pub fn finished_part(
     base: &str,
     username: Option<&str>,
     q: ListQuery,
-) -> Result<Finished, Out> {
+) -> Result<Finished, Page> {
     let mut filter = FinishedFilter {
         page: q.page,
         page_size: PAGE_SIZE,
@@ -350,7 +286,7 @@ pub fn finished_part(
     })?;
     let last = last_page(total);
     if q.page > last {
-        return Err(Out::Redirect(href(base, q.filter, last)));
+        return Err(Page::Redirect(href(base, q.filter, last)));
     }
     filter.page = q.page;
     let runs = db.finished_runs(&filter).map_err(|e| {
@@ -379,7 +315,7 @@ fn list_page(ctx: &Ctx, title: &str, heading: String, base: &str, q: ListQuery) 
         finished_heading: String::new(),
         count_line: String::new(),
         finished: Vec::new(),
-        pager: Vec::new(),
+        pager: Pager::default(),
     }
 }
 
@@ -440,33 +376,14 @@ fn search_of(params: &HashMap<String, String>) -> Search {
 
 /// The canonical search URL: `mode, max_count, user, text, page` in that order.
 fn search_href(s: &Search, page: u64) -> String {
-    let mut params = vec!["mode=search".to_string()];
+    let mut h = Href::new("/tests/finished").param("mode", "search");
     if let Some(m) = s.max_count {
-        params.push(format!("max_count={m}"));
+        h = h.param("max_count", m);
     }
-    if !s.user.is_empty() {
-        params.push(format!("user={}", url_encode(&s.user)));
-    }
-    if !s.text.is_empty() {
-        params.push(format!("text={}", url_encode(&s.text)));
-    }
-    if page > 1 {
-        params.push(format!("page={page}"));
-    }
-    format!("/tests/finished?{}", params.join("&"))
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-pub fn url_encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    h.param_nonempty("user", &s.user)
+        .param_nonempty("text", &s.text)
+        .param_if(page > 1, "page", page)
+        .build()
 }
 
 /// The parsed `text` query: words (any may match), `"phrases"` (all must match) and
@@ -542,7 +459,7 @@ const SEARCH_BATCH: u64 = 500;
 
 /// The search's matches, in order, at most `cap`: per matching submitter (ranked) newest
 /// first, or every finished run newest first; filtered by the text query.
-fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
+fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Page> {
     let fail = |e: crate::rundb::RunDbError| {
         tracing::error!(error = %e, "finished runs search");
         errors::internal()
@@ -592,7 +509,7 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Out> {
 }
 
 /// Search mode: the matches (capped), paged 25 at a time.
-fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
+fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Page {
     let cap = match (&ctx.user, s.max_count) {
         (None, m) => m.unwrap_or(ANONYMOUS_MAX_COUNT).min(ANONYMOUS_MAX_COUNT),
         (Some(_), m) => m.unwrap_or(DEFAULT_MAX_COUNT),
@@ -609,7 +526,7 @@ fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
     let total = runs.len() as u64;
     let last = last_page(total);
     if page_no > last {
-        return Out::Redirect(search_href(&s, last));
+        return Page::Redirect(search_href(&s, last));
     }
     let first = usize::try_from((page_no - 1) * PAGE_SIZE).unwrap_or(usize::MAX);
     let rows: Vec<RunRow> = runs
@@ -638,9 +555,9 @@ fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Out {
             "Type a user name or words of the info to search.".into()
         },
         finished: rows,
-        pager: pager_by(page_no, last, |t| search_href(&s, t)),
+        pager: Pager::new(page_no, last, |t| search_href(&s, t)),
     };
-    Out::render(StatusCode::OK, &p)
+    Page::render(StatusCode::OK, &p)
 }
 
 /// `GET /tests/finished`: navigation mode (25 finished runs a page, newest first, with the
@@ -671,7 +588,7 @@ pub async fn finished(
     };
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         if let Some(to) = redirect {
-            return Out::Redirect(to);
+            return Page::Redirect(to);
         }
         if search_mode {
             return search_page(db, ctx, search, q.page);
@@ -685,7 +602,7 @@ pub async fn finished(
         let heading = format!("Finished Tests{}", q.filter.suffix());
         let mut p = list_page(ctx, &title, heading, base, q);
         fill(&mut p, f);
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -708,7 +625,7 @@ pub async fn user(
                 return errors::internal();
             }
         }
-        let base = format!("/tests/user/{}", url_encode(&name));
+        let base = Href::new("/tests/user").seg(&name).build();
         let f = match finished_part(db, &base, Some(&name), q) {
             Ok(f) => f,
             Err(out) => return out,
@@ -727,7 +644,7 @@ pub async fn user(
             p.panels = panels;
         }
         fill(&mut p, f);
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -760,26 +677,12 @@ mod tests {
     }
 
     #[test]
-    fn the_pager_follows_the_spec_layout() {
-        let show = |page, last| {
-            pager_pages(page, last)
-                .into_iter()
-                .map(|p| p.map_or("…".to_string(), |p| p.to_string()))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        assert_eq!(show(1, 1), "1");
-        assert_eq!(show(1, 3), "1 2 3");
-        assert_eq!(show(1, 10), "1 2 3 4 … 10");
-        assert_eq!(show(3, 10), "1 2 3 4 … 10");
-        assert_eq!(show(5, 10), "1 … 4 5 6 … 10");
-        assert_eq!(show(9, 10), "1 … 7 8 9 10");
-        assert_eq!(show(10, 10), "1 … 7 8 9 10");
-        assert!(pager("/x", Which::All, 1, 1).is_empty());
+    fn the_pager_links_the_filter() {
+        assert!(pager("/x", Which::All, 1, 1).links.is_empty());
         let p = pager("/x", Which::Green, 1, 2);
-        assert_eq!(p[0].href, "", "Prev disabled on page 1");
+        assert_eq!(p.links[0].href, "", "Prev disabled on page 1");
         assert_eq!(
-            p.last().map(|l| l.href.as_str()),
+            p.links.last().map(|l| l.href.as_str()),
             Some("/x?success_only=1&page=2")
         );
         assert_eq!(last_page(0), 1);

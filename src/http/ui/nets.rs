@@ -28,8 +28,13 @@ use axum::extract::{Multipart, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::kit::error as errors;
+use super::kit::pager::page_param;
+use super::kit::table::{order_param, order_text, sort_columns};
+use super::kit::{
+    Column, Flash, Href, Input, Layout, Page, Pager, continue_page, open_page, page, respond,
+};
 use super::session::{CookieKeys, Ctx};
-use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
 use crate::offload::Offload;
 use crate::rundb::nets::{self, NetError, NetRecord, NetWriter};
@@ -91,12 +96,6 @@ impl NetRow {
     }
 }
 
-/// A sortable column header.
-pub struct Column {
-    pub label: &'static str,
-    pub href: String,
-}
-
 #[derive(Template)]
 #[template(path = "nns.html")]
 pub struct NetsPage {
@@ -114,7 +113,7 @@ pub struct NetsPage {
     pub rows: Vec<NetRow>,
     pub all: bool,
     pub all_href: String,
-    pub pager: super::workers::Pager,
+    pub pager: Pager,
 }
 
 /// The `/nns` query.
@@ -138,6 +137,11 @@ const SORTS: [(&str, &str); 6] = [
     ("downloads", "Downloads"),
 ];
 
+/// Newest, most downloaded first; names in alphabetical order.
+fn default_desc(sort: &str) -> bool {
+    matches!(sort, "time" | "downloads" | "first_test" | "last_test")
+}
+
 fn truthy(v: &str) -> bool {
     matches!(v, "1" | "true" | "on" | "yes")
 }
@@ -157,11 +161,7 @@ impl NetsQuery {
         let sort = get("sort")
             .and_then(|s| SORTS.iter().find(|(k, _)| *k == s))
             .map_or("time", |(k, _)| k);
-        let desc = match get("order") {
-            Some("asc") => false,
-            Some("desc") => true,
-            _ => matches!(sort, "time" | "downloads" | "first_test" | "last_test"),
-        };
+        let desc = order_param(get("order"), default_desc(sort));
         NetsQuery {
             network_name: text("network_name"),
             user: text("user"),
@@ -169,33 +169,20 @@ impl NetsQuery {
             sort,
             desc,
             all: get("view") == Some("all"),
-            page: get("page")
-                .and_then(|p| p.trim().parse::<usize>().ok())
-                .filter(|p| *p >= 1)
-                .unwrap_or(1),
+            page: usize::try_from(page_param(get("page"))).unwrap_or(1),
         }
     }
 
     fn href(&self, sort: &str, desc: bool, all: bool, page: usize) -> String {
-        let mut s = form_urlencoded::Serializer::for_suffix(String::from("/nns?"), 5);
-        if !self.network_name.is_empty() {
-            s.append_pair("network_name", &self.network_name);
-        }
-        if !self.user.is_empty() {
-            s.append_pair("user", &self.user);
-        }
-        if self.master_only {
-            s.append_pair("master_only", "1");
-        }
-        s.append_pair("sort", sort);
-        s.append_pair("order", if desc { "desc" } else { "asc" });
-        if all {
-            s.append_pair("view", "all");
-        }
-        if page > 1 {
-            s.append_pair("page", &page.to_string());
-        }
-        s.finish()
+        Href::new("/nns")
+            .param_nonempty("network_name", &self.network_name)
+            .param_nonempty("user", &self.user)
+            .param_if(self.master_only, "master_only", 1)
+            .param("sort", sort)
+            .param("order", order_text(desc))
+            .param_if(all, "view", "all")
+            .param_if(page > 1, "page", page)
+            .build()
     }
 
     fn keeps(&self, n: &NetRecord) -> bool {
@@ -278,20 +265,12 @@ pub async fn nns(
             .take(per_page)
             .map(|n| NetRow::of(n, files.as_ref()))
             .collect();
-        let columns = SORTS
-            .iter()
-            .map(|(key, label)| {
-                let desc = if q.sort == *key {
-                    !q.desc
-                } else {
-                    *key != "name" && *key != "user"
-                };
-                Column {
-                    label,
-                    href: q.href(key, desc, q.all, 1),
-                }
-            })
-            .collect();
+        let columns = sort_columns(
+            SORTS.map(|(key, label)| (key, label, default_desc(key))),
+            q.sort,
+            q.desc,
+            |key, desc| q.href(key, desc, q.all, 1),
+        );
         let p = NetsPage {
             l: Layout::new(ctx, "Neural network repository"),
             network_name: q.network_name.clone(),
@@ -306,22 +285,16 @@ pub async fn nns(
             rows,
             all: q.all,
             all_href: q.href(q.sort, q.desc, !q.all, 1),
-            pager: super::workers::Pager {
-                prev: if page_no > 1 {
-                    q.href(q.sort, q.desc, false, page_no - 1)
-                } else {
-                    String::new()
-                },
-                next: if page_no < last {
-                    q.href(q.sort, q.desc, false, page_no + 1)
-                } else {
-                    String::new()
-                },
-                page: page_no,
-                last,
-            },
+            pager: Pager::new(page_no as u64, last as u64, |n| {
+                q.href(
+                    q.sort,
+                    q.desc,
+                    false,
+                    usize::try_from(n).unwrap_or(usize::MAX),
+                )
+            }),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -343,12 +316,12 @@ fn limit_text(limit: u64) -> String {
 }
 
 /// The upload form, with an error if any (status 200, as Fishtest re-renders it).
-fn upload_page(ctx: &Ctx, limit: u64, error: Option<String>) -> Out {
+fn upload_page(ctx: &Ctx, limit: u64, error: Option<String>) -> Page {
     let mut l = Layout::new(ctx, "Neural network upload");
     if let Some(e) = error {
         l = l.flash(Flash::error(e));
     }
-    Out::render(
+    Page::render(
         StatusCode::OK,
         &UploadPage {
             l,
@@ -364,7 +337,7 @@ pub async fn upload_form(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let limit = state.config.nn_upload_limit_bytes;
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_none() {
-            return Out::Redirect(LOGIN_NEXT.into());
+            return Page::Redirect(LOGIN_NEXT.into());
         }
         upload_page(ctx, limit, None)
     })
@@ -682,12 +655,12 @@ pub async fn upload(
                         None => {
                             drop(field);
                             let cookie = ctx.set_cookie.clone();
-                            respond(&keys, cookie, Out::Redirect(LOGIN_NEXT.into()))
+                            respond(&keys, cookie, Page::Redirect(LOGIN_NEXT.into()))
                         }
                         Some(user) => match receive_net(&state, field, user).await {
                             Ok(()) => {
                                 let cookie = ctx.set_cookie.clone();
-                                respond(&keys, cookie, Out::Redirect("/nns".into()))
+                                respond(&keys, cookie, Page::Redirect("/nns".into()))
                             }
                             Err(Refusal::Message(m)) => refuse(&state, keys, ctx, m).await,
                             Err(Refusal::Answer(r)) => r,
@@ -710,7 +683,7 @@ async fn with_session(state: &Arc<AppState>, input: Input, message: String) -> R
     let limit = state.config.nn_upload_limit_bytes;
     page(state, input, move |_, ctx, _| {
         if ctx.user.is_none() {
-            return Out::Redirect(LOGIN_NEXT.into());
+            return Page::Redirect(LOGIN_NEXT.into());
         }
         upload_page(ctx, limit, Some(message))
     })

@@ -25,10 +25,16 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
-use super::lists::PageLink;
+use super::accounts::{check_email, valid_tests_repo, weak_password};
+use super::kit::error as errors;
+use super::kit::pager::page_param;
+use super::kit::table::{order_param, order_text, sort_columns};
+use super::kit::url::login_next;
+use super::kit::{
+    Column, Flash, Href, Input, Layout, Page, Pager, continue_page, form_or_default, open_page,
+    page, respond,
+};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
@@ -122,7 +128,7 @@ pub struct UserAdminPage {
 }
 
 /// A store failure is a 500; everything else the domain says is a page with its message.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
+fn refusal(ctx: &Ctx, e: RunDbError) -> Page {
     let (status, heading) = match &e {
         RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
         RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
@@ -137,12 +143,8 @@ fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
 }
 
 /// The login wall: → `/login?next=<path>`.
-fn to_login(path: &str) -> Out {
-    Out::Redirect(format!("/login?next={}", encode(path)))
-}
-
-fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+fn to_login(path: &str) -> Page {
+    Page::Redirect(login_next(path))
 }
 
 #[derive(Deserialize, Default)]
@@ -164,12 +166,12 @@ fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
+fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Page {
     match view_of(db, user) {
         Ok(u) => {
             let mut l = Layout::new(ctx, "Profile");
             l.flashes = flashes;
-            Out::render(StatusCode::OK, &ProfilePage { l, u })
+            Page::render(StatusCode::OK, &ProfilePage { l, u })
         }
         Err(e) => refusal(ctx, e),
     }
@@ -261,7 +263,7 @@ pub async fn change_profile(
     headers: HeaderMap,
     form: Result<Form<ProfileForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let input = Input::post(&state, &headers, form.csrf_token.clone());
     let keys = input.keys.clone();
     let ctx = match open_page(&state, input).await {
@@ -273,7 +275,7 @@ pub async fn change_profile(
     };
     // Fishtest: without the hidden `user` field (or naming someone else) nothing happens.
     if form.user.as_deref() != Some(user.username.as_str()) {
-        return respond(&keys, ctx.set_cookie, Out::Redirect("/user".into()));
+        return respond(&keys, ctx.set_cookie, Page::Redirect("/user".into()));
     }
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let verdict = auth::credentials(
@@ -315,9 +317,9 @@ pub async fn change_profile(
                 tracing::error!(error = %e, "profile: new session not started");
                 return errors::internal();
             }
-            return Out::Redirect("/user?done=password".into());
+            return Page::Redirect("/user?done=password".into());
         }
-        Out::Redirect("/user?done=saved".into())
+        Page::Redirect("/user?done=saved".into())
     })
     .await
 }
@@ -360,7 +362,7 @@ pub async fn user_page(
             Ok(u) => {
                 let mut l = Layout::new(ctx, "User Management");
                 l.flashes = flashes;
-                Out::render(StatusCode::OK, &UserAdminPage { l, u })
+                Page::render(StatusCode::OK, &UserAdminPage { l, u })
             }
             Err(e) => refusal(ctx, e),
         }
@@ -411,7 +413,7 @@ pub async fn user_action(
     Path(name): Path<String>,
     form: Result<Form<UserActionForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let token = form.csrf_token.clone();
     page(
         &state,
@@ -438,17 +440,17 @@ pub async fn user_action(
                 Ok(()) => {
                     if action == UserAction::Block && me.username == name {
                         // Blocking oneself ends one's own session.
-                        return Out::Redirect("/tests".into());
+                        return Page::Redirect("/tests".into());
                     }
                     let code = match action {
                         UserAction::Accept => "accepted",
                         UserAction::Block => "blocked",
                         UserAction::Unblock => "unblocked",
                         UserAction::Reject => {
-                            return Out::Redirect("/user_management?done=rejected".into());
+                            return Page::Redirect("/user_management?done=rejected".into());
                         }
                     };
-                    Out::Redirect(format!("/user/{}?done={code}", encode(&name)))
+                    Page::Redirect(Href::new("/user").seg(&name).param("done", code).build())
                 }
                 Err(e) => refusal(ctx, e),
             }
@@ -461,12 +463,6 @@ pub async fn user_action(
 pub struct Card {
     pub label: &'static str,
     pub count: usize,
-    pub href: String,
-}
-
-/// One sortable column header.
-pub struct Header {
-    pub label: &'static str,
     pub href: String,
 }
 
@@ -486,10 +482,10 @@ pub struct UserManagementPage {
     /// (name, selected)
     pub groups: Vec<(&'static str, bool)>,
     pub q: String,
-    pub headers: Vec<Header>,
+    pub headers: Vec<Column>,
     pub rows: Vec<UserRow>,
     pub empty: &'static str,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
     /// "Show all (N users)" or "Show paginated", and its link.
     pub view_toggle: (String, String),
 }
@@ -513,17 +509,6 @@ pub struct UsersQuery {
 }
 
 const GROUPS: [&str; 5] = ["all", "pending", "blocked", "idle", "approvers"];
-
-/// A list page's pager: Prev · pages · Next; empty when there is one page.
-pub use super::lists::pager_by as pager;
-
-/// `page`: 1-based; anything non-numeric is 1.
-pub fn page_number(page: Option<&str>) -> u64 {
-    page.and_then(|p| p.trim().parse::<u64>().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1)
-        .min(super::lists::MAX_PAGE)
-}
 
 /// `GET /user_management`: approvers only.
 pub async fn user_management(
@@ -556,7 +541,7 @@ fn user_management_page(
     users: Vec<User>,
     contributors: &std::collections::HashSet<String>,
     q: UsersQuery,
-) -> Out {
+) -> Page {
     let group = q
         .group
         .as_deref()
@@ -595,12 +580,7 @@ fn user_management_page(
         .as_deref()
         .filter(|s| ["username", "registration", "groups", "email"].contains(s))
         .unwrap_or("registration");
-    let default_desc = sort == "registration";
-    let desc = match q.order.as_deref() {
-        Some("asc") => false,
-        Some("desc") => true,
-        _ => default_desc,
-    };
+    let desc = order_param(q.order.as_deref(), sort == "registration");
     rows.sort_by(|a, b| {
         let o = match sort {
             "username" => a.username.cmp(&b.username),
@@ -615,14 +595,16 @@ fn user_management_page(
     let total = rows.len() as u64;
     let size = if all { VIEW_ALL_MAX } else { USERS_PAGE } as u64;
     let last = total.div_ceil(size).max(1);
-    let page = page_number(q.page.as_deref()).min(last);
+    let page = page_param(q.page.as_deref()).min(last);
     let base = |p: u64, sort: &str, desc: bool| {
-        format!(
-            "/user_management?group={group}&q={}&sort={sort}&order={}&page={p}{}",
-            encode(&text),
-            if desc { "desc" } else { "asc" },
-            if all { "&view=all" } else { "" }
-        )
+        Href::new("/user_management")
+            .param("group", group)
+            .param("q", &text)
+            .param("sort", sort)
+            .param("order", order_text(desc))
+            .param("page", p)
+            .param_if(all, "view", "all")
+            .build()
     };
     let skip = ((page - 1) * size) as usize;
     let rows: Vec<UserRow> = rows
@@ -640,25 +622,17 @@ fn user_management_page(
             email: u.email.clone(),
         })
         .collect();
-    let headers = [
-        ("Username", "username"),
-        ("Registration Time", "registration"),
-        ("Groups", "groups"),
-        ("Email", "email"),
-    ]
-    .into_iter()
-    .map(|(label, key)| {
-        let next_desc = if key == sort {
-            !desc
-        } else {
-            key == "registration"
-        };
-        Header {
-            label,
-            href: base(1, key, next_desc),
-        }
-    })
-    .collect();
+    let headers = sort_columns(
+        [
+            ("username", "Username", false),
+            ("registration", "Registration Time", true),
+            ("groups", "Groups", false),
+            ("email", "Email", false),
+        ],
+        sort,
+        desc,
+        |key, next_desc| base(1, key, next_desc),
+    );
     let empty = match group {
         "pending" => "No pending users",
         "blocked" => "No blocked users",
@@ -666,25 +640,22 @@ fn user_management_page(
         "approvers" => "No approver users",
         _ => "No users",
     };
+    let toggle = Href::new("/user_management")
+        .param("group", group)
+        .param("q", &text);
     let view_toggle = if all {
-        (
-            "Show paginated".to_string(),
-            format!("/user_management?group={group}&q={}", encode(&text)),
-        )
+        ("Show paginated".to_string(), toggle.build())
     } else {
         (
             format!("Show all ({total} users)"),
-            format!(
-                "/user_management?group={group}&q={}&view=all",
-                encode(&text)
-            ),
+            toggle.param("view", "all").build(),
         )
     };
     let mut l = Layout::new(ctx, "Users");
     if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
         l = l.flash(Flash::info(text));
     }
-    Out::render(
+    Page::render(
         StatusCode::OK,
         &UserManagementPage {
             l,
@@ -694,7 +665,7 @@ fn user_management_page(
             headers,
             rows,
             empty,
-            pager: pager(page, last, |p| base(p, sort, desc)),
+            pager: Pager::new(page, last, |p| base(p, sort, desc)),
             view_toggle,
         },
     )

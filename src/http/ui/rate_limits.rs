@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::{Input, Layout, Out, page};
+use super::kit::{Input, Layout, Page, page};
 use crate::http::AppState;
 use crate::http::api::rate_limit::GithubQuota;
 
@@ -44,7 +44,7 @@ pub async fn rate_limits(State(state): State<Arc<AppState>>, headers: HeaderMap)
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
         let q = GithubQuota::now();
         let reset = q.reset_hms();
-        Out::render(
+        Page::render(
             StatusCode::OK,
             &RateLimitsPage {
                 l: Layout::new(ctx, "GitHub rate limits"),
@@ -61,7 +61,7 @@ pub async fn server(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     page(&state, Input::get(&state, &headers), |_, _, _| {
         let q = GithubQuota::now();
         let reset = q.reset_hms();
-        Out::render(StatusCode::OK, &ServerFragment { q, reset })
+        Page::render(StatusCode::OK, &ServerFragment { q, reset })
     })
     .await
 }

@@ -18,10 +18,13 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::lists::PageLink;
-use super::people::{Header, page_number, pager, repo_label};
+use super::kit::error as errors;
+use super::kit::pager::page_param;
+use super::kit::table::{order_param, order_text, sort_columns};
+use super::kit::time::ago;
+use super::kit::{Column, Flash, Href, Input, Layout, Page, Pager, page};
+use super::people::repo_label;
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
 use crate::http::AppState;
 use crate::rundb::actions::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS};
 use crate::rundb::{ContributorRow, RunDb};
@@ -39,10 +42,6 @@ pub const CONTRIBUTORS_PAGE: usize = 100;
 pub const CONTRIBUTORS_ALL: usize = 5000;
 /// The system's username in the action log.
 const SYSTEM_USER: &str = "fishtest.system";
-
-fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
 
 /// One row of the action log.
 pub struct ActionRow {
@@ -67,7 +66,7 @@ pub struct ActionsPage {
     pub run_id: String,
     pub count_line: String,
     pub rows: Vec<ActionRow>,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -106,13 +105,12 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
         .map(|t| t.format("%y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_default()
         .replace('-', "\u{2011}");
-    let mut permalink = format!("/actions?max_count=1&before={time}");
-    if let Some(a) = q.action.as_deref().filter(|a| !a.is_empty()) {
-        permalink.push_str(&format!("&action={}", encode(a)));
-    }
-    if let Some(r) = q.run_id.as_deref().filter(|r| !r.is_empty()) {
-        permalink.push_str(&format!("&run_id={}", encode(r)));
-    }
+    let permalink = Href::new("/actions")
+        .param("max_count", 1)
+        .param("before", time)
+        .param_nonempty("action", q.action.as_deref().unwrap_or_default())
+        .param_nonempty("run_id", q.run_id.as_deref().unwrap_or_default())
+        .build();
     let event = text(doc, "action");
     let username = text(doc, "username");
     let worker = text(doc, "worker");
@@ -126,10 +124,10 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
             String::new(),
         )
     } else if !worker.is_empty() && event != "block_worker" {
-        let href = format!("/workers/{}", encode(&short_worker(&worker)));
+        let href = Href::new("/workers").seg(&short_worker(&worker)).build();
         (worker.clone(), href)
     } else {
-        let href = format!("/user/{}", encode(&username));
+        let href = Href::new("/user").seg(&username).build();
         (username, href)
     };
     let (nn, run, run_id, user) = (
@@ -140,22 +138,23 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
     );
     let task = text(doc, "task_id");
     let (target, target_href) = if !nn.is_empty() {
-        let href = format!("/api/nn/{}", encode(&nn));
+        let href = Href::new("/api/nn").seg(&nn).build();
         (nn, href)
     } else if !run.is_empty() && !run_id.is_empty() {
+        let view = Href::new("/tests/view").seg(&run_id);
         if task.is_empty() {
-            (run, format!("/tests/view/{}", encode(&run_id)))
+            (run, view.build())
         } else {
             (
                 format!("{run}/{task}"),
-                format!("/tests/view/{}?show_task={task}", encode(&run_id)),
+                view.param("show_task", &task).build(),
             )
         }
     } else if !user.is_empty() && approver {
-        let href = format!("/user/{}", encode(&user));
+        let href = Href::new("/user").seg(&user).build();
         (user, href)
     } else if event == "block_worker" && !worker.is_empty() {
-        let href = format!("/workers/{}", encode(&short_worker(&worker)));
+        let href = Href::new("/workers").seg(&short_worker(&worker)).build();
         (worker, href)
     } else {
         (user, String::new())
@@ -244,7 +243,7 @@ fn max_count(ctx: &Ctx, q: &ActionsQuery) -> Result<u64, String> {
 }
 
 fn actions_href(q: &ActionsQuery, page: u64) -> String {
-    let mut params = Vec::new();
+    let mut h = Href::new("/actions");
     for (k, v) in [
         ("action", &q.action),
         ("user", &q.user),
@@ -252,28 +251,19 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
         ("before", &q.before),
         ("max_count", &q.max_count),
     ] {
-        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
-            params.push(format!("{k}={}", encode(v)));
-        }
+        h = h.param_nonempty(k, v.as_deref().unwrap_or_default());
     }
-    if page > 1 {
-        params.push(format!("page={page}"));
-    }
-    if params.is_empty() {
-        "/actions".into()
-    } else {
-        format!("/actions?{}", params.join("&"))
-    }
+    h.param_if(page > 1, "page", page).build()
 }
 
-fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
+fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Page {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let render = |status, count_line: String, rows, pager, flash: Option<String>| {
         let mut l = Layout::new(ctx, "Events");
         if let Some(f) = flash {
             l = l.flash(Flash::error(f));
         }
-        Out::render(
+        Page::render(
             status,
             &ActionsPage {
                 l,
@@ -295,7 +285,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
             StatusCode::BAD_REQUEST,
             String::new(),
             Vec::new(),
-            Vec::new(),
+            Pager::default(),
             Some(text),
         )
     };
@@ -318,7 +308,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
         None => 0,
     };
     let last = total.div_ceil(ACTIONS_PAGE).max(1);
-    let page = page_number(q.page.as_deref()).min(last);
+    let page = page_param(q.page.as_deref()).min(last);
     let skip = (page - 1) * ACTIONS_PAGE;
     let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
     let docs = match &filter {
@@ -337,7 +327,7 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Out {
         rows.len(),
         if total == 1 { "" } else { "s" }
     );
-    let pager = pager(page, last, |p| actions_href(&q, p));
+    let pager = Pager::new(page, last, |p| actions_href(&q, p));
     render(StatusCode::OK, count_line, rows, pager, None)
 }
 
@@ -375,12 +365,12 @@ pub struct ContributorsPage {
     pub base: &'static str,
     pub cards: Vec<(&'static str, String)>,
     pub search: String,
-    pub headers: Vec<Header>,
+    pub headers: Vec<Column>,
     pub rows: Vec<ContributorView>,
     pub approver: bool,
     /// Logged in: the "Jump to my rank" link is shown.
     pub logged_in: bool,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
     /// "Show all (N contributors)" or "Show paginated", and its link.
     pub view_toggle: (String, String),
 }
@@ -415,22 +405,7 @@ const COLUMNS: [(&str, &str, bool); 7] = [
     ("tests_repo", "Tests repository", false),
 ];
 
-/// "N units ago" for a past time.
-fn time_ago(t: Option<&crate::store::Date>) -> String {
-    let Some(t) = t else {
-        return "Never".into();
-    };
-    let s = (chrono::Utc::now() - t.0).num_seconds().max(0);
-    let (n, unit) = match s {
-        0..60 => (s, "second"),
-        60..3600 => (s / 60, "minute"),
-        3600..86_400 => (s / 3600, "hour"),
-        _ => (s / 86_400, "day"),
-    };
-    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
-}
-
-fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Out {
+fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Page {
     let (heading, base) = if monthly {
         ("Contributors - Top Month", "/contributors/monthly")
     } else {
@@ -487,11 +462,7 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
         .iter()
         .find(|c| Some(c.0) == q.sort.as_deref())
         .map_or(("cpu_hours", true), |c| (c.0, c.2));
-    let desc = match q.order.as_deref() {
-        Some("asc") => false,
-        Some("desc") => true,
-        _ => default_desc,
-    };
+    let desc = order_param(q.order.as_deref(), default_desc);
     let repo = |r: &ContributorRow| repos.get(&r.username).cloned().unwrap_or_default();
     let mut rows = rows;
     rows.sort_by(|a, b| {
@@ -518,29 +489,25 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
         CONTRIBUTORS_PAGE
     };
     let href = |page: usize, highlight: Option<&str>| {
-        let mut h = format!(
-            "{base}?sort={sort}&order={}",
-            if desc { "desc" } else { "asc" }
-        );
-        if all {
-            h.push_str("&view=all");
+        let h = Href::new(base)
+            .param("sort", sort)
+            .param("order", order_text(desc))
+            .param_if(all, "view", "all")
+            .param_if(page > 1, "page", page);
+        match highlight {
+            Some(name) => h.param("highlight", name).fragment("me").build(),
+            None => h.build(),
         }
-        if page > 1 {
-            h.push_str(&format!("&page={page}"));
-        }
-        if let Some(name) = highlight {
-            h.push_str(&format!("&highlight={}#me", encode(name)));
-        }
-        h
     };
-    let mut page = page_number(q.page.as_deref()) as usize;
+    let mut page = page_param(q.page.as_deref()) as usize;
     let last = rows.len().div_ceil(size).max(1);
+    let toggle = Href::new(base).param("sort", sort);
     let view_toggle = if all {
-        ("Show paginated".to_string(), format!("{base}?sort={sort}"))
+        ("Show paginated".to_string(), toggle.build())
     } else {
         (
             format!("Show all ({} contributors)", rows.len()),
-            format!("{base}?sort={sort}&view=all"),
+            toggle.param("view", "all").build(),
         )
     };
     // "Jump to my rank": the viewer's own name, searched exactly.
@@ -565,31 +532,24 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
                 (heading, base),
                 cards,
                 search,
-                (Vec::new(), Vec::new(), Vec::new()),
+                (Vec::new(), Vec::new(), Pager::default()),
                 view_toggle,
             );
         };
         let target_page = at / size + 1;
         let name = rows[at].username.clone();
         if target_page != page || q.highlight.as_deref() != Some(name.as_str()) {
-            return Out::Redirect(href(target_page, Some(&name)));
+            return Page::Redirect(href(target_page, Some(&name)));
         }
     }
     page = page.min(last);
-    let headers = COLUMNS
-        .iter()
-        .map(|(key, label, d)| {
-            let next_desc = if *key == sort { !desc } else { *d };
-            Header {
-                label,
-                href: format!(
-                    "{base}?sort={key}&order={}{}",
-                    if next_desc { "desc" } else { "asc" },
-                    if all { "&view=all" } else { "" }
-                ),
-            }
-        })
-        .collect();
+    let headers = sort_columns(COLUMNS, sort, desc, |key, next_desc| {
+        Href::new(base)
+            .param("sort", key)
+            .param("order", order_text(next_desc))
+            .param_if(all, "view", "all")
+            .build()
+    });
     let highlight = q.highlight.clone().unwrap_or_default();
     let skip = (page - 1) * size;
     let views: Vec<ContributorView> = rows
@@ -602,7 +562,7 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
             ContributorView {
                 rank: i + 1,
                 username: r.username.clone(),
-                last_active: time_ago(r.last_updated.as_ref()),
+                last_active: ago(r.last_updated.as_ref()),
                 games_per_hour: r.games_per_hour.max(0.0) as u64,
                 cpu_hours: r.cpu_hours.max(0.0) as u64,
                 games: r.games,
@@ -613,7 +573,7 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
             }
         })
         .collect();
-    let pager = pager(page as u64, last as u64, |p| href(p as usize, None));
+    let pager = Pager::new(page as u64, last as u64, |p| href(p as usize, None));
     let l = Layout::new(ctx, heading);
     render_contributors(
         ctx,
@@ -627,7 +587,7 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
 }
 
 /// The table's parts: its headers, rows and pager.
-type Table = (Vec<Header>, Vec<ContributorView>, Vec<PageLink>);
+type Table = (Vec<Column>, Vec<ContributorView>, Pager);
 
 fn render_contributors(
     ctx: &Ctx,
@@ -637,14 +597,14 @@ fn render_contributors(
     search: &str,
     (headers, rows, pager): Table,
     view_toggle: (String, String),
-) -> Out {
+) -> Page {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let status = if rows.is_empty() && !search.is_empty() {
         StatusCode::NOT_FOUND
     } else {
         StatusCode::OK
     };
-    Out::render(
+    Page::render(
         status,
         &ContributorsPage {
             l,
@@ -696,9 +656,9 @@ mod tests {
             short_worker("alice-4cores-1a2b3c4d-5e6f"),
             "alice-4cores-1a2b3c4d"
         );
-        assert_eq!(time_ago(None), "Never");
+        assert_eq!(ago(None), "Never");
         let hour_ago = crate::store::Date(chrono::Utc::now() - chrono::Duration::seconds(3700));
-        assert_eq!(time_ago(Some(&hour_ago)), "1 hour ago");
+        assert_eq!(ago(Some(&hour_ago)), "1 hour ago");
     }
 
     #[test]

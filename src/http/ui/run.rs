@@ -17,10 +17,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::charts::{RunCharts, run_charts};
+use super::kit::error as errors;
+use super::kit::{Input, Layout, Page, STOP_POLLING, asset, page};
 use super::results::{Line, ResultsBox, results_box, status_label};
 use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
-use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
@@ -163,7 +164,7 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// The run, or the answer instead of the page (the 404 page, a 500).
-pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
+pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Page> {
     if !valid_id(id) {
         return Err(errors::missing(ctx));
     }
@@ -176,13 +177,6 @@ pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
         }
     }
 }
-
-/// The status of a live fragment whose run has finished: "here is the last update, stop
-/// polling" (Fishtest's 286, which htmx understands and `static/refresh.js` too).
-pub const FINISHED_FRAGMENT: StatusCode = match StatusCode::from_u16(286) {
-    Ok(s) => s,
-    Err(_) => StatusCode::OK,
-};
 
 /// The page title: "SPRT <new> vs <base>", "SPSA <new>" or "<games> games - <new> vs <base>".
 pub fn page_title(run: &Run) -> String {
@@ -302,7 +296,7 @@ pub async fn view(
             live: !run.finished,
             script: asset("refresh.js"),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -317,7 +311,7 @@ pub struct FollowQuery {
 /// The submit form's "submitted" message, while the run waits for approval.
 fn submitted_flash(l: Layout, run: &Run, submitted: bool) -> Layout {
     if submitted && !run.approved && !run.finished {
-        l.flash(super::Flash::info(super::submit::MSG_SUBMITTED))
+        l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED))
     } else {
         l
     }
@@ -332,11 +326,11 @@ pub async fn detail_fragment(
     fragment(&state, id, &headers, |run| {
         // A finished run's last update: 286 tells the page's script to stop refreshing.
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &DetailFragment { d: detail(run) })
+        Page::render(status, &DetailFragment { d: detail(run) })
     })
     .await
 }
@@ -349,11 +343,11 @@ pub async fn tasks_fragment(
 ) -> Response {
     fragment(&state, id, &headers, |run| {
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &TasksFragment { t: tasks(run) })
+        Page::render(status, &TasksFragment { t: tasks(run) })
     })
     .await
 }
@@ -366,11 +360,11 @@ pub async fn charts_fragment(
 ) -> Response {
     fragment(&state, id, &headers, |run| {
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &ChartsFragment { c: run_charts(run) })
+        Page::render(status, &ChartsFragment { c: run_charts(run) })
     })
     .await
 }
@@ -380,7 +374,7 @@ async fn fragment(
     state: &AppState,
     id: String,
     headers: &HeaderMap,
-    render: fn(&Run) -> Out,
+    render: fn(&Run) -> Page,
 ) -> Response {
     page(
         state,

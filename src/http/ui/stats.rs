@@ -25,9 +25,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::charts::{self, Chart};
+use super::kit::error as errors;
+use super::kit::{Input, Layout, Page, STOP_POLLING, asset, page};
 use super::results::{Piece, pentanomial_of};
 use super::run::{load, page_title};
-use super::{Input, Layout, Out, asset, errors, page};
 use crate::http::AppState;
 use crate::rundb::model::Run;
 use crate::stats::raw::{
@@ -35,11 +36,6 @@ use crate::stats::raw::{
 };
 use crate::stats::sprt_calc::{self, CalcInput};
 use crate::stats::{Results, SprtState, sprt_elo};
-
-/// htmx's "stop polling" status.
-fn stop_polling() -> StatusCode {
-    StatusCode::from_u16(286).unwrap_or(StatusCode::OK)
-}
 
 /// One cell: text and numbers (each number a `<span data-field>`).
 pub type Cell = Vec<Piece>;
@@ -692,12 +688,12 @@ pub async fn stats_page(
         if fragment {
             if spsa || run.finished {
                 let c = stats_content(&run);
-                return Out::render(stop_polling(), &StatsFragment { c });
+                return Page::render(STOP_POLLING, &StatsFragment { c });
             }
             if run.workers == 0 {
-                return Out::Html(StatusCode::NO_CONTENT, String::new());
+                return Page::Html(StatusCode::NO_CONTENT, String::new());
             }
-            return Out::render(
+            return Page::render(
                 StatusCode::OK,
                 &StatsFragment {
                     c: stats_content(&run),
@@ -714,7 +710,7 @@ pub async fn stats_page(
             c: stats_content(&run),
             script: asset("refresh.js"),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await;
     vary(r)
@@ -857,9 +853,9 @@ fn live_elo(run: &Run) -> Option<LiveElo> {
 /// or stopped undecided); the HTML 404 unless an SPRT run.
 fn load_live(
     db: &crate::rundb::RunDb,
-    ctx: &super::Ctx,
+    ctx: &super::session::Ctx,
     id: &str,
-) -> Result<(Run, LiveElo, bool), Out> {
+) -> Result<(Run, LiveElo, bool), Page> {
     let run = load(db, ctx, id)?;
     let Some(e) = live_elo(&run) else {
         return Err(errors::missing(ctx));
@@ -892,7 +888,7 @@ pub async fn live_elo_page(
             e,
             script: asset("refresh.js"),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await;
     vary(r)
@@ -911,11 +907,11 @@ pub async fn live_elo_update(
             Err(out) => return out,
         };
         let status = if decided {
-            stop_polling()
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &LiveEloFragment { e })
+        Page::render(status, &LiveEloFragment { e })
     })
     .await;
     vary(r)
@@ -938,7 +934,7 @@ pub async fn chart(
             return errors::missing(ctx);
         };
         match charts::render(&run, kind) {
-            Ok(svg) => Out::Html(StatusCode::OK, svg),
+            Ok(svg) => Page::Html(StatusCode::OK, svg),
             Err(e) => {
                 tracing::error!(run = %run.id, error = %e, "chart");
                 errors::internal()
@@ -1061,7 +1057,7 @@ pub async fn sprt_calc(
                 StatusCode::OK
             }
         };
-        Out::render(status, &p)
+        Page::render(status, &p)
     })
     .await
 }

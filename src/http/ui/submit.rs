@@ -27,8 +27,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::error as errors;
+use super::kit::{Flash, Href, Input, Layout, Page, form_or_default, page};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, accounts, errors, page};
 use crate::http::AppState;
 use crate::rundb::create::{CreateArgs, SprtIn, SpsaIn};
 use crate::rundb::model::Run;
@@ -523,7 +524,7 @@ pub fn to_args(f: &RunForm) -> Result<CreateArgs, FieldErrors> {
         new_tc: f.odds.as_ref().map(|_| text(&f.new_tc)),
         book: text(&f.book),
         book_depth: Some(text(&f.book_depth)),
-        // Out of range (negative, huge) becomes 0, which the run rules refuse.
+        // Page of range (negative, huge) becomes 0, which the run rules refuse.
         threads: u32::try_from(threads).unwrap_or(0),
         info,
         tests_repo: text(&f.tests_repo),
@@ -593,7 +594,7 @@ fn choices<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>, current: &st
     out
 }
 
-fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<Flash>) -> Out {
+fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<Flash>) -> Page {
     let rerun = !f.rescheduled_from.is_empty();
     let title = if rerun { "Reschedule test" } else { "New test" };
     let mut l = Layout::new(ctx, title);
@@ -601,18 +602,15 @@ fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<F
         l = l.flash(flash);
     }
     let base = if rerun {
-        format!(
-            "/tests/run?id={}&preset=",
-            accounts::percent(&f.rescheduled_from)
-        )
+        Href::new("/tests/run").path_param("id", &f.rescheduled_from)
     } else {
-        "/tests/run?preset=".to_string()
+        Href::new("/tests/run")
     };
     let active = f.preset();
     let presets = PRESETS
         .iter()
         .map(|p| PresetLink {
-            href: format!("{base}{}", p.key),
+            href: base.clone().param("preset", p.key).build(),
             label: p.label,
             active: active == Some(p.key),
         })
@@ -640,7 +638,7 @@ fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<F
         compilers,
         f,
     };
-    Out::render(StatusCode::OK, &page)
+    Page::render(StatusCode::OK, &page)
 }
 
 /// The query of `GET /tests/run`.
@@ -652,8 +650,8 @@ pub struct RunQuery {
     preset: Option<String>,
 }
 
-fn login_first(next: &str) -> Out {
-    Out::Redirect(format!("/login?next={}", accounts::percent(next)))
+fn login_first(next: &str) -> Page {
+    Page::Redirect(Href::new("/login").path_param("next", next).build())
 }
 
 /// `GET /tests/run`: the form (logged-in users), at its defaults, a rerun's values
@@ -668,7 +666,7 @@ pub async fn form(
         let Some(user) = ctx.user.clone() else {
             let mut next = "/tests/run".to_string();
             if let Some(id) = &q.id {
-                next = format!("{next}?id={}", accounts::percent(id));
+                next = Href::new(next).path_param("id", id).build();
             }
             return login_first(&next);
         };
@@ -708,7 +706,7 @@ pub async fn submit(
     form: Result<Form<RunForm>, FormRejection>,
 ) -> Response {
     // A body that is not this form is an empty one: its missing token refuses it.
-    let f = form.map(|Form(f)| f).unwrap_or_default();
+    let f = form_or_default(form);
     let token = f.csrf_token.clone();
     let primary = state.primary;
     page(
@@ -743,7 +741,7 @@ pub async fn submit(
             match db.submit_run(args, &user) {
                 Ok(id) => {
                     tracing::info!(run = %id, user = %user.username, "run submitted");
-                    Out::Redirect(format!("/tests/view/{id}?follow=1"))
+                    Page::Redirect(format!("/tests/view/{id}?follow=1"))
                 }
                 Err(SubmitError::Args(e)) => {
                     let field = form_field(e.field);

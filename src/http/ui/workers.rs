@@ -21,12 +21,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::error as errors;
+use super::kit::pager::page_param;
+use super::kit::table::{next_desc, order_param, order_text, sort_columns};
+use super::kit::time::ago;
+use super::kit::url::encode;
+use super::kit::{Column, Flash, Href, Input, Layout, Page, Pager, form_or_default, page};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
 use crate::http::AppState;
 use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
 use crate::rundb::{RunDb, RunDbError};
-use crate::store::Date;
 
 /// Machines a page of `/tests/machines` shows.
 pub const MACHINES_PAGE: usize = 500;
@@ -35,26 +39,9 @@ pub const WORKERS_PAGE: usize = 25;
 /// Longest `q` read (longer ones are cut).
 const MAX_QUERY: usize = 200;
 
-/// "N units ago" for a moment in the past ("just now" under a second).
-pub fn ago(d: &Date) -> String {
-    let secs = (chrono::Utc::now() - d.0).num_seconds().max(0);
-    let (n, unit) = match secs {
-        0 => return "just now".into(),
-        1..=59 => (secs, "second"),
-        60..=3599 => (secs / 60, "minute"),
-        3600..=86_399 => (secs / 3600, "hour"),
-        _ => (secs / 86_400, "day"),
-    };
-    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
-}
-
 /// The page number (1-based; anything else is 1).
 fn page_of(params: &HashMap<String, String>) -> usize {
-    params
-        .get("page")
-        .and_then(|p| p.trim().parse::<usize>().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1)
+    usize::try_from(page_param(params.get("page").map(String::as_str))).unwrap_or(1)
 }
 
 fn query_text(params: &HashMap<String, String>) -> String {
@@ -64,33 +51,11 @@ fn query_text(params: &HashMap<String, String>) -> String {
         .unwrap_or_default()
 }
 
-fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-/// Prev / Next links around `page` of `last` (empty `href`: disabled).
-pub struct Pager {
-    pub prev: String,
-    pub next: String,
-    pub page: usize,
-    pub last: usize,
-}
-
+/// The pager of page `page` of `last`, each page's link from `href`.
 fn pager(page: usize, last: usize, href: impl Fn(usize) -> String) -> Pager {
-    Pager {
-        prev: if page > 1 {
-            href(page - 1)
-        } else {
-            String::new()
-        },
-        next: if page < last {
-            href(page + 1)
-        } else {
-            String::new()
-        },
-        page,
-        last,
-    }
+    Pager::new(page as u64, last as u64, |p| {
+        href(usize::try_from(p).unwrap_or(usize::MAX))
+    })
 }
 
 /// One machine row.
@@ -131,7 +96,7 @@ impl MachineRow {
             run_id: m.run_id.clone(),
             running_on: format!("{clipped}/{}", m.task_id),
             task_id: m.task_id,
-            last_active: ago(&m.last_updated),
+            last_active: ago(Some(&m.last_updated)),
         }
     }
 
@@ -165,7 +130,7 @@ pub struct MachinesPage {
     pub my_workers: bool,
     pub sort: &'static str,
     pub order: &'static str,
-    pub columns: Vec<super::nets::Column>,
+    pub columns: Vec<Column>,
     pub rows: Vec<MachineRow>,
     pub pager: Pager,
 }
@@ -220,11 +185,7 @@ pub async fn machines(
         .get("sort")
         .and_then(|s| MACHINE_SORTS.iter().find(|(k, _, _)| k == s))
         .map_or(("last_active", true), |(k, _, d)| (*k, *d));
-    let desc = match params.get("order").map(String::as_str) {
-        Some("asc") => false,
-        Some("desc") => true,
-        _ => default_desc,
-    };
+    let desc = order_param(params.get("order").map(String::as_str), default_desc);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let mut machines = match db.active_machines() {
             Ok(m) => m,
@@ -258,36 +219,34 @@ pub async fn machines(
         } else {
             format!("Workers - {total}")
         };
-        let base = format!(
-            "/tests/machines?q={}{}",
-            encode(&q),
-            if my_workers { "&my_workers=1" } else { "" }
-        );
-        let order = |d: bool| if d { "desc" } else { "asc" };
-        let columns = MACHINE_SORTS
-            .iter()
-            .map(|(key, label, default)| {
-                let d = if *key == sort { !desc } else { *default };
-                super::nets::Column {
-                    label,
-                    href: format!("{base}&sort={key}&order={}", order(d)),
-                }
-            })
-            .collect();
+        let base =
+            Href::new("/tests/machines")
+                .param("q", &q)
+                .param_if(my_workers, "my_workers", 1);
+        let columns = sort_columns(MACHINE_SORTS, sort, desc, |key, d| {
+            base.clone()
+                .param("sort", key)
+                .param("order", order_text(d))
+                .build()
+        });
         let p = MachinesPage {
             l: Layout::new(ctx, "Machines"),
             heading,
             q: q.clone(),
             my_workers,
             sort,
-            order: order(desc),
+            order: order_text(desc),
             columns,
             rows,
             pager: pager(page_no, last, |n| {
-                format!("{base}&sort={sort}&order={}&page={n}", order(desc))
+                base.clone()
+                    .param("sort", sort)
+                    .param("order", order_text(desc))
+                    .param("page", n)
+                    .build()
             }),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -388,11 +347,10 @@ impl ListQuery {
             Some("worker") => "worker",
             _ => "last_changed",
         };
-        let desc = match params.get("order").map(String::as_str) {
-            Some("asc") => false,
-            Some("desc") => true,
-            _ => sort == "last_changed",
-        };
+        let desc = order_param(
+            params.get("order").map(String::as_str),
+            sort == "last_changed",
+        );
         ListQuery {
             since: Since::parse(params.get("filter")),
             q: query_text(params),
@@ -403,16 +361,17 @@ impl ListQuery {
     }
 
     fn href(&self, sort: &str, desc: bool, page: usize) -> String {
-        format!(
-            "/workers/show?filter={}&q={}&sort={sort}&order={}&page={page}",
-            self.since.param(),
-            encode(&self.q),
-            if desc { "desc" } else { "asc" }
-        )
+        Href::new("/workers/show")
+            .param("filter", self.since.param())
+            .param("q", &self.q)
+            .param("sort", sort)
+            .param("order", order_text(desc))
+            .param("page", page)
+            .build()
     }
 }
 
-fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> {
+fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Page> {
     let records = db.worker_records().map_err(|e| {
         tracing::error!(error = %e, "worker records");
         errors::internal()
@@ -458,7 +417,7 @@ fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> 
         rows.push(WorkerRow {
             name: r.worker_name.clone(),
             blocked: r.blocked,
-            last_changed: r.last_updated.as_ref().map_or_else(|| "Never".into(), ago),
+            last_changed: ago(r.last_updated.as_ref()),
             message: r.message.clone(),
             email,
         });
@@ -476,12 +435,7 @@ fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> 
         })
         .collect();
     let flip = |col: &str, default_desc: bool| {
-        let desc = if lq.sort == col {
-            !lq.desc
-        } else {
-            default_desc
-        };
-        lq.href(col, desc, 1)
+        lq.href(col, next_desc(col, default_desc, lq.sort, lq.desc), 1)
     };
     Ok(WorkersPage {
         l: Layout::new(ctx, "Blocked workers"),
@@ -489,7 +443,7 @@ fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> 
         filters,
         q: lq.q.clone(),
         sort: lq.sort,
-        order: if lq.desc { "desc" } else { "asc" },
+        order: order_text(lq.desc),
         rows,
         approver,
         worker_href: flip("worker", false),
@@ -544,7 +498,7 @@ pub async fn worker_page(
                 )));
             } else if editable_name(&name) {
                 let Some(user) = ctx.user.as_ref() else {
-                    return Out::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                    return Page::Redirect(format!("/login?next=/workers/{}", encode(&name)));
                 };
                 if owner_of(&name) == user.username || user.is_approver() {
                     let record = match db.worker_record(&name) {
@@ -556,10 +510,7 @@ pub async fn worker_page(
                     };
                     edit = Some(EditForm {
                         name: name.clone(),
-                        last_changed: record
-                            .as_ref()
-                            .and_then(|r| r.last_updated.as_ref())
-                            .map_or_else(|| "Never".into(), ago),
+                        last_changed: ago(record.as_ref().and_then(|r| r.last_updated.as_ref())),
                         message: record
                             .as_ref()
                             .map(|r| r.message.clone())
@@ -577,7 +528,7 @@ pub async fn worker_page(
         };
         p.edit = edit;
         p.l.flashes = flash;
-        Out::render(StatusCode::OK, &p)
+        Page::render(StatusCode::OK, &p)
     })
     .await
 }
@@ -605,38 +556,30 @@ pub async fn worker_post(
     Path(name): Path<String>,
     form: Result<Form<WorkerForm>, FormRejection>,
 ) -> Response {
-    let f = form.map(|Form(f)| f).unwrap_or_default();
+    let f = form_or_default(form);
     let token = f.csrf_token.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                return Page::Redirect(format!("/login?next=/workers/{}", encode(&name)));
             };
             if f.submit != "Submit" {
-                return Out::Redirect("/workers/show".into());
+                return Page::Redirect("/workers/show".into());
             }
             match db.set_worker(&name, f.blocked.is_some(), &f.message, &user) {
                 Ok(change) => {
-                    let mut to = String::from("/workers/show");
-                    let mut params = Vec::new();
+                    let mut to = Href::new("/workers/show");
                     if change.toggled {
                         let done = if change.blocked {
                             "blocked"
                         } else {
                             "unblocked"
                         };
-                        params.push(format!("done={done}&worker={}", encode(&name)));
+                        to = to.param("done", done).param("worker", &name);
                     }
-                    if change.truncated {
-                        params.push("truncated=1".into());
-                    }
-                    if !params.is_empty() {
-                        to.push('?');
-                        to.push_str(&params.join("&"));
-                    }
-                    Out::Redirect(to)
+                    Page::Redirect(to.param_if(change.truncated, "truncated", 1).build())
                 }
                 Err(RunDbError::Unauthorized(m)) => {
                     errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", &m)
@@ -657,15 +600,6 @@ pub async fn worker_post(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_ago_labels() {
-        let at = |s: i64| Date(chrono::Utc::now() - chrono::Duration::seconds(s));
-        assert_eq!(ago(&at(0)), "just now");
-        assert_eq!(ago(&at(1)), "1 second ago");
-        assert_eq!(ago(&at(125)), "2 minutes ago");
-        assert_eq!(ago(&at(3 * 86_400 + 5)), "3 days ago");
-    }
 
     #[test]
     fn list_query_defaults_and_flash_names() {

@@ -1,0 +1,303 @@
+//! The page machinery: every page is one job on the render lane — the session resolved, the
+//! CSRF token checked (a POST with a bad one never reaches its body), the body run and its
+//! template rendered — and the response built back on the event loop (status, body,
+//! `Cache-Control: no-store`, the session cookie when its id changed).
+//!
+//! A body is `FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Result<Page, PageError>`; [`Layout`]
+//! is what the base template needs from every page.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::assets::asset;
+use super::error::{PageError, PageResult, internal_page};
+use crate::http::AppState;
+use crate::http::ui::session::{self, CookieKeys, Ctx};
+use crate::rundb::RunDb;
+
+/// The status of a live fragment that will not change any more: "here is the last update,
+/// stop polling" (Fishtest's 286, which htmx understands and `static/refresh.js` too).
+pub const STOP_POLLING: StatusCode = match StatusCode::from_u16(286) {
+    Ok(s) => s,
+    Err(_) => StatusCode::OK,
+};
+
+/// One flash message on a page.
+pub struct Flash {
+    /// `error`, `warning` or `info`.
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl Flash {
+    pub fn error(text: impl Into<String>) -> Self {
+        Flash {
+            kind: "error",
+            text: text.into(),
+        }
+    }
+    pub fn info(text: impl Into<String>) -> Self {
+        Flash {
+            kind: "info",
+            text: text.into(),
+        }
+    }
+}
+
+/// What the base layout needs from every page.
+pub struct Layout {
+    pub title: String,
+    pub user: Option<String>,
+    pub csrf: String,
+    pub css: String,
+    pub flashes: Vec<Flash>,
+    /// For an approver: accounts waiting for approval (shown in the navigation).
+    pub pending_users: Option<u64>,
+}
+
+impl Layout {
+    pub fn new(ctx: &Ctx, title: &str) -> Self {
+        Layout {
+            title: if title.is_empty() {
+                "shoal testing framework".into()
+            } else {
+                format!("{title} | shoal testing")
+            },
+            user: ctx.username(),
+            csrf: ctx.csrf.clone(),
+            css: asset("style.css"),
+            flashes: Vec::new(),
+            pending_users: ctx.pending_users,
+        }
+    }
+
+    pub fn flash(mut self, flash: Flash) -> Self {
+        self.flashes.push(flash);
+        self
+    }
+}
+
+/// What a page body produces (in the pool).
+pub enum Page {
+    Html(StatusCode, String),
+    Redirect(String),
+    /// 429 with `Retry-After` (seconds) and a page.
+    Throttled(u64, String),
+}
+
+impl Page {
+    /// Renders a template with a status.
+    pub fn render(status: StatusCode, t: &impl Template) -> Page {
+        match t.render() {
+            Ok(html) => Page::Html(status, html),
+            Err(e) => {
+                tracing::error!(error = %e, "template failed");
+                internal_page()
+            }
+        }
+    }
+}
+
+/// What a body may return: a page, or a page or why there is none.
+pub trait IntoPageResult {
+    fn into_page_result(self) -> PageResult;
+}
+
+impl IntoPageResult for Page {
+    fn into_page_result(self) -> PageResult {
+        Ok(self)
+    }
+}
+
+impl IntoPageResult for PageResult {
+    fn into_page_result(self) -> PageResult {
+        self
+    }
+}
+
+/// A body that is not the expected form is an empty one (whose missing token refuses it).
+pub fn form_or_default<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
+    form.map(|Form(f)| f).unwrap_or_default()
+}
+
+/// What the event loop passes to [`page`]: the verified cookie id and, for a POST, the
+/// submitted CSRF token (the `X-CSRF-Token` header, else the form's `csrf_token`).
+pub struct Input {
+    pub keys: CookieKeys,
+    pub id: Option<String>,
+    pub csrf: Option<Option<String>>,
+}
+
+impl Input {
+    /// A GET: no token to check.
+    pub fn get(state: &AppState, headers: &HeaderMap) -> Self {
+        let keys = keys(state);
+        Input {
+            id: keys.read_id(headers),
+            keys,
+            csrf: None,
+        }
+    }
+
+    /// A state-changing POST: its token must match the session's.
+    pub fn post(state: &AppState, headers: &HeaderMap, form_token: Option<String>) -> Self {
+        let header_token = headers
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Input {
+            csrf: Some(header_token.or(form_token)),
+            ..Input::get(state, headers)
+        }
+    }
+}
+
+fn keys(state: &AppState) -> CookieKeys {
+    let secure = state
+        .config
+        .public_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("https://"));
+    CookieKeys::new(&state.secret, secure)
+}
+
+/// The session and, for a POST, the token (blocking: in the pool). `Err` is the answer
+/// instead of the page: a session ended on this request → `/tests`; a POST whose CSRF token
+/// does not match → the 403 page (the handler never runs).
+fn open(
+    db: &RunDb,
+    keys: &CookieKeys,
+    input: Input,
+) -> Result<Ctx, (Option<(String, bool)>, Page)> {
+    let ctx = match session::resolve(db, keys, input.id) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            tracing::error!(error = %e, "session lookup failed");
+            return Err((None, internal_page()));
+        }
+    };
+    if ctx.ended {
+        return Err((ctx.set_cookie, Page::Redirect("/tests".into())));
+    }
+    if let Some(token) = &input.csrf
+        && !ctx.csrf_ok(token.as_deref())
+    {
+        metrics::counter!("shoal_ui_csrf_refused_total").increment(1);
+        let out = PageError::Forbidden.into_page(&ctx);
+        return Err((ctx.set_cookie, out));
+    }
+    Ok(ctx)
+}
+
+/// Runs `body` for the session `ctx`: its page, or the answer for why there is none.
+fn run_body<F, R>(db: &RunDb, ctx: &mut Ctx, keys: &CookieKeys, body: F) -> Page
+where
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R,
+    R: IntoPageResult,
+{
+    match body(db, ctx, keys).into_page_result() {
+        Ok(page) => page,
+        Err(e) => e.into_page(ctx),
+    }
+}
+
+/// Runs a page in the pool: [`open`], then `body`, which renders. Returns the response with
+/// the session cookie if it changed.
+pub async fn page<F, R>(state: &AppState, input: Input, body: F) -> Response
+where
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R + Send + 'static,
+    R: IntoPageResult,
+{
+    let db = state.rundb.clone();
+    let keys = input.keys.clone();
+    let k = keys.clone();
+    let job = move || match open(&db, &k, input) {
+        Ok(mut ctx) => {
+            let out = run_body(&db, &mut ctx, &k, body);
+            (ctx.set_cookie, out)
+        }
+        Err(answer) => answer,
+    };
+    finish(state, &keys, job).await
+}
+
+/// The first half of a page whose body must await something else first (the login's
+/// credential check): [`open`] in the pool. `Ok` to go on with [`continue_page`].
+pub async fn open_page(state: &AppState, input: Input) -> Result<Ctx, Response> {
+    let db = state.rundb.clone();
+    let keys = input.keys.clone();
+    let k = keys.clone();
+    match state.offload.run(move || open(&db, &k, input)).await {
+        Ok(Ok(ctx)) => Ok(ctx),
+        Ok(Err((cookie, out))) => Err(respond(&keys, cookie, out)),
+        Err(e) => Err(unavailable(e)),
+    }
+}
+
+/// The second half: `body` in the pool with the session [`open_page`] resolved.
+pub async fn continue_page<F, R>(
+    state: &AppState,
+    keys: CookieKeys,
+    mut ctx: Ctx,
+    body: F,
+) -> Response
+where
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R + Send + 'static,
+    R: IntoPageResult,
+{
+    let db = state.rundb.clone();
+    let k = keys.clone();
+    let job = move || {
+        let out = run_body(&db, &mut ctx, &k, body);
+        (ctx.set_cookie, out)
+    };
+    finish(state, &keys, job).await
+}
+
+async fn finish<J>(state: &AppState, keys: &CookieKeys, job: J) -> Response
+where
+    J: FnOnce() -> (Option<(String, bool)>, Page) + Send + 'static,
+{
+    // The render lane: a turn first (waiting costs no thread), then one of its low-priority
+    // threads, so pages never take CPU or pool tokens from the worker API.
+    match state.page_renders.run(job).await {
+        Ok((cookie, out)) => respond(keys, cookie, out),
+        Err(e) => unavailable(e),
+    }
+}
+
+fn unavailable(e: crate::offload::OffloadError) -> Response {
+    tracing::warn!(error = %e, "page not rendered");
+    (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
+}
+
+/// Builds the response on the event loop: status, body, cookie, `no-store`.
+pub fn respond(keys: &CookieKeys, cookie: Option<(String, bool)>, out: Page) -> Response {
+    let mut response = match out {
+        Page::Html(status, html) => (status, axum::response::Html(html)).into_response(),
+        Page::Redirect(to) => {
+            let mut r = StatusCode::FOUND.into_response();
+            if let Ok(v) = HeaderValue::from_str(&to) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Page::Throttled(retry_after, html) => {
+            let mut r = (StatusCode::TOO_MANY_REQUESTS, axum::response::Html(html)).into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            r
+        }
+    };
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some((id, remember)) = cookie
+        && let Some(v) = keys.set_cookie(&id, remember)
+    {
+        h.append(header::SET_COOKIE, v);
+    }
+    response
+}
