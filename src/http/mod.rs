@@ -18,6 +18,7 @@ pub mod limits;
 pub mod middleware;
 pub mod ops;
 pub mod reply;
+pub mod run_id;
 pub mod ui;
 
 use std::sync::Arc;

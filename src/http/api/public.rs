@@ -27,6 +27,7 @@ use super::schema::{
 };
 use crate::http::AppState;
 use crate::http::reply::{ApiError, BareJson};
+use crate::http::run_id::RunId;
 use crate::rundb::model::Date;
 use crate::rundb::model::Run;
 use crate::rundb::queries::{FinishedFilter, TaskList};
@@ -336,10 +337,6 @@ fn sprt_summary(run: &Run) -> Option<Result<Value, String>> {
     )
 }
 
-fn valid_id(id: &str) -> bool {
-    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// GET /api/get_elo/{id}: `{}` for non-SPRT runs, else the run (as get_run shows it) plus
 /// `elo`.
 #[utoipa::path(
@@ -357,15 +354,15 @@ pub async fn get_elo_route(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !valid_id(&id) {
+    let Ok(id) = id.parse::<RunId>() else {
         return Err(no_run(&id));
-    }
+    };
     let db = state.rundb.clone();
     let body = state
         .offload
         .run(move || -> Result<BareJson, ApiError> {
-            let Some(run) = db.run_head(&id)? else {
-                return Err(no_run(&id));
+            let Some(run) = db.run_head(id.as_str())? else {
+                return Err(no_run(id.as_str()));
             };
             let Some(summary) = sprt_summary(&run) else {
                 return BareJson::of(&Map::new());
@@ -397,15 +394,15 @@ pub async fn get_run(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !valid_id(&id) {
+    let Ok(id) = id.parse::<RunId>() else {
         return Err(no_run(&id));
-    }
+    };
     let db = state.rundb.clone();
     let body = state
         .offload
-        .run(move || match db.run_head(&id)? {
+        .run(move || match db.run_head(id.as_str())? {
             Some(run) => BareJson::of(&api_run(run, RunView::Stripped)?),
-            None => Err(no_run(&id)),
+            None => Err(no_run(id.as_str())),
         })
         .await??;
     Ok(body.cors().into_response())
@@ -530,9 +527,9 @@ pub async fn get_task(
     Path((id, tid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let not_found = || ApiError::NotFound(format!("The task {id}/{tid} does not exist"));
-    if !valid_id(&id) {
+    let Ok(run_id) = id.parse::<RunId>() else {
         return Err(not_found());
-    }
+    };
     let (index, bad_list) = match tid.strip_suffix("bad") {
         Some(n) => (n.parse::<usize>().map_err(|_| not_found())?, true),
         None => (tid.parse::<usize>().map_err(|_| not_found())?, false),
@@ -543,11 +540,10 @@ pub async fn get_task(
         TaskList::Tasks
     };
     let db = state.rundb.clone();
-    let run_id = id.clone();
     let body = state
         .offload
         .run(move || -> Result<Option<BareJson>, ApiError> {
-            match db.task_view(&run_id, index, list)? {
+            match db.task_view(run_id.as_str(), index, list)? {
                 Some(task) => Ok(Some(BareJson::of(&api_task(task))?)),
                 None => Ok(None),
             }

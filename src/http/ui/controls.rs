@@ -23,6 +23,7 @@ use super::kit::error as errors;
 use super::kit::{Input, Page, form_or_default, page};
 use super::session::Ctx;
 use crate::http::AppState;
+use crate::http::run_id::RunId;
 use crate::rundb::users::User;
 use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
 
@@ -62,7 +63,7 @@ pub struct ModifyForm {
 /// succeeded; `None` for an unknown code (a link cannot put words on the page).
 pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
     if code == "approved" {
-        return Some(match run.filter(|id| super::run::valid_id(id)) {
+        return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
             Some(id) => format!("Run {id} approved"),
             None => "Run approved".into(),
         });
@@ -148,7 +149,7 @@ pub async fn approve(
     let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.approve_run(&f.run_id, user).map(|()| {
-            if super::run::valid_id(&f.run_id) {
+            if f.run_id.parse::<RunId>().is_ok() {
                 format!("approved&run={}", f.run_id)
             } else {
                 "approved".into()

@@ -23,6 +23,7 @@ use super::results::{Line, ResultsBox, results_box, status_label};
 use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
 use crate::http::AppState;
+use crate::http::run_id::{InvalidRunId, RunId};
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::Run;
@@ -159,16 +160,12 @@ pub struct ChartsFragment {
     pub c: RunCharts,
 }
 
-pub fn valid_id(id: &str) -> bool {
-    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// The run, or the answer instead of the page (the 404 page, a 500).
-pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Page> {
-    if !valid_id(id) {
+pub(super) fn load(db: &RunDb, ctx: &Ctx, id: Result<RunId, InvalidRunId>) -> Result<Run, Page> {
+    let Ok(id) = id else {
         return Err(errors::missing(ctx));
-    }
-    match db.get_run(id) {
+    };
+    match db.get_run(id.as_str()) {
         Ok(Some(run)) => Ok(run),
         Ok(None) => Err(errors::missing(ctx)),
         Err(e) => {
@@ -268,8 +265,9 @@ pub async fn view(
     follow: Result<Query<FollowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
+    let id = id.parse::<RunId>();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
+        let run = match load(db, ctx, id) {
             Ok(run) => run,
             Err(out) => return out,
         };
@@ -376,10 +374,11 @@ async fn fragment(
     headers: &HeaderMap,
     render: fn(&Run) -> Page,
 ) -> Response {
+    let id = id.parse::<RunId>();
     page(
         state,
         Input::get(state, headers),
-        move |db, ctx, _| match load(db, ctx, &id) {
+        move |db, ctx, _| match load(db, ctx, id) {
             Ok(run) => render(&run),
             Err(out) => out,
         },

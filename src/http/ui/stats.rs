@@ -30,6 +30,7 @@ use super::kit::{Input, Layout, Page, STOP_POLLING, asset, page};
 use super::results::{Piece, pentanomial_of};
 use super::run::{load, page_title};
 use crate::http::AppState;
+use crate::http::run_id::{InvalidRunId, RunId};
 use crate::rundb::model::Run;
 use crate::stats::raw::{
     Bounds, Counts, EloLos, Llrs, Pentanomial, RawStats, SprtParams, Trinomial, raw_stats,
@@ -679,8 +680,9 @@ pub async fn stats_page(
     headers: HeaderMap,
 ) -> Response {
     let fragment = is_fragment(&headers);
+    let id = id.parse::<RunId>();
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
+        let run = match load(db, ctx, id) {
             Ok(run) => run,
             Err(out) => return out,
         };
@@ -854,7 +856,7 @@ fn live_elo(run: &Run) -> Option<LiveElo> {
 fn load_live(
     db: &crate::rundb::RunDb,
     ctx: &super::session::Ctx,
-    id: &str,
+    id: Result<RunId, InvalidRunId>,
 ) -> Result<(Run, LiveElo, bool), Page> {
     let run = load(db, ctx, id)?;
     let Some(e) = live_elo(&run) else {
@@ -875,8 +877,9 @@ pub async fn live_elo_page(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let id = id.parse::<RunId>();
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let (run, e, decided) = match load_live(db, ctx, &id) {
+        let (run, e, decided) = match load_live(db, ctx, id) {
             Ok(loaded) => loaded,
             Err(out) => return out,
         };
@@ -901,8 +904,9 @@ pub async fn live_elo_update(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    let id = id.parse::<RunId>();
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let (_, e, decided) = match load_live(db, ctx, &id) {
+        let (_, e, decided) = match load_live(db, ctx, id) {
             Ok(loaded) => loaded,
             Err(out) => return out,
         };
@@ -925,8 +929,9 @@ pub async fn chart(
     headers: HeaderMap,
 ) -> Response {
     let kind = Chart::parse(&name);
+    let id = id.parse::<RunId>();
     let mut r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
+        let run = match load(db, ctx, id) {
             Ok(run) => run,
             Err(out) => return out,
         };

@@ -31,6 +31,7 @@ use super::kit::error as errors;
 use super::kit::{Flash, Href, Input, Layout, Page, form_or_default, page};
 use super::session::Ctx;
 use crate::http::AppState;
+use crate::http::run_id::RunId;
 use crate::rundb::create::{CreateArgs, SprtIn, SpsaIn};
 use crate::rundb::model::Run;
 use crate::rundb::{RunDb, RunDbError, SubmitError};
@@ -476,8 +477,7 @@ pub fn to_args(f: &RunForm) -> Result<CreateArgs, FieldErrors> {
         }
     };
     let rescheduled = f.rescheduled_from.trim();
-    let run_id = rescheduled.len() == 24 && rescheduled.bytes().all(|b| b.is_ascii_hexdigit());
-    if !rescheduled.is_empty() && !run_id {
+    if !rescheduled.is_empty() && rescheduled.parse::<RunId>().is_err() {
         errors.insert(
             "rescheduled_from".into(),
             "The run to reschedule is not a run id".into(),
@@ -672,17 +672,14 @@ pub async fn form(
         };
         let mut f = match &q.id {
             None => RunForm::defaults(&user.tests_repo),
-            Some(id) => {
-                let valid = id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit());
-                match valid.then(|| db.get_run(id)) {
-                    None | Some(Ok(None)) => return errors::missing(ctx),
-                    Some(Ok(Some(run))) => RunForm::rerun(&run),
-                    Some(Err(e)) => {
-                        tracing::error!(error = %e, "rerun form");
-                        return errors::internal();
-                    }
+            Some(id) => match id.parse::<RunId>().ok().map(|id| db.get_run(id.as_str())) {
+                None | Some(Ok(None)) => return errors::missing(ctx),
+                Some(Ok(Some(run))) => RunForm::rerun(&run),
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "rerun form");
+                    return errors::internal();
                 }
-            }
+            },
         };
         let mut flashes = Vec::new();
         if let Some(key) = &q.preset {

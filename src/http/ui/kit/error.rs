@@ -17,6 +17,7 @@ use axum::response::Response;
 
 use super::page::{Input, Layout, Page, page};
 use crate::http::AppState;
+use crate::http::run_id::InvalidRunId;
 use crate::http::ui::session::Ctx;
 use crate::rundb::RunDbError;
 use crate::rundb::users::UserError;
@@ -125,6 +126,13 @@ impl From<RunDbError> for PageError {
                 PageError::internal("page failed", e)
             }
         }
+    }
+}
+
+/// A malformed run id names no run: the 404 page.
+impl From<InvalidRunId> for PageError {
+    fn from(_: InvalidRunId) -> Self {
+        PageError::NotFound
     }
 }
 
