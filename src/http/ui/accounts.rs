@@ -11,13 +11,13 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::error as errors;
 use super::kit::{
-    Flash, Href, Input, Layout, Page, continue_page, form_or_default, open_page, page, respond,
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
+    form_or_default, open_page, page, respond,
 };
 use super::session::Ctx;
 use crate::http::AppState;
@@ -77,19 +77,16 @@ fn login_action(q: &NextQuery) -> String {
     }
 }
 
-fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> Page {
+fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> PageResult {
     let mut l = Layout::new(ctx, "Login");
     if let Some(f) = flash {
         l = l.flash(f);
     }
-    Page::render(
-        StatusCode::OK,
-        &LoginPage {
-            l,
-            action: login_action(q),
-            remember,
-        },
-    )
+    Page::ok(&LoginPage {
+        l,
+        action: login_action(q),
+        remember,
+    })
 }
 
 /// `GET /login`.
@@ -100,7 +97,7 @@ pub async fn login_form(
 ) -> Response {
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_some() {
-            return Page::Redirect("/tests".into());
+            return Page::redirect("/tests");
         }
         let flash = q.created.is_some().then(|| Flash::info(MSG_CREATED));
         login_page(ctx, &q, true, flash)
@@ -158,14 +155,12 @@ pub async fn login(
     )
     .await;
     continue_page(&state, keys, ctx, move |db, ctx, _| match verdict {
-        Ok(user) => match ctx.login(db, user, remember) {
-            Ok(()) => Page::Redirect(safe_next(&q)),
-            Err(e) => {
-                tracing::error!(error = %e, "session not started");
-                errors::internal()
-            }
-        },
-        Err(ApiError::Throttled { retry_after_s }) => errors::throttled(ctx, retry_after_s),
+        Ok(user) => {
+            ctx.login(db, user, remember)
+                .or_internal("session not started")?;
+            Page::redirect(safe_next(&q))
+        }
+        Err(ApiError::Throttled { retry_after_s }) => Err(PageError::Throttled { retry_after_s }),
         Err(ApiError::Unauthorized(m)) => {
             let text = if m == MSG_PENDING {
                 format!("{m}{PENDING_MORE}")
@@ -202,28 +197,25 @@ pub async fn logout(
     page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
-        |db, ctx, keys| match ctx.logout(db, keys) {
-            Ok(()) => Page::Redirect("/tests".into()),
-            Err(e) => {
-                tracing::error!(error = %e, "logout failed");
-                errors::internal()
-            }
+        |db, ctx, keys| {
+            ctx.logout(db, keys).or_internal("logout failed")?;
+            Page::redirect("/tests")
         },
     )
     .await
 }
 
-fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> Page {
+fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> PageResult {
     let mut l = Layout::new(ctx, "Register");
     l.flashes = flashes;
-    Page::render(StatusCode::OK, &SignupPage { l })
+    Page::ok(&SignupPage { l })
 }
 
 /// `GET /signup`.
 pub async fn signup_form(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
         if ctx.user.is_some() {
-            return Page::Redirect("/tests".into());
+            return Page::redirect("/tests");
         }
         signup_page(ctx, Vec::new())
     })
@@ -340,7 +332,7 @@ pub async fn signup(
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             if ctx.user.is_some() {
-                return Page::Redirect("/tests".into());
+                return Page::redirect("/tests");
             }
             let errors = signup_errors(&form);
             if !errors.is_empty() {
@@ -352,14 +344,11 @@ pub async fn signup(
                 form.email.trim(),
                 form.tests_repo.trim(),
             ) {
-                Ok(_) => Page::Redirect("/login?created=1".into()),
+                Ok(_) => Page::redirect("/login?created=1"),
                 Err(crate::rundb::users::UserError::Invalid(m)) => {
                     signup_page(ctx, vec![Flash::error(m)])
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "signup failed");
-                    errors::internal()
-                }
+                Err(e) => Err(PageError::internal("signup failed", e)),
             }
         },
     )

@@ -19,9 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::error as errors;
-use super::kit::{Input, Page, form_or_default, page};
-use super::session::Ctx;
+use super::kit::{Input, Page, PageError, form_or_default, page};
 use crate::http::AppState;
 use crate::http::run_id::RunId;
 use crate::rundb::users::User;
@@ -85,28 +83,13 @@ pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
     )
 }
 
-/// A domain refusal as a page with its message; a store failure is the only 500.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Page {
-    let (status, heading) = match &e {
-        RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
-        RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
-        RunDbError::NotFound(_) => (StatusCode::NOT_FOUND, "No such run"),
-        RunDbError::NotPrimary => return not_primary(ctx),
-        RunDbError::Store(_) | RunDbError::Corrupt(..) => {
-            tracing::error!(error = %e, "run control failed");
-            return errors::internal();
-        }
-    };
-    errors::refused(ctx, status, heading, &e.to_string())
-}
-
-fn not_primary(ctx: &Ctx) -> Page {
-    errors::refused(
-        ctx,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Service unavailable",
-        "Primary instance required.",
-    )
+/// A control's refusal: the domain's message on the error page, a run that does not exist
+/// named as such (with the domain's words) rather than the plain 404 page.
+fn refusal(e: RunDbError) -> PageError {
+    match e {
+        RunDbError::NotFound(m) => PageError::refused(StatusCode::NOT_FOUND, "No such run", m),
+        e => e.into(),
+    }
 }
 
 /// Runs one control: token (in [`page`]), primary, login, then `act`, whose `Ok` names the
@@ -126,15 +109,13 @@ where
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             if !primary {
-                return not_primary(ctx);
+                return Err(PageError::NotPrimary);
             }
             let Some(user) = ctx.user.clone() else {
-                return Page::Redirect("/login".into());
+                return Page::redirect("/login");
             };
-            match act(db, &user) {
-                Ok(code) => Page::Redirect(format!("/tests?done={code}")),
-                Err(e) => refusal(ctx, e),
-            }
+            let code = act(db, &user).map_err(refusal)?;
+            Page::redirect(format!("/tests?done={code}"))
         },
     )
     .await

@@ -15,8 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::controls;
-use super::kit::error as errors;
-use super::kit::{Flash, Href, Input, Layout, Page, Pager, page};
+use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
 use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
 use crate::http::AppState;
@@ -138,30 +137,24 @@ pub async fn tests(
             let saves = db.listed_changes();
             let html = match cache.fresh(saves) {
                 Some(html) => html,
-                None => match body(db, q, TOKEN_SLOT) {
-                    Ok(html) => {
-                        let html = Arc::new(html);
-                        cache.store(saves, Arc::clone(&html));
-                        html
-                    }
-                    Err(out) => return out,
-                },
+                None => {
+                    let html = Arc::new(body(db, q, TOKEN_SLOT)?);
+                    cache.store(saves, Arc::clone(&html));
+                    html
+                }
             };
             html.replace(TOKEN_SLOT, &ctx.csrf)
         } else {
-            match body(db, q, &ctx.csrf) {
-                Ok(html) => html,
-                Err(out) => return out,
-            }
+            body(db, q, &ctx.csrf)?
         };
-        Page::render(StatusCode::OK, &TestsPage { l, body })
+        Page::ok(&TestsPage { l, body })
     })
     .await
 }
 
 /// Renders the dashboard's content for query `q` with `token` in its forms (the rendered
-/// HTML, or the answer instead: a redirect past the last page, an error page).
-fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Page> {
+/// HTML, or why not: a redirect past the last page, a failure).
+fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, PageError> {
     let f = finished_part(db, "/tests", None, q)?;
     let mut p = TestsBody {
         l: FormToken {
@@ -180,10 +173,7 @@ fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Page> {
         pager: f.pager,
     };
     if q.page == 1 {
-        let runs = db.active_heads().map_err(|e| {
-            tracing::error!(error = %e, "active runs");
-            errors::internal()
-        })?;
+        let runs = db.active_heads().or_internal("active runs")?;
         let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
         let busy = || open().filter(|r| r.workers > 0);
         p.cores = busy().map(|r| r.cores).sum();
@@ -204,8 +194,5 @@ fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Page> {
         panels.insert(2, failed_panel(&f.runs));
         p.panels = panels;
     }
-    p.render().map_err(|e| {
-        tracing::error!(error = %e, "dashboard template failed");
-        errors::internal()
-    })
+    Ok(p.render()?)
 }

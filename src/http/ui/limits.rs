@@ -17,8 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::error as errors;
-use super::kit::{Flash, Input, Layout, Page, form_or_default, page};
+use super::kit::{Flash, Input, Layout, Page, PageError, PageResult, form_or_default, page};
 use super::session::Ctx;
 use crate::http::AppState;
 use crate::limits::LimitView;
@@ -105,17 +104,16 @@ pub struct LimitsPage {
     pub limits: Vec<LimitRow>,
 }
 
-fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Page {
+fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
     let Some(user) = ctx.user.as_ref() else {
-        return Page::Redirect("/login".into());
+        return Page::redirect("/login");
     };
     if !user.is_approver() {
-        return errors::refused(
-            ctx,
+        return Err(PageError::refused(
             StatusCode::FORBIDDEN,
             "Forbidden",
             "Only approvers may see the limits.",
-        );
+        ));
     }
     let mut l = Layout::new(ctx, "Limits");
     if let Some(f) = flash {
@@ -127,7 +125,16 @@ fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Page {
         .into_iter()
         .map(LimitRow::of)
         .collect();
-    Page::render(StatusCode::OK, &LimitsPage { l, limits })
+    Page::ok(&LimitsPage { l, limits })
+}
+
+/// A refused change, in this page's words ("Forbidden", "Refused"); otherwise as any page.
+fn refusal(e: RunDbError) -> PageError {
+    match e {
+        RunDbError::Unauthorized(m) => PageError::refused(StatusCode::FORBIDDEN, "Forbidden", m),
+        RunDbError::Invalid(m) => PageError::refused(StatusCode::BAD_REQUEST, "Refused", m),
+        e => PageError::internal("set_limit", e),
+    }
 }
 
 /// `GET /limits`.
@@ -160,32 +167,18 @@ pub async fn set_max(
         Input::post(&state, &headers, f.csrf_token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Page::Redirect("/login".into());
+                return Page::redirect("/login");
             };
             let Ok(max) = f.max.trim().parse::<u64>() else {
-                return errors::refused(
-                    ctx,
+                return Err(PageError::refused(
                     StatusCode::BAD_REQUEST,
                     "Bad value",
                     "The max must be a whole number.",
-                );
+                ));
             };
-            match db.set_limit_max(&f.name, max, &user) {
-                Ok(old) => {
-                    let note = format!("{}: max {old} -> {max}", f.name);
-                    limits_page(db, ctx, Some(Flash::info(note)))
-                }
-                Err(RunDbError::Unauthorized(m)) => {
-                    errors::refused(ctx, StatusCode::FORBIDDEN, "Forbidden", &m)
-                }
-                Err(RunDbError::Invalid(m)) => {
-                    errors::refused(ctx, StatusCode::BAD_REQUEST, "Refused", &m)
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "set_limit");
-                    errors::internal()
-                }
-            }
+            let old = db.set_limit_max(&f.name, max, &user).map_err(refusal)?;
+            let note = format!("{}: max {old} -> {max}", f.name);
+            limits_page(db, ctx, Some(Flash::info(note)))
         },
     )
     .await

@@ -13,12 +13,11 @@ use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
-use super::kit::error as errors;
 use super::kit::pager::{MAX_PAGE, page_param};
-use super::kit::{Href, Input, Layout, Page, Pager, page};
+use super::kit::{Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager, page};
 use super::results::RunRow;
 use super::session::Ctx;
 use crate::http::AppState;
@@ -270,7 +269,7 @@ pub fn finished_part(
     base: &str,
     username: Option<&str>,
     q: ListQuery,
-) -> Result<Finished, Page> {
+) -> Result<Finished, PageError> {
     let mut filter = FinishedFilter {
         page: q.page,
         page_size: PAGE_SIZE,
@@ -280,19 +279,15 @@ pub fn finished_part(
         ltc_only: q.filter == Which::Ltc,
         since: None,
     };
-    let total = db.count_finished_runs(&filter).map_err(|e| {
-        tracing::error!(error = %e, "finished runs count");
-        errors::internal()
-    })?;
+    let total = db
+        .count_finished_runs(&filter)
+        .or_internal("finished runs count")?;
     let last = last_page(total);
     if q.page > last {
-        return Err(Page::Redirect(href(base, q.filter, last)));
+        return Err(PageError::Redirect(href(base, q.filter, last)));
     }
     filter.page = q.page;
-    let runs = db.finished_runs(&filter).map_err(|e| {
-        tracing::error!(error = %e, "finished runs");
-        errors::internal()
-    })?;
+    let runs = db.finished_runs(&filter).or_internal("finished runs")?;
     Ok(Finished {
         heading: format!("Finished - {total} tests"),
         count_line: format!(
@@ -459,11 +454,7 @@ const SEARCH_BATCH: u64 = 500;
 
 /// The search's matches, in order, at most `cap`: per matching submitter (ranked) newest
 /// first, or every finished run newest first; filtered by the text query.
-fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Page> {
-    let fail = |e: crate::rundb::RunDbError| {
-        tracing::error!(error = %e, "finished runs search");
-        errors::internal()
-    };
+fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, PageError> {
     let text = TextQuery::parse(&s.text);
     let users: Vec<Option<String>> = if s.user.is_empty() {
         vec![None]
@@ -471,10 +462,7 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Page> {
         let names = db
             .users
             .list()
-            .map_err(|e| {
-                tracing::error!(error = %e, "users list");
-                errors::internal()
-            })?
+            .or_internal("users list")?
             .into_iter()
             .map(|u| u.username)
             .collect();
@@ -489,7 +477,9 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Page> {
             ..FinishedFilter::default()
         };
         loop {
-            let batch = db.finished_runs(&filter).map_err(fail)?;
+            let batch = db
+                .finished_runs(&filter)
+                .or_internal("finished runs search")?;
             let done = (batch.len() as u64) < SEARCH_BATCH;
             for run in batch {
                 if text.is_empty() || text.matches(&run.args.info) {
@@ -509,24 +499,21 @@ fn search_runs(db: &RunDb, s: &Search, cap: u64) -> Result<Vec<Run>, Page> {
 }
 
 /// Search mode: the matches (capped), paged 25 at a time.
-fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Page {
+fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> PageResult {
     let cap = match (&ctx.user, s.max_count) {
         (None, m) => m.unwrap_or(ANONYMOUS_MAX_COUNT).min(ANONYMOUS_MAX_COUNT),
         (Some(_), m) => m.unwrap_or(DEFAULT_MAX_COUNT),
     };
     let searching = !s.user.is_empty() || !s.text.is_empty();
     let runs = if searching {
-        match search_runs(db, &s, cap) {
-            Ok(runs) => runs,
-            Err(out) => return out,
-        }
+        search_runs(db, &s, cap)?
     } else {
         Vec::new()
     };
     let total = runs.len() as u64;
     let last = last_page(total);
     if page_no > last {
-        return Page::Redirect(search_href(&s, last));
+        return Page::redirect(search_href(&s, last));
     }
     let first = usize::try_from((page_no - 1) * PAGE_SIZE).unwrap_or(usize::MAX);
     let rows: Vec<RunRow> = runs
@@ -557,7 +544,7 @@ fn search_page(db: &RunDb, ctx: &Ctx, s: Search, page_no: u64) -> Page {
         finished: rows,
         pager: Pager::new(page_no, last, |t| search_href(&s, t)),
     };
-    Page::render(StatusCode::OK, &p)
+    Page::ok(&p)
 }
 
 /// `GET /tests/finished`: navigation mode (25 finished runs a page, newest first, with the
@@ -588,21 +575,18 @@ pub async fn finished(
     };
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         if let Some(to) = redirect {
-            return Page::Redirect(to);
+            return Page::redirect(to);
         }
         if search_mode {
             return search_page(db, ctx, search, q.page);
         }
         let base = "/tests/finished";
-        let f = match finished_part(db, base, None, q) {
-            Ok(f) => f,
-            Err(out) => return out,
-        };
+        let f = finished_part(db, base, None, q)?;
         let title = format!("Finished Tests{}", q.filter.title_suffix());
         let heading = format!("Finished Tests{}", q.filter.suffix());
         let mut p = list_page(ctx, &title, heading, base, q);
         fill(&mut p, f);
-        Page::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -617,34 +601,20 @@ pub async fn user(
 ) -> Response {
     let q = parse_query(&params);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        match db.users.get(&name) {
-            Ok(Some(_)) => {}
-            Ok(None) => return errors::not_found_page(ctx),
-            Err(e) => {
-                tracing::error!(error = %e, "user lookup");
-                return errors::internal();
-            }
+        if db.users.get(&name).or_internal("user lookup")?.is_none() {
+            return Err(PageError::NotFound);
         }
         let base = Href::new("/tests/user").seg(&name).build();
-        let f = match finished_part(db, &base, Some(&name), q) {
-            Ok(f) => f,
-            Err(out) => return out,
-        };
+        let f = finished_part(db, &base, Some(&name), q)?;
         let mut p = list_page(ctx, &name, format!("{name} - Tests"), &base, q);
         if q.page == 1 {
-            let runs = match db.active_heads() {
-                Ok(runs) => runs,
-                Err(e) => {
-                    tracing::error!(error = %e, "active runs");
-                    return errors::internal();
-                }
-            };
+            let runs = db.active_heads().or_internal("active runs")?;
             let mut panels = unfinished_panels(runs.iter().filter(|r| r.args.username == name));
             panels.insert(2, failed_panel(&f.runs));
             p.panels = panels;
         }
         fill(&mut p, f);
-        Page::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }

@@ -28,11 +28,11 @@ use axum::extract::{Multipart, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::kit::error as errors;
 use super::kit::pager::page_param;
 use super::kit::table::{order_param, order_text, sort_columns};
 use super::kit::{
-    Column, Flash, Href, Input, Layout, Page, Pager, continue_page, open_page, page, respond,
+    Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, continue_page,
+    open_page, page, respond,
 };
 use super::session::{CookieKeys, Ctx};
 use crate::http::AppState;
@@ -223,13 +223,12 @@ pub async fn nns(
     let dir = state.config.nets_dir();
     let elsewhere = state.config.nn_url.is_some();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut nets: Vec<NetRecord> = match db.nets() {
-            Ok(n) => n.into_iter().filter(|n| q.keeps(n)).collect(),
-            Err(e) => {
-                tracing::error!(error = %e, "nets");
-                return errors::internal();
-            }
-        };
+        let mut nets: Vec<NetRecord> = db
+            .nets()
+            .or_internal("nets")?
+            .into_iter()
+            .filter(|n| q.keeps(n))
+            .collect();
         // One listing of the net directory. If it cannot be read, or if `nn_url` sends the
         // workers elsewhere and there is no local directory (the files live on another
         // host), no net is called missing.
@@ -294,7 +293,7 @@ pub async fn nns(
                 )
             }),
         };
-        Page::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -316,7 +315,7 @@ fn limit_text(limit: u64) -> String {
 }
 
 /// The upload form, with an error if any (status 200, as Fishtest re-renders it).
-fn upload_page(ctx: &Ctx, limit: u64, error: Option<String>) -> Page {
+fn upload_page(ctx: &Ctx, limit: u64, error: Option<String>) -> PageResult {
     let mut l = Layout::new(ctx, "Neural network upload");
     if let Some(e) = error {
         l = l.flash(Flash::error(e));
@@ -337,7 +336,7 @@ pub async fn upload_form(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let limit = state.config.nn_upload_limit_bytes;
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_none() {
-            return Page::Redirect(LOGIN_NEXT.into());
+            return Page::redirect(LOGIN_NEXT);
         }
         upload_page(ctx, limit, None)
     })
@@ -683,7 +682,7 @@ async fn with_session(state: &Arc<AppState>, input: Input, message: String) -> R
     let limit = state.config.nn_upload_limit_bytes;
     page(state, input, move |_, ctx, _| {
         if ctx.user.is_none() {
-            return Page::Redirect(LOGIN_NEXT.into());
+            return Page::redirect(LOGIN_NEXT);
         }
         upload_page(ctx, limit, Some(message))
     })

@@ -26,13 +26,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::accounts::{check_email, valid_tests_repo, weak_password};
-use super::kit::error as errors;
 use super::kit::pager::page_param;
 use super::kit::table::{order_param, order_text, sort_columns};
 use super::kit::url::login_next;
 use super::kit::{
-    Column, Flash, Href, Input, Layout, Page, Pager, continue_page, form_or_default, open_page,
-    page, respond,
+    Column, Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager,
+    continue_page, form_or_default, open_page, page, respond,
 };
 use super::session::Ctx;
 use crate::http::AppState;
@@ -127,24 +126,14 @@ pub struct UserAdminPage {
     pub u: UserView,
 }
 
-/// A store failure is a 500; everything else the domain says is a page with its message.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Page {
-    let (status, heading) = match &e {
-        RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
-        RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
-        RunDbError::NotFound(_) => return errors::missing(ctx),
-        RunDbError::NotPrimary => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
-        RunDbError::Store(_) | RunDbError::Corrupt(..) => {
-            tracing::error!(error = %e, "user page failed");
-            return errors::internal();
-        }
-    };
-    errors::refused(ctx, status, heading, &e.to_string())
+/// A non-approver on an approver's page.
+fn not_allowed(message: &str) -> PageError {
+    PageError::refused(StatusCode::FORBIDDEN, "Not allowed", message)
 }
 
 /// The login wall: → `/login?next=<path>`.
-fn to_login(path: &str) -> Page {
-    Page::Redirect(login_next(path))
+fn to_login(path: &str) -> PageResult {
+    Page::redirect(login_next(path))
 }
 
 #[derive(Deserialize, Default)]
@@ -166,15 +155,11 @@ fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Page {
-    match view_of(db, user) {
-        Ok(u) => {
-            let mut l = Layout::new(ctx, "Profile");
-            l.flashes = flashes;
-            Page::render(StatusCode::OK, &ProfilePage { l, u })
-        }
-        Err(e) => refusal(ctx, e),
-    }
+fn profile_page(db: &RunDb, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> PageResult {
+    let u = view_of(db, user)?;
+    let mut l = Layout::new(ctx, "Profile");
+    l.flashes = flashes;
+    Page::ok(&ProfilePage { l, u })
 }
 
 /// `GET /user`: one's own profile (login-gated).
@@ -271,7 +256,7 @@ pub async fn change_profile(
         Err(answer) => return answer,
     };
     let Some(user) = ctx.user.clone() else {
-        return respond(&keys, ctx.set_cookie, to_login("/user"));
+        return respond(&keys, ctx.set_cookie, Page::Redirect(login_next("/user")));
     };
     // Fishtest: without the hidden `user` field (or naming someone else) nothing happens.
     if form.user.as_deref() != Some(user.username.as_str()) {
@@ -289,13 +274,10 @@ pub async fn change_profile(
         match verdict {
             Ok(_) => {}
             Err(ApiError::Throttled { retry_after_s }) => {
-                return errors::throttled(ctx, retry_after_s);
+                return Err(PageError::Throttled { retry_after_s });
             }
             Err(ApiError::Unauthorized(_)) => return refuse(ctx, "Invalid password!".into()),
-            Err(e) => {
-                tracing::error!(error = %e, "profile: password check failed");
-                return errors::internal();
-            }
+            Err(e) => return Err(PageError::internal("profile: password check failed", e)),
         }
         let change = match profile_change(&user, &form) {
             Ok(c) => c,
@@ -308,18 +290,13 @@ pub async fn change_profile(
             Ok(SessionState::Active(s)) => s.0.remember,
             _ => false,
         };
-        let saved = match db.change_profile(&user, change) {
-            Ok(saved) => saved,
-            Err(e) => return refusal(ctx, e),
-        };
+        let saved = db.change_profile(&user, change)?;
         if new_password {
-            if let Err(e) = ctx.login(db, saved, remember) {
-                tracing::error!(error = %e, "profile: new session not started");
-                return errors::internal();
-            }
-            return Page::Redirect("/user?done=password".into());
+            ctx.login(db, saved, remember)
+                .or_internal("profile: new session not started")?;
+            return Page::redirect("/user?done=password");
         }
-        Page::Redirect("/user?done=saved".into())
+        Page::redirect("/user?done=saved")
     })
     .await
 }
@@ -346,26 +323,13 @@ pub async fn user_page(
             return profile_page(db, ctx, &me, flashes);
         }
         if !me.is_approver() {
-            return errors::refused(
-                ctx,
-                StatusCode::FORBIDDEN,
-                "Not allowed",
-                MSG_CANNOT_INSPECT,
-            );
+            return Err(not_allowed(MSG_CANNOT_INSPECT));
         }
-        let user = match db.users.load(&name) {
-            Ok(Some(u)) => u,
-            Ok(None) => return errors::missing(ctx),
-            Err(e) => return refusal(ctx, e.into()),
-        };
-        match view_of(db, &user) {
-            Ok(u) => {
-                let mut l = Layout::new(ctx, "User Management");
-                l.flashes = flashes;
-                Page::render(StatusCode::OK, &UserAdminPage { l, u })
-            }
-            Err(e) => refusal(ctx, e),
-        }
+        let user = db.users.load(&name)?.ok_or(PageError::NotFound)?;
+        let u = view_of(db, &user)?;
+        let mut l = Layout::new(ctx, "User Management");
+        l.flashes = flashes;
+        Page::ok(&UserAdminPage { l, u })
     })
     .await
 }
@@ -423,37 +387,22 @@ pub async fn user_action(
                 return to_login(&format!("/user/{name}"));
             };
             if !me.is_approver() {
-                return errors::refused(
-                    ctx,
-                    StatusCode::FORBIDDEN,
-                    "Not allowed",
-                    MSG_CANNOT_INSPECT,
-                );
+                return Err(not_allowed(MSG_CANNOT_INSPECT));
             }
-            let action = match user_action_of(&form, &name) {
-                Ok(a) => a,
-                Err(text) => {
-                    return errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &text);
-                }
+            let action = user_action_of(&form, &name)
+                .map_err(|text| PageError::refused(StatusCode::BAD_REQUEST, "Not done", text))?;
+            db.administer_user(&me, &name, action)?;
+            if action == UserAction::Block && me.username == name {
+                // Blocking oneself ends one's own session.
+                return Page::redirect("/tests");
+            }
+            let code = match action {
+                UserAction::Accept => "accepted",
+                UserAction::Block => "blocked",
+                UserAction::Unblock => "unblocked",
+                UserAction::Reject => return Page::redirect("/user_management?done=rejected"),
             };
-            match db.administer_user(&me, &name, action) {
-                Ok(()) => {
-                    if action == UserAction::Block && me.username == name {
-                        // Blocking oneself ends one's own session.
-                        return Page::Redirect("/tests".into());
-                    }
-                    let code = match action {
-                        UserAction::Accept => "accepted",
-                        UserAction::Block => "blocked",
-                        UserAction::Unblock => "unblocked",
-                        UserAction::Reject => {
-                            return Page::Redirect("/user_management?done=rejected".into());
-                        }
-                    };
-                    Page::Redirect(Href::new("/user").seg(&name).param("done", code).build())
-                }
-                Err(e) => refusal(ctx, e),
-            }
+            Page::redirect(Href::new("/user").seg(&name).param("done", code).build())
         },
     )
     .await
@@ -521,16 +470,14 @@ pub async fn user_management(
             return to_login("/user_management");
         };
         if !me.is_approver() {
-            return errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", MSG_CANNOT_MANAGE);
+            return Err(not_allowed(MSG_CANNOT_MANAGE));
         }
-        let users = match db.users.list() {
-            Ok(u) => u,
-            Err(e) => return refusal(ctx, e.into()),
-        };
-        let contributors: std::collections::HashSet<String> = match db.contributors(false) {
-            Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
-            Err(e) => return refusal(ctx, e),
-        };
+        let users = db.users.list()?;
+        let contributors: std::collections::HashSet<String> = db
+            .contributors(false)?
+            .into_iter()
+            .map(|r| r.username)
+            .collect();
         user_management_page(ctx, users, &contributors, q)
     })
     .await
@@ -541,7 +488,7 @@ fn user_management_page(
     users: Vec<User>,
     contributors: &std::collections::HashSet<String>,
     q: UsersQuery,
-) -> Page {
+) -> PageResult {
     let group = q
         .group
         .as_deref()
@@ -655,20 +602,17 @@ fn user_management_page(
     if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
         l = l.flash(Flash::info(text));
     }
-    Page::render(
-        StatusCode::OK,
-        &UserManagementPage {
-            l,
-            cards,
-            groups: GROUPS.iter().map(|g| (*g, *g == group)).collect(),
-            q: text.clone(),
-            headers,
-            rows,
-            empty,
-            pager: Pager::new(page, last, |p| base(p, sort, desc)),
-            view_toggle,
-        },
-    )
+    Page::ok(&UserManagementPage {
+        l,
+        cards,
+        groups: GROUPS.iter().map(|g| (*g, *g == group)).collect(),
+        q: text.clone(),
+        headers,
+        rows,
+        empty,
+        pager: Pager::new(page, last, |p| base(p, sort, desc)),
+        view_toggle,
+    })
 }
 
 /// `GET /user_management/pending_count`: the navigation link alone, "Users" or

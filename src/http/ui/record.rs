@@ -18,11 +18,10 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::kit::error as errors;
 use super::kit::pager::page_param;
 use super::kit::table::{order_param, order_text, sort_columns};
 use super::kit::time::ago;
-use super::kit::{Column, Flash, Href, Input, Layout, Page, Pager, page};
+use super::kit::{Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::people::repo_label;
 use super::session::Ctx;
 use crate::http::AppState;
@@ -256,7 +255,7 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
     h.param_if(page > 1, "page", page).build()
 }
 
-fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Page {
+fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> PageResult {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let render = |status, count_line: String, rows, pager, flash: Option<String>| {
         let mut l = Layout::new(ctx, "Events");
@@ -298,13 +297,10 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Page {
         Err(text) => return bad(text),
     };
     let total = match &filter {
-        Some(f) => match db.count_actions(f) {
-            Ok(n) => n.min(cap),
-            Err(e) => {
-                tracing::error!(error = %e, "actions: count failed");
-                return errors::internal();
-            }
-        },
+        Some(f) => db
+            .count_actions(f)
+            .or_internal("actions: count failed")?
+            .min(cap),
         None => 0,
     };
     let last = total.div_ceil(ACTIONS_PAGE).max(1);
@@ -312,13 +308,9 @@ fn actions_page(db: &RunDb, ctx: &Ctx, q: ActionsQuery) -> Page {
     let skip = (page - 1) * ACTIONS_PAGE;
     let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
     let docs = match &filter {
-        Some(f) if take > 0 => match db.find_actions(f, skip, take) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::error!(error = %e, "actions: read failed");
-                return errors::internal();
-            }
-        },
+        Some(f) if take > 0 => db
+            .find_actions(f, skip, take)
+            .or_internal("actions: read failed")?,
         _ => Vec::new(),
     };
     let rows: Vec<ActionRow> = docs.iter().map(|d| action_row(d, approver, &q)).collect();
@@ -405,29 +397,22 @@ const COLUMNS: [(&str, &str, bool); 7] = [
     ("tests_repo", "Tests repository", false),
 ];
 
-fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> Page {
+fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool) -> PageResult {
     let (heading, base) = if monthly {
         ("Contributors - Top Month", "/contributors/monthly")
     } else {
         ("Contributors", "/contributors")
     };
-    let rows = match db.contributors(monthly) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "contributors failed");
-            return errors::internal();
-        }
-    };
-    let repos: HashMap<String, String> = match db.users.list() {
-        Ok(users) => users
-            .into_iter()
-            .map(|u| (u.username, u.tests_repo))
-            .collect(),
-        Err(e) => {
-            tracing::error!(error = %e, "contributors: users failed");
-            return errors::internal();
-        }
-    };
+    let rows = db
+        .contributors(monthly)
+        .or_internal("contributors failed")?;
+    let repos: HashMap<String, String> = db
+        .users
+        .list()
+        .or_internal("contributors: users failed")?
+        .into_iter()
+        .map(|u| (u.username, u.tests_repo))
+        .collect();
     let cpu_total: f64 = rows.iter().map(|r| r.cpu_hours).sum();
     let cards = vec![
         (
@@ -539,7 +524,7 @@ fn contributors_page(db: &RunDb, ctx: &Ctx, q: ContributorsQuery, monthly: bool)
         let target_page = at / size + 1;
         let name = rows[at].username.clone();
         if target_page != page || q.highlight.as_deref() != Some(name.as_str()) {
-            return Page::Redirect(href(target_page, Some(&name)));
+            return Page::redirect(href(target_page, Some(&name)));
         }
     }
     page = page.min(last);
@@ -597,7 +582,7 @@ fn render_contributors(
     search: &str,
     (headers, rows, pager): Table,
     view_toggle: (String, String),
-) -> Page {
+) -> PageResult {
     let approver = ctx.user.as_ref().is_some_and(|u| u.is_approver());
     let status = if rows.is_empty() && !search.is_empty() {
         StatusCode::NOT_FOUND

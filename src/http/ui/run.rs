@@ -17,13 +17,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::charts::{RunCharts, run_charts};
-use super::kit::error as errors;
-use super::kit::{Input, Layout, Page, STOP_POLLING, asset, page};
+use super::kit::{
+    Input, Layout, OrInternal, Page, PageError, PageResult, STOP_POLLING, asset, page,
+};
 use super::results::{Line, ResultsBox, results_box, status_label};
 use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
 use crate::http::AppState;
-use crate::http::run_id::{InvalidRunId, RunId};
+use crate::http::run_id::RunId;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::Run;
@@ -160,19 +161,11 @@ pub struct ChartsFragment {
     pub c: RunCharts,
 }
 
-/// The run, or the answer instead of the page (the 404 page, a 500).
-pub(super) fn load(db: &RunDb, ctx: &Ctx, id: Result<RunId, InvalidRunId>) -> Result<Run, Page> {
-    let Ok(id) = id else {
-        return Err(errors::missing(ctx));
-    };
-    match db.get_run(id.as_str()) {
-        Ok(Some(run)) => Ok(run),
-        Ok(None) => Err(errors::missing(ctx)),
-        Err(e) => {
-            tracing::error!(error = %e, "run page");
-            Err(errors::internal())
-        }
-    }
+/// The run (a copy), or why not: no such run is the 404 page.
+pub(super) fn load(db: &RunDb, id: RunId) -> Result<Run, PageError> {
+    db.get_run(id.as_str())
+        .or_internal("run page")?
+        .ok_or(PageError::NotFound)
 }
 
 /// The page title: "SPRT <new> vs <base>", "SPSA <new>" or "<games> games - <new> vs <base>".
@@ -267,10 +260,7 @@ pub async fn view(
     let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
     let id = id.parse::<RunId>();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, id) {
-            Ok(run) => run,
-            Err(out) => return out,
-        };
+        let run = load(db, id?)?;
         let heading = page_title(&run);
         let warnings = warnings(&run, &db.books);
         let (spsa, spsa_iter) = spsa_rows(&run);
@@ -294,7 +284,7 @@ pub async fn view(
             live: !run.finished,
             script: asset("refresh.js"),
         };
-        Page::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -372,17 +362,12 @@ async fn fragment(
     state: &AppState,
     id: String,
     headers: &HeaderMap,
-    render: fn(&Run) -> Page,
+    render: fn(&Run) -> PageResult,
 ) -> Response {
     let id = id.parse::<RunId>();
-    page(
-        state,
-        Input::get(state, headers),
-        move |db, ctx, _| match load(db, ctx, id) {
-            Ok(run) => render(&run),
-            Err(out) => out,
-        },
-    )
+    page(state, Input::get(state, headers), move |db, _, _| {
+        render(&load(db, id?)?)
+    })
     .await
 }
 

@@ -25,8 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::charts::{self, Chart};
-use super::kit::error as errors;
-use super::kit::{Input, Layout, Page, STOP_POLLING, asset, page};
+use super::kit::{Input, Layout, Page, PageError, STOP_POLLING, asset, page};
 use super::results::{Piece, pentanomial_of};
 use super::run::{load, page_title};
 use crate::http::AppState;
@@ -682,10 +681,7 @@ pub async fn stats_page(
     let fragment = is_fragment(&headers);
     let id = id.parse::<RunId>();
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, id) {
-            Ok(run) => run,
-            Err(out) => return out,
-        };
+        let run = load(db, id?)?;
         let spsa = run.args.spsa.is_some();
         if fragment {
             if spsa || run.finished {
@@ -693,7 +689,7 @@ pub async fn stats_page(
                 return Page::render(STOP_POLLING, &StatsFragment { c });
             }
             if run.workers == 0 {
-                return Page::Html(StatusCode::NO_CONTENT, String::new());
+                return Ok(Page::Html(StatusCode::NO_CONTENT, String::new()));
             }
             return Page::render(
                 StatusCode::OK,
@@ -855,13 +851,10 @@ fn live_elo(run: &Run) -> Option<LiveElo> {
 /// or stopped undecided); the HTML 404 unless an SPRT run.
 fn load_live(
     db: &crate::rundb::RunDb,
-    ctx: &super::session::Ctx,
     id: Result<RunId, InvalidRunId>,
-) -> Result<(Run, LiveElo, bool), Page> {
-    let run = load(db, ctx, id)?;
-    let Some(e) = live_elo(&run) else {
-        return Err(errors::missing(ctx));
-    };
+) -> Result<(Run, LiveElo, bool), PageError> {
+    let run = load(db, id?)?;
+    let e = live_elo(&run).ok_or(PageError::NotFound)?;
     let decided = run.finished
         || run
             .args
@@ -879,10 +872,7 @@ pub async fn live_elo_page(
 ) -> Response {
     let id = id.parse::<RunId>();
     let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let (run, e, decided) = match load_live(db, ctx, id) {
-            Ok(loaded) => loaded,
-            Err(out) => return out,
-        };
+        let (run, e, decided) = load_live(db, id)?;
         let live = !decided;
         let p = LiveEloPage {
             l: Layout::new(ctx, &format!("Live Elo - {}", page_title(&run))),
@@ -905,11 +895,8 @@ pub async fn live_elo_update(
     headers: HeaderMap,
 ) -> Response {
     let id = id.parse::<RunId>();
-    let r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let (_, e, decided) = match load_live(db, ctx, id) {
-            Ok(loaded) => loaded,
-            Err(out) => return out,
-        };
+    let r = page(&state, Input::get(&state, &headers), move |db, _, _| {
+        let (_, e, decided) = load_live(db, id)?;
         let status = if decided {
             STOP_POLLING
         } else {
@@ -930,21 +917,14 @@ pub async fn chart(
 ) -> Response {
     let kind = Chart::parse(&name);
     let id = id.parse::<RunId>();
-    let mut r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, id) {
-            Ok(run) => run,
-            Err(out) => return out,
-        };
-        let Some(kind) = kind.filter(|k| k.applies(&run)) else {
-            return errors::missing(ctx);
-        };
-        match charts::render(&run, kind) {
-            Ok(svg) => Page::Html(StatusCode::OK, svg),
-            Err(e) => {
-                tracing::error!(run = %run.id, error = %e, "chart");
-                errors::internal()
-            }
-        }
+    let mut r = page(&state, Input::get(&state, &headers), move |db, _, _| {
+        let run = load(db, id?)?;
+        let kind = kind
+            .filter(|k| k.applies(&run))
+            .ok_or(PageError::NotFound)?;
+        let svg = charts::render(&run, kind)
+            .map_err(|e| PageError::internal("chart", format!("run {}: {e}", run.id)))?;
+        Ok(Page::Html(StatusCode::OK, svg))
     })
     .await;
     if r.status() == StatusCode::OK {

@@ -23,12 +23,13 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::error as errors;
-use super::kit::{Flash, Href, Input, Layout, Page, form_or_default, page};
+use super::kit::{
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, form_or_default, page,
+};
 use super::session::Ctx;
 use crate::http::AppState;
 use crate::http::run_id::RunId;
@@ -594,7 +595,13 @@ fn choices<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>, current: &st
     out
 }
 
-fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<Flash>) -> Page {
+fn render(
+    db: &RunDb,
+    ctx: &Ctx,
+    f: RunForm,
+    errors: FieldErrors,
+    flashes: Vec<Flash>,
+) -> PageResult {
     let rerun = !f.rescheduled_from.is_empty();
     let title = if rerun { "Reschedule test" } else { "New test" };
     let mut l = Layout::new(ctx, title);
@@ -638,7 +645,7 @@ fn render(db: &RunDb, ctx: &Ctx, f: RunForm, errors: FieldErrors, flashes: Vec<F
         compilers,
         f,
     };
-    Page::render(StatusCode::OK, &page)
+    Page::ok(&page)
 }
 
 /// The query of `GET /tests/run`.
@@ -650,8 +657,8 @@ pub struct RunQuery {
     preset: Option<String>,
 }
 
-fn login_first(next: &str) -> Page {
-    Page::Redirect(Href::new("/login").path_param("next", next).build())
+fn login_first(next: &str) -> PageResult {
+    Page::redirect(Href::new("/login").path_param("next", next).build())
 }
 
 /// `GET /tests/run`: the form (logged-in users), at its defaults, a rerun's values
@@ -662,6 +669,7 @@ pub async fn form(
     query: Result<Query<RunQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let q = query.map(|Query(q)| q).unwrap_or_default();
+    let rerun = q.id.as_deref().map(str::parse::<RunId>);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let Some(user) = ctx.user.clone() else {
             let mut next = "/tests/run".to_string();
@@ -670,16 +678,15 @@ pub async fn form(
             }
             return login_first(&next);
         };
-        let mut f = match &q.id {
+        let mut f = match rerun {
             None => RunForm::defaults(&user.tests_repo),
-            Some(id) => match id.parse::<RunId>().ok().map(|id| db.get_run(id.as_str())) {
-                None | Some(Ok(None)) => return errors::missing(ctx),
-                Some(Ok(Some(run))) => RunForm::rerun(&run),
-                Some(Err(e)) => {
-                    tracing::error!(error = %e, "rerun form");
-                    return errors::internal();
-                }
-            },
+            Some(id) => {
+                let run = db
+                    .get_run(id?.as_str())
+                    .or_internal("rerun form")?
+                    .ok_or(PageError::NotFound)?;
+                RunForm::rerun(&run)
+            }
         };
         let mut flashes = Vec::new();
         if let Some(key) = &q.preset {
@@ -711,12 +718,7 @@ pub async fn submit(
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             if !primary {
-                return errors::refused(
-                    ctx,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Service unavailable",
-                    "Primary instance required.",
-                );
+                return Err(PageError::NotPrimary);
             }
             let Some(user) = ctx.user.clone() else {
                 return login_first("/tests/run");
@@ -738,7 +740,7 @@ pub async fn submit(
             match db.submit_run(args, &user) {
                 Ok(id) => {
                     tracing::info!(run = %id, user = %user.username, "run submitted");
-                    Page::Redirect(format!("/tests/view/{id}?follow=1"))
+                    Page::redirect(format!("/tests/view/{id}?follow=1"))
                 }
                 Err(SubmitError::Args(e)) => {
                     let field = form_field(e.field);
@@ -748,21 +750,13 @@ pub async fn submit(
                         refused(FieldErrors::from([(field.to_string(), e.message)]), None)
                     }
                 }
-                Err(SubmitError::Db(RunDbError::NotPrimary)) => errors::refused(
-                    ctx,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Service unavailable",
-                    "Primary instance required.",
-                ),
+                Err(SubmitError::Db(RunDbError::NotPrimary)) => Err(PageError::NotPrimary),
                 Err(SubmitError::Db(
                     e @ (RunDbError::Invalid(_)
                     | RunDbError::Unauthorized(_)
                     | RunDbError::NotFound(_)),
                 )) => refused(FieldErrors::new(), Some(e.to_string())),
-                Err(SubmitError::Db(e)) => {
-                    tracing::error!(error = %e, "run not submitted");
-                    errors::internal()
-                }
+                Err(SubmitError::Db(e)) => Err(PageError::internal("run not submitted", e)),
             }
         },
     )

@@ -21,16 +21,18 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::error as errors;
 use super::kit::pager::page_param;
 use super::kit::table::{next_desc, order_param, order_text, sort_columns};
 use super::kit::time::ago;
 use super::kit::url::encode;
-use super::kit::{Column, Flash, Href, Input, Layout, Page, Pager, form_or_default, page};
+use super::kit::{
+    Column, Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager,
+    form_or_default, page,
+};
 use super::session::Ctx;
 use crate::http::AppState;
+use crate::rundb::RunDb;
 use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
-use crate::rundb::{RunDb, RunDbError};
 
 /// Machines a page of `/tests/machines` shows.
 pub const MACHINES_PAGE: usize = 500;
@@ -187,13 +189,7 @@ pub async fn machines(
         .map_or(("last_active", true), |(k, _, d)| (*k, *d));
     let desc = order_param(params.get("order").map(String::as_str), default_desc);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut machines = match db.active_machines() {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::error!(error = %e, "active machines");
-                return errors::internal();
-            }
-        };
+        let mut machines = db.active_machines().or_internal("active machines")?;
         sort_machines(&mut machines, sort, desc);
         let total = machines.len();
         let me = ctx.username();
@@ -371,11 +367,8 @@ impl ListQuery {
     }
 }
 
-fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Page> {
-    let records = db.worker_records().map_err(|e| {
-        tracing::error!(error = %e, "worker records");
-        errors::internal()
-    })?;
+fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, PageError> {
+    let records = db.worker_records().or_internal("worker records")?;
     let needle = lq.q.to_lowercase();
     let mut records: Vec<WorkerRecord> = records
         .into_iter()
@@ -452,6 +445,11 @@ fn list_page(db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Page>
     })
 }
 
+/// The login wall in front of worker `name`'s form.
+fn to_login(name: &str) -> PageResult {
+    Page::redirect(format!("/login?next=/workers/{}", encode(name)))
+}
+
 /// The flash a `?done=` after a change asks for.
 fn done_flash(params: &HashMap<String, String>) -> Vec<Flash> {
     let mut out = Vec::new();
@@ -498,16 +496,10 @@ pub async fn worker_page(
                 )));
             } else if editable_name(&name) {
                 let Some(user) = ctx.user.as_ref() else {
-                    return Page::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                    return to_login(&name);
                 };
                 if owner_of(&name) == user.username || user.is_approver() {
-                    let record = match db.worker_record(&name) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            tracing::error!(error = %e, "worker record");
-                            return errors::internal();
-                        }
-                    };
+                    let record = db.worker_record(&name).or_internal("worker record")?;
                     edit = Some(EditForm {
                         name: name.clone(),
                         last_changed: ago(record.as_ref().and_then(|r| r.last_updated.as_ref())),
@@ -522,13 +514,10 @@ pub async fn worker_page(
                 }
             }
         }
-        let mut p = match list_page(db, ctx, &lq) {
-            Ok(p) => p,
-            Err(out) => return out,
-        };
+        let mut p = list_page(db, ctx, &lq)?;
         p.edit = edit;
         p.l.flashes = flash;
-        Page::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -563,35 +552,22 @@ pub async fn worker_post(
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Page::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                return to_login(&name);
             };
             if f.submit != "Submit" {
-                return Page::Redirect("/workers/show".into());
+                return Page::redirect("/workers/show");
             }
-            match db.set_worker(&name, f.blocked.is_some(), &f.message, &user) {
-                Ok(change) => {
-                    let mut to = Href::new("/workers/show");
-                    if change.toggled {
-                        let done = if change.blocked {
-                            "blocked"
-                        } else {
-                            "unblocked"
-                        };
-                        to = to.param("done", done).param("worker", &name);
-                    }
-                    Page::Redirect(to.param_if(change.truncated, "truncated", 1).build())
-                }
-                Err(RunDbError::Unauthorized(m)) => {
-                    errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", &m)
-                }
-                Err(RunDbError::Invalid(m)) => {
-                    errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &m)
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "worker change");
-                    errors::internal()
-                }
+            let change = db.set_worker(&name, f.blocked.is_some(), &f.message, &user)?;
+            let mut to = Href::new("/workers/show");
+            if change.toggled {
+                let done = if change.blocked {
+                    "blocked"
+                } else {
+                    "unblocked"
+                };
+                to = to.param("done", done).param("worker", &name);
             }
+            Page::redirect(to.param_if(change.truncated, "truncated", 1).build())
         },
     )
     .await

@@ -42,6 +42,9 @@ pub enum PageError {
     Throttled { retry_after_s: u64 },
     /// 500: `what` failed; the detail is logged, never sent.
     Internal { what: &'static str, detail: String },
+    /// Not a failure: what was asked for is at another address (a page past the last one
+    /// of a list is the last one), a 302 there.
+    Redirect(String),
 }
 
 /// What a page body returns.
@@ -107,6 +110,7 @@ impl PageError {
                 tracing::error!(error = %detail, "{what}");
                 internal_page()
             }
+            PageError::Redirect(to) => Page::Redirect(to),
         }
     }
 }
@@ -193,37 +197,7 @@ pub fn internal_page() -> Page {
 /// 404 for a browser path nothing else answers.
 pub async fn not_found(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     page(&state, Input::get(&state, &headers), |_, _, _| {
-        Err::<Page, _>(PageError::NotFound)
+        Err(PageError::NotFound)
     })
     .await
-}
-
-/// 403: a form without a valid CSRF token (nothing was changed).
-pub fn forbidden(ctx: &Ctx) -> Page {
-    PageError::Forbidden.into_page(ctx)
-}
-
-/// A refused action: the domain's message on a page with `status`; nothing was changed.
-pub fn refused(ctx: &Ctx, status: StatusCode, heading: &'static str, detail: &str) -> Page {
-    PageError::refused(status, heading, detail).into_page(ctx)
-}
-
-/// 429: too many failed logins; try again after `retry_after_s`.
-pub fn throttled(ctx: &Ctx, retry_after_s: u64) -> Page {
-    PageError::Throttled { retry_after_s }.into_page(ctx)
-}
-
-/// 500 without a session.
-pub fn internal() -> Page {
-    internal_page()
-}
-
-/// The 404 page.
-pub fn not_found_page(ctx: &Ctx) -> Page {
-    PageError::NotFound.into_page(ctx)
-}
-
-/// The 404 page from inside a page body.
-pub fn missing(ctx: &Ctx) -> Page {
-    not_found_page(ctx)
 }

@@ -89,32 +89,19 @@ pub enum Page {
 }
 
 impl Page {
-    /// Renders a template with a status.
-    pub fn render(status: StatusCode, t: &impl Template) -> Page {
-        match t.render() {
-            Ok(html) => Page::Html(status, html),
-            Err(e) => {
-                tracing::error!(error = %e, "template failed");
-                internal_page()
-            }
-        }
+    /// A template rendered, with a status (a template that fails is a logged 500).
+    pub fn render(status: StatusCode, t: &impl Template) -> PageResult {
+        Ok(Page::Html(status, t.render()?))
     }
-}
 
-/// What a body may return: a page, or a page or why there is none.
-pub trait IntoPageResult {
-    fn into_page_result(self) -> PageResult;
-}
-
-impl IntoPageResult for Page {
-    fn into_page_result(self) -> PageResult {
-        Ok(self)
+    /// A template rendered, 200.
+    pub fn ok(t: &impl Template) -> PageResult {
+        Page::render(StatusCode::OK, t)
     }
-}
 
-impl IntoPageResult for PageResult {
-    fn into_page_result(self) -> PageResult {
-        self
+    /// A 302 to `to`.
+    pub fn redirect(to: impl Into<String>) -> PageResult {
+        Ok(Page::Redirect(to.into()))
     }
 }
 
@@ -193,12 +180,11 @@ fn open(
 }
 
 /// Runs `body` for the session `ctx`: its page, or the answer for why there is none.
-fn run_body<F, R>(db: &RunDb, ctx: &mut Ctx, keys: &CookieKeys, body: F) -> Page
+fn run_body<F>(db: &RunDb, ctx: &mut Ctx, keys: &CookieKeys, body: F) -> Page
 where
-    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R,
-    R: IntoPageResult,
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> PageResult,
 {
-    match body(db, ctx, keys).into_page_result() {
+    match body(db, ctx, keys) {
         Ok(page) => page,
         Err(e) => e.into_page(ctx),
     }
@@ -206,10 +192,9 @@ where
 
 /// Runs a page in the pool: [`open`], then `body`, which renders. Returns the response with
 /// the session cookie if it changed.
-pub async fn page<F, R>(state: &AppState, input: Input, body: F) -> Response
+pub async fn page<F>(state: &AppState, input: Input, body: F) -> Response
 where
-    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R + Send + 'static,
-    R: IntoPageResult,
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> PageResult + Send + 'static,
 {
     let db = state.rundb.clone();
     let keys = input.keys.clone();
@@ -238,15 +223,9 @@ pub async fn open_page(state: &AppState, input: Input) -> Result<Ctx, Response> 
 }
 
 /// The second half: `body` in the pool with the session [`open_page`] resolved.
-pub async fn continue_page<F, R>(
-    state: &AppState,
-    keys: CookieKeys,
-    mut ctx: Ctx,
-    body: F,
-) -> Response
+pub async fn continue_page<F>(state: &AppState, keys: CookieKeys, mut ctx: Ctx, body: F) -> Response
 where
-    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> R + Send + 'static,
-    R: IntoPageResult,
+    F: FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> PageResult + Send + 'static,
 {
     let db = state.rundb.clone();
     let k = keys.clone();
