@@ -1,5 +1,6 @@
-//! The pager under a paged table (`templates/pager.html` draws it, numbered or as
-//! Prev / page N of M / Next), and the `page` query parameter it links with.
+//! The pager under a paged table (`templates/kit.html` draws it, numbered with `pager` or
+//! as Prev / page N of M / Next with `prev_next`), and the `page` query parameter it links
+//! with.
 
 /// The last page that may be asked for (the same bound as `/api/finished_runs`).
 pub const MAX_PAGE: u64 = 1_000_000;

@@ -1,4 +1,5 @@
-//! Sortable table headers (`templates/kit.html` draws the cells): each column links to the
+//! Sortable table headers (`templates/kit.html`'s `sort_headers` draws the cells): each
+//! column links to the
 //! table sorted by it; the column sorted now flips its order, another starts in its own
 //! default order. Also the `order` parameter they link with.
 
