@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use super::AppState;
 use super::reply::{ApiError, ApiResult};
+use super::state::AppState;
 use crate::rundb::users::{MSG_INVALID, SlowCheckGuard, User, UserError};
 use crate::rundb::{RunDb, RunDbError};
 use crate::throttle::{AuthThrottle, Verdict};

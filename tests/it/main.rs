@@ -18,6 +18,7 @@ mod fuzz;
 mod hardening;
 mod harness;
 mod instances;
+mod layout;
 mod limits;
 mod mongo;
 mod nets_store;

@@ -16,10 +16,10 @@ use axum::http::request::Parts;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::http::AppState;
 use crate::http::extract::ApiJson;
 use crate::http::reply::ApiError;
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::model::{Stats, WorkerInfo};
 
 /// The body every worker endpoint but request_version sends. Unknown keys are refused.

@@ -18,10 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use super::schema::{Binary, ErrorReply};
-use crate::http::AppState;
 use crate::http::auth::rundb;
 use crate::http::reply::ApiError;
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::nets::{self, NetFile};
 
 /// Uploads (any instance: Fishtest sends PGNs to a secondary) and downloads.

@@ -25,9 +25,9 @@ use super::call::bad;
 use super::schema::{
     CalcEloReply, EloRunDocument, ErrorReply, RunDocument, RunsById, TaskDocument,
 };
-use crate::http::AppState;
 use crate::http::reply::{ApiError, BareJson};
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::model::Date;
 use crate::rundb::model::Run;
 use crate::rundb::queries::{FinishedFilter, TaskList};

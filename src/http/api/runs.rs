@@ -16,11 +16,11 @@ use utoipa::ToSchema;
 
 use super::call::{ClientAddr, bad};
 use super::schema::ErrorReply;
-use crate::http::AppState;
 use crate::http::auth::{Login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiReply, ApiResult};
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 
 /// The run endpoints, primary only.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
@@ -28,7 +28,10 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/api/create_run", post(create_run))
         .route("/api/approve_run", post(approve_run))
         .route("/api/purge_run", post(purge_run))
-        .route_layer(from_fn_with_state(state.clone(), super::primary_only))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            super::primary::primary_only,
+        ))
 }
 
 /// The body of the run-submission endpoints.

@@ -20,9 +20,9 @@ use super::kit::{
     form_or_default, open_page, page, respond,
 };
 use super::session::Ctx;
-use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
+use crate::http::state::AppState;
 use crate::rundb::users::{MSG_INVALID, MSG_PENDING};
 
 /// Shown after a successful signup (Fishtest's words).

@@ -20,8 +20,8 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::kit::{Input, Page, PageError, form_or_default, page};
-use crate::http::AppState;
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::users::User;
 use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
 

@@ -12,13 +12,11 @@ use axum::response::{IntoResponse, Response};
 
 use std::collections::HashMap;
 
-use std::time::{Duration, Instant};
-
 use super::controls;
 use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
 use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 
 #[derive(Template)]
@@ -56,45 +54,8 @@ pub struct TestsBody {
     pub pager: Pager,
 }
 
-/// How long a rendered first page is served to everybody.
-const CACHE_TTL: Duration = Duration::from_secs(1);
-
 /// Stands for the viewer's CSRF token in a cached rendering (replaced per request).
 const TOKEN_SLOT: &str = "__shoal_csrf_token__";
-
-/// The dashboard's default first page (no filter, page 1), rendered at most once every
-/// [`CACHE_TTL`] and shared by every viewer: it depends on the runs, not on who looks, except
-/// for the forms' CSRF token, which is filled in per request. A run created, approved,
-/// stopped, modified, deleted or finished, or a task handed out or ended
-/// (`RunDb::listed_changes`) makes it stale at once; results may be up to a second old.
-#[derive(Default)]
-pub struct DashboardCache {
-    entry: parking_lot::Mutex<Option<Rendered>>,
-}
-
-struct Rendered {
-    at: Instant,
-    saves: u64,
-    html: Arc<String>,
-}
-
-impl DashboardCache {
-    fn fresh(&self, saves: u64) -> Option<Arc<String>> {
-        let entry = self.entry.lock();
-        entry
-            .as_ref()
-            .filter(|r| r.saves == saves && r.at.elapsed() < CACHE_TTL)
-            .map(|r| Arc::clone(&r.html))
-    }
-
-    fn store(&self, saves: u64, html: Arc<String>) {
-        *self.entry.lock() = Some(Rendered {
-            at: Instant::now(),
-            saves,
-            html,
-        });
-    }
-}
 
 /// `GET /`: a 302 to the dashboard (no session work).
 pub async fn root() -> Response {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::kit::{Flash, Input, Layout, Page, PageError, PageResult, form_or_default, page};
 use super::session::Ctx;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::limits::LimitView;
 use crate::rundb::{RunDb, RunDbError};
 

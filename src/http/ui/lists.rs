@@ -20,7 +20,7 @@ use super::kit::pager::{MAX_PAGE, page_param};
 use super::kit::{Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager, page};
 use super::results::RunRow;
 use super::session::Ctx;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::model::Run;
 use crate::rundb::queries::FinishedFilter;

@@ -1,10 +1,10 @@
 //! The web UI: HTML pages rendered from `askama` templates (`templates/`), one file per page
-//! group with its handlers and template structs side by side.
+//! group with its handlers and template structs side by side, built from the kit ([`kit`]:
+//! the page job, `Page`/`PageError`, the pager, column headers, time and URL helpers).
 //!
-//! Owns: the UI routes ([`router`]), the page machinery ([`page`]: the session resolved, the
-//! CSRF token checked and the handler body run and rendered in **one pool job**), the HTML
-//! error pages, static files (`/static/…?v=<content hash>`, cached for a year), and the
-//! security headers every non-API response carries ([`security_headers`]).
+//! Owns: the UI routes ([`router`]) and static files (`/static/…?v=<content hash>`, cached
+//! for a year). This file is only the router: pages import the kit and their siblings, never
+//! this module, so the router can name them all without an import cycle.
 //! Must not: call the store, render a template or resolve a session outside `Offload::run`
 //! (the event loop only parses forms and verifies the cookie's signature).
 
@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod charts;
 pub mod controls;
 pub mod dashboard;
+pub mod dashboard_cache;
 pub mod kit;
 pub mod limits;
 pub mod lists;
@@ -30,22 +31,14 @@ pub mod workers;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Request;
 use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
-use axum::response::Response;
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use super::AppState;
+use super::state::AppState;
 use kit::assets::static_dir;
-
-/// The Content-Security-Policy of every page: nothing inline, nothing from elsewhere.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; \
-    frame-ancestors 'none'";
 
 /// The UI's routes (merged into `http::router` beside `api::router`).
 pub fn router() -> Router<Arc<AppState>> {
@@ -108,27 +101,4 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/limits", get(limits::view).post(limits::set_max))
         .merge(statics)
         .layer(CompressionLayer::new())
-}
-
-/// Adds the security headers to every response outside `/api` (pages, errors, static files).
-pub async fn security_headers(req: Request, next: Next) -> Response {
-    let api = req.uri().path().starts_with("/api");
-    let mut response = next.run(req).await;
-    if !api {
-        let h = response.headers_mut();
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
-        );
-        h.insert(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        );
-        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-        h.insert(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("same-origin"),
-        );
-    }
-    response
 }

@@ -35,24 +35,18 @@ use super::kit::{
     open_page, page, respond,
 };
 use super::session::{CookieKeys, Ctx};
-use crate::http::AppState;
+use crate::http::middleware::UPLOAD_SLACK;
+use crate::http::state::AppState;
 use crate::offload::Offload;
 use crate::rundb::nets::{self, NetError, NetRecord, NetWriter};
 
 /// Nets a page of `/nns` shows; `view=all` shows up to [`ALL_ROWS`].
 pub const NETS_PAGE: usize = 25;
 pub const ALL_ROWS: usize = 5000;
-/// Room for the multipart framing and the small fields around the net in the body limit.
-pub const UPLOAD_SLACK: u64 = 64 * 1024;
 /// Bytes gathered before each pool job that writes and hashes them.
 const WRITE_BATCH: usize = 1024 * 1024;
 /// The longest CSRF field read.
 const MAX_TOKEN: usize = 256;
-
-/// The body limit of `POST /upload`: the net's limit plus [`UPLOAD_SLACK`].
-pub fn body_limit(nn_upload_limit_bytes: u64) -> usize {
-    usize::try_from(nn_upload_limit_bytes.saturating_add(UPLOAD_SLACK)).unwrap_or(usize::MAX)
-}
 
 /// One net row.
 pub struct NetRow {
@@ -716,6 +710,9 @@ mod tests {
         );
         assert_eq!(limit_text(200_000_000), "200MB");
         assert_eq!(limit_text(4096), "4096 bytes");
-        assert_eq!(body_limit(u64::MAX), usize::MAX);
+        assert_eq!(
+            crate::http::middleware::upload_body_limit(u64::MAX),
+            usize::MAX
+        );
     }
 }

@@ -34,9 +34,9 @@ use super::kit::{
     continue_page, form_or_default, open_page, page, respond,
 };
 use super::session::Ctx;
-use crate::http::AppState;
 use crate::http::auth::{self, Login};
 use crate::http::reply::ApiError;
+use crate::http::state::AppState;
 use crate::rundb::sessions::SessionState;
 use crate::rundb::users::{DEFAULT_MACHINE_LIMIT, User};
 use crate::rundb::{ProfileChange, RunDb, RunDbError, UserAction};

@@ -18,8 +18,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::kit::{Input, Layout, Page, page};
-use crate::http::AppState;
 use crate::http::api::rate_limit::GithubQuota;
+use crate::http::state::AppState;
 
 #[derive(Template)]
 #[template(path = "rate_limits.html")]

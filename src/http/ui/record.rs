@@ -24,7 +24,7 @@ use super::kit::time::ago;
 use super::kit::{Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::people::repo_label;
 use super::session::Ctx;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::rundb::actions::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS};
 use crate::rundb::{ContributorRow, RunDb};
 use crate::store::Doc;

@@ -23,8 +23,8 @@ use super::kit::{
 use super::results::{Line, ResultsBox, results_box, status_label};
 use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
-use crate::http::AppState;
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::Run;

@@ -28,8 +28,8 @@ use super::charts::{self, Chart};
 use super::kit::{Input, Layout, Page, PageError, STOP_POLLING, asset, page};
 use super::results::{Piece, pentanomial_of};
 use super::run::{load, page_title};
-use crate::http::AppState;
 use crate::http::run_id::{InvalidRunId, RunId};
+use crate::http::state::AppState;
 use crate::rundb::model::Run;
 use crate::stats::raw::{
     Bounds, Counts, EloLos, Llrs, Pentanomial, RawStats, SprtParams, Trinomial, raw_stats,

@@ -31,8 +31,8 @@ use super::kit::{
     Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, form_or_default, page,
 };
 use super::session::Ctx;
-use crate::http::AppState;
 use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::create::{CreateArgs, SprtIn, SpsaIn};
 use crate::rundb::model::Run;
 use crate::rundb::{RunDb, RunDbError, SubmitError};

@@ -30,7 +30,7 @@ use super::kit::{
     form_or_default, page,
 };
 use super::session::Ctx;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
 

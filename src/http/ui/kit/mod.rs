@@ -22,10 +22,10 @@ pub mod time;
 pub mod url;
 
 pub use assets::asset;
-pub use error::{OrInternal, PageError, PageResult};
+pub use error::{OrInternal, PageError};
 pub use page::{
-    Flash, Input, Layout, Page, STOP_POLLING, continue_page, form_or_default, open_page, page,
-    respond,
+    Flash, Input, Layout, Page, PageResult, STOP_POLLING, continue_page, form_or_default,
+    open_page, page, respond,
 };
 pub use pager::Pager;
 pub use table::Column;

@@ -12,9 +12,13 @@ use axum::extract::rejection::FormRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use std::sync::Arc;
+
+use axum::extract::State;
+
 use super::assets::asset;
-use super::error::{PageError, PageResult, internal_page};
-use crate::http::AppState;
+use super::error::PageError;
+use crate::http::state::AppState;
 use crate::http::ui::session::{self, CookieKeys, Ctx};
 use crate::rundb::RunDb;
 
@@ -80,6 +84,9 @@ impl Layout {
     }
 }
 
+/// What a page body returns.
+pub type PageResult = Result<Page, PageError>;
+
 /// What a page body produces (in the pool).
 pub enum Page {
     Html(StatusCode, String),
@@ -103,6 +110,94 @@ impl Page {
     pub fn redirect(to: impl Into<String>) -> PageResult {
         Ok(Page::Redirect(to.into()))
     }
+}
+
+/// The one mapping of each [`PageError`] to its answer.
+impl PageError {
+    /// The answer for the session `ctx`.
+    pub fn into_page(self, ctx: &Ctx) -> Page {
+        match self {
+            PageError::NotFound => error_page(
+                ctx,
+                StatusCode::NOT_FOUND,
+                "Page not found",
+                "Oops! There is nothing at this address.",
+            ),
+            PageError::Refused {
+                status,
+                heading,
+                detail,
+            } => error_page(ctx, status, heading, &detail),
+            PageError::NotPrimary => error_page(
+                ctx,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service unavailable",
+                "Primary instance required.",
+            ),
+            PageError::Forbidden => error_page(
+                ctx,
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "The form was refused: its security token is missing or out of date. Reload the page and try again.",
+            ),
+            PageError::Throttled { retry_after_s } => {
+                let text = format!("Too many failed logins. Try again in {retry_after_s} s.");
+                match error_page(
+                    ctx,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many attempts",
+                    &text,
+                ) {
+                    Page::Html(_, html) => Page::Throttled(retry_after_s, html),
+                    other => other,
+                }
+            }
+            PageError::Internal { what, detail } => {
+                tracing::error!(error = %detail, "{what}");
+                internal_page()
+            }
+            PageError::Redirect(to) => Page::Redirect(to),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub l: Layout,
+    pub heading: String,
+    pub detail: String,
+}
+
+fn error_page(ctx: &Ctx, status: StatusCode, heading: &str, detail: &str) -> Page {
+    let p = ErrorPage {
+        l: Layout::new(ctx, heading),
+        heading: heading.into(),
+        detail: detail.into(),
+    };
+    match p.render() {
+        Ok(html) => Page::Html(status, html),
+        Err(e) => {
+            tracing::error!(error = %e, "template failed");
+            internal_page()
+        }
+    }
+}
+
+/// The 500 answer, without a layout (it also stands in when the session could not be read).
+pub fn internal_page() -> Page {
+    Page::Html(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal Server Error".into(),
+    )
+}
+
+/// 404 for a browser path nothing else answers.
+pub async fn not_found(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    page(&state, Input::get(&state, &headers), |_, _, _| {
+        Err(PageError::NotFound)
+    })
+    .await
 }
 
 /// A body that is not the expected form is an empty one (whose missing token refuses it).
