@@ -1,5 +1,6 @@
 //! The layout of `src/http/`, checked from the source: no module imports another that
-//! imports it back (directly or around a longer loop).
+//! imports it back (directly or around a longer loop), and no file is over 600 lines (a
+//! longer one holds more than one job: split it where the jobs meet).
 //!
 //! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
 //! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
@@ -171,10 +172,15 @@ fn find_cycle(deps: &BTreeMap<Module, BTreeSet<Module>>) -> Option<Vec<Module>> 
     None
 }
 
-fn http_modules() -> BTreeMap<Module, String> {
+fn http_files() -> (PathBuf, Vec<PathBuf>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src.join("http"), &mut files);
+    (src, files)
+}
+
+fn http_modules() -> BTreeMap<Module, String> {
+    let (src, files) = http_files();
     let mut code_of = BTreeMap::new();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read");
@@ -227,4 +233,16 @@ fn a_cycle_is_found() {
     .map(|(k, v)| (k, code(&v)))
     .collect();
     assert_eq!(find_cycle(&dependencies(&acyclic)), None);
+}
+
+#[test]
+fn no_file_over_600_lines_in_http() {
+    let (src, files) = http_files();
+    let long: Vec<String> = files
+        .iter()
+        .map(|f| (f, std::fs::read_to_string(f).expect("read").lines().count()))
+        .filter(|(_, n)| *n > 600)
+        .map(|(f, n)| format!("{} ({n} lines)", module_of(&src, f).join("/")))
+        .collect();
+    assert!(long.is_empty(), "files over 600 lines: {long:?}");
 }

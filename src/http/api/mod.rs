@@ -2,7 +2,7 @@
 //!
 //! - [`worker`]: the worker protocol (primary only);
 //! - [`runs`]: run submission and control for scripts (primary only);
-//! - [`public`]: the read-only API;
+//! - [`public`]: the read-only API ([`run_view`]: runs and tasks as it shows them);
 //! - [`files`] and [`upload`]: PGN uploads and the streamed downloads of PGNs and nets;
 //! - [`call`]: the worker call's schema, bounds and extractors, shared by the above;
 //! - [`rate_limit`]: the GitHub quota in Fishtest's shape (shoal calls no GitHub);
@@ -27,6 +27,7 @@ pub mod primary;
 pub mod public;
 pub mod rate_limit;
 pub mod replies;
+pub mod run_view;
 pub mod runs;
 pub mod schema;
 pub mod upload;

@@ -9,23 +9,34 @@
 //! (the event loop only parses forms and verifies the cookie's signature).
 
 pub mod accounts;
+pub mod actions;
 pub mod charts;
+pub mod contributors;
 pub mod controls;
 pub mod dashboard;
 pub mod dashboard_cache;
+pub mod finished;
 pub mod kit;
 pub mod limits;
 pub mod lists;
+pub mod live_elo;
+pub mod machines;
+pub mod net_upload;
 pub mod nets;
 pub mod people;
 pub mod rate_limits;
-pub mod record;
 pub mod results;
 pub mod run;
+pub mod run_detail;
 pub mod run_tasks;
 pub mod session;
+pub mod sprt_calc;
 pub mod stats;
+pub mod stats_tables;
 pub mod submit;
+pub mod submit_args;
+pub mod submit_form;
+pub mod user_management;
 pub mod workers;
 
 use std::sync::Arc;
@@ -51,7 +62,7 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(dashboard::root))
         .route("/tests", get(dashboard::tests))
-        .route("/tests/finished", get(lists::finished))
+        .route("/tests/finished", get(finished::finished))
         .route("/tests/user/{name}", get(lists::user))
         .route("/tests/view/{id}", get(run::view))
         .route("/tests/view/{id}/detail", get(run::detail_fragment))
@@ -67,10 +78,13 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/modify", axum::routing::post(controls::modify))
         .route("/tests/run", get(submit::form).post(submit::submit))
         .route("/tests/stats/{id}", get(stats::stats_page))
-        .route("/tests/live_elo/{id}", get(stats::live_elo_page))
-        .route("/tests/live_elo_update/{id}", get(stats::live_elo_update))
+        .route("/tests/live_elo/{id}", get(live_elo::live_elo_page))
+        .route(
+            "/tests/live_elo_update/{id}",
+            get(live_elo::live_elo_update),
+        )
         .route("/tests/chart/{id}/{name}", get(stats::chart))
-        .route("/sprt_calc", get(stats::sprt_calc))
+        .route("/sprt_calc", get(sprt_calc::sprt_calc))
         .route(
             "/user",
             get(people::own_profile).post(people::change_profile),
@@ -79,12 +93,18 @@ pub fn router() -> Router<Arc<AppState>> {
             "/user/{name}",
             get(people::user_page).post(people::user_action),
         )
-        .route("/user_management", get(people::user_management))
-        .route("/user_management/pending_count", get(people::pending_count))
-        .route("/actions", get(record::actions))
-        .route("/contributors", get(record::contributors))
-        .route("/contributors/monthly", get(record::contributors_monthly))
-        .route("/tests/machines", get(workers::machines))
+        .route("/user_management", get(user_management::user_management))
+        .route(
+            "/user_management/pending_count",
+            get(user_management::pending_count),
+        )
+        .route("/actions", get(actions::actions))
+        .route("/contributors", get(contributors::contributors))
+        .route(
+            "/contributors/monthly",
+            get(contributors::contributors_monthly),
+        )
+        .route("/tests/machines", get(machines::machines))
         .route(
             "/workers/{name}",
             get(workers::worker_page).post(workers::worker_post),
@@ -92,8 +112,8 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/nns", get(nets::nns))
         .route(
             "/upload",
-            get(nets::upload_form)
-                .post(nets::upload)
+            get(net_upload::upload_form)
+                .post(net_upload::upload)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
         .route("/rate_limits", get(rate_limits::rate_limits))

@@ -1,10 +1,9 @@
-//! The machines and the workers: `GET /tests/machines` (the workers holding an active task:
-//! user, cores, arch, country, version, run, last seen; `q`, `my_workers`, `sort`, `order`,
-//! `page`) and `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker
+//! The workers: `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker
 //! records with `filter`, `q`, `sort`, `order`, `page`; for a worker's owner or an approver, a
 //! form to block or unblock it with an issue message, fields `message`, `blocked`, `submit`).
+//! The workers holding a task now are `machines.rs`'s.
 //!
-//! Owns: reading those queries and forms, the rows and the time-ago labels. Who may change a
+//! Owns: reading that query and form, and the rows. Who may change a
 //! worker, and what a change does (the action log, request_task's blocked set), is the
 //! domain's (`RunDb::set_worker`).
 //! Must not: call the store (only `RunDb`), run outside [`page`], or change anything before
@@ -17,36 +16,35 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::kit::pager::page_param;
-use super::kit::table::{next_desc, order_param, order_text, sort_columns};
+use super::kit::table::{next_desc, order_param, order_text};
 use super::kit::time::ago;
 use super::kit::url::encode;
 use super::kit::{
-    Column, Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager,
-    form_or_default, page,
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager, form_or_default,
+    page,
 };
 use super::session::Ctx;
 use crate::http::state::AppState;
 use crate::rundb::RunDb;
-use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
+use crate::rundb::workers::{WorkerRecord, editable_name, owner_of, valid_short_name};
 
-/// Machines a page of `/tests/machines` shows.
-pub const MACHINES_PAGE: usize = 500;
 /// Worker records a page of `/workers/show` shows.
 pub const WORKERS_PAGE: usize = 25;
 /// Longest `q` read (longer ones are cut).
 const MAX_QUERY: usize = 200;
 
 /// The page number (1-based; anything else is 1).
-fn page_of(params: &HashMap<String, String>) -> usize {
+pub(super) fn page_of(params: &HashMap<String, String>) -> usize {
     usize::try_from(page_param(params.get("page").map(String::as_str))).unwrap_or(1)
 }
 
-fn query_text(params: &HashMap<String, String>) -> String {
+/// The search text `q`, trimmed and cut at 200 characters.
+pub(super) fn query_text(params: &HashMap<String, String>) -> String {
     params
         .get("q")
         .map(|q| q.trim().chars().take(MAX_QUERY).collect())
@@ -54,197 +52,10 @@ fn query_text(params: &HashMap<String, String>) -> String {
 }
 
 /// The pager of page `page` of `last`, each page's link from `href`.
-fn pager(page: usize, last: usize, href: impl Fn(usize) -> String) -> Pager {
+pub(super) fn pager(page: usize, last: usize, href: impl Fn(usize) -> String) -> Pager {
     Pager::new(page as u64, last as u64, |p| {
         href(usize::try_from(p).unwrap_or(usize::MAX))
     })
-}
-
-/// One machine row.
-pub struct MachineRow {
-    pub username: String,
-    pub cores: u32,
-    pub country: String,
-    pub short_name: String,
-    pub mnps: String,
-    pub max_memory: u64,
-    pub uname: String,
-    pub arch: String,
-    pub version: String,
-    pub run_id: String,
-    pub running_on: String,
-    pub task_id: usize,
-    pub last_active: String,
-}
-
-impl MachineRow {
-    fn of(m: &Machine) -> Self {
-        let tag: String = m.new_tag.chars().take(20).collect();
-        let clipped = if m.new_tag.chars().count() > 20 {
-            format!("{tag}...")
-        } else {
-            tag
-        };
-        MachineRow {
-            username: m.username.clone(),
-            cores: m.concurrency,
-            country: m.country_code.clone(),
-            short_name: m.short_name.clone(),
-            mnps: format!("{:.2}", m.nps / 1e6),
-            max_memory: m.max_memory,
-            uname: m.uname.clone(),
-            arch: m.worker_arch.clone(),
-            version: format!("{}{}", m.version, if m.modified { "*" } else { "" }),
-            run_id: m.run_id.clone(),
-            running_on: format!("{clipped}/{}", m.task_id),
-            task_id: m.task_id,
-            last_active: ago(Some(&m.last_updated)),
-        }
-    }
-
-    /// Whether `q` (lower case) occurs in any shown column.
-    fn matches(&self, q: &str) -> bool {
-        q.is_empty()
-            || [
-                &self.username,
-                &self.short_name,
-                &self.country,
-                &self.mnps,
-                &self.uname,
-                &self.arch,
-                &self.version,
-                &self.running_on,
-                &self.last_active,
-            ]
-            .iter()
-            .any(|f| f.to_lowercase().contains(q))
-            || self.cores.to_string() == q
-            || self.max_memory.to_string().contains(q)
-    }
-}
-
-#[derive(Template)]
-#[template(path = "machines.html")]
-pub struct MachinesPage {
-    pub l: Layout,
-    pub heading: String,
-    pub q: String,
-    pub my_workers: bool,
-    pub sort: &'static str,
-    pub order: &'static str,
-    pub columns: Vec<Column>,
-    pub rows: Vec<MachineRow>,
-    pub pager: Pager,
-}
-
-/// The machines table's sort keys: (key, header, descending by default). `last_active` is
-/// the default.
-const MACHINE_SORTS: [(&str, &str, bool); 10] = [
-    ("machine", "Machine", false),
-    ("cores", "Cores", true),
-    ("uuid", "UUID", false),
-    ("mnps", "MNps", true),
-    ("ram", "RAM", true),
-    ("system", "System", false),
-    ("arch", "Arch", false),
-    ("worker", "Worker", true),
-    ("running_on", "Running on", false),
-    ("last_active", "Last active", true),
-];
-
-/// Sorts machines by `key` (ties by short name, so rows do not jitter).
-fn sort_machines(machines: &mut [Machine], key: &str, desc: bool) {
-    machines.sort_by(|a, b| {
-        let by = match key {
-            "machine" => a.username.cmp(&b.username),
-            "cores" => a.concurrency.cmp(&b.concurrency),
-            "uuid" => a.short_name.cmp(&b.short_name),
-            "mnps" => a.nps.total_cmp(&b.nps),
-            "ram" => a.max_memory.cmp(&b.max_memory),
-            "system" => a.uname.cmp(&b.uname),
-            "arch" => a.worker_arch.cmp(&b.worker_arch),
-            "worker" => (a.version, a.modified).cmp(&(b.version, b.modified)),
-            "running_on" => (&a.new_tag, a.task_id).cmp(&(&b.new_tag, b.task_id)),
-            _ => a.last_updated.cmp(&b.last_updated),
-        };
-        let by = if desc { by.reverse() } else { by };
-        by.then_with(|| a.short_name.cmp(&b.short_name))
-    });
-}
-
-/// `GET /tests/machines[?q=…&my_workers=1&sort=…&order=…&page=N]`: one row per active task
-/// of every unfinished run, the most recently heard from first unless sorted otherwise, 500 a
-/// page (a page past the end shows the last).
-pub async fn machines(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(params): Query<HashMap<String, String>>,
-) -> Response {
-    let q = query_text(&params);
-    let mine = params.get("my_workers").is_some_and(|v| v == "1");
-    let asked = page_of(&params);
-    let (sort, default_desc) = params
-        .get("sort")
-        .and_then(|s| MACHINE_SORTS.iter().find(|(k, _, _)| k == s))
-        .map_or(("last_active", true), |(k, _, d)| (*k, *d));
-    let desc = order_param(params.get("order").map(String::as_str), default_desc);
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut machines = db.active_machines().or_internal("active machines")?;
-        sort_machines(&mut machines, sort, desc);
-        let total = machines.len();
-        let me = ctx.username();
-        let needle = q.to_lowercase();
-        let my_workers = mine && me.is_some();
-        let rows: Vec<MachineRow> = machines
-            .iter()
-            .filter(|m| !my_workers || Some(&m.username) == me.as_ref())
-            .map(MachineRow::of)
-            .filter(|r| r.matches(&needle))
-            .collect();
-        let shown = rows.len();
-        let last = shown.div_ceil(MACHINES_PAGE).max(1);
-        let page_no = asked.min(last);
-        let rows: Vec<MachineRow> = rows
-            .into_iter()
-            .skip((page_no - 1).saturating_mul(MACHINES_PAGE))
-            .take(MACHINES_PAGE)
-            .collect();
-        let filtered = !needle.is_empty() || my_workers;
-        let heading = if filtered {
-            format!("Workers - {total} ({shown})")
-        } else {
-            format!("Workers - {total}")
-        };
-        let base =
-            Href::new("/tests/machines")
-                .param("q", &q)
-                .param_if(my_workers, "my_workers", 1);
-        let columns = sort_columns(MACHINE_SORTS, sort, desc, |key, d| {
-            base.clone()
-                .param("sort", key)
-                .param("order", order_text(d))
-                .build()
-        });
-        let p = MachinesPage {
-            l: Layout::new(ctx, "Machines"),
-            heading,
-            q: q.clone(),
-            my_workers,
-            sort,
-            order: order_text(desc),
-            columns,
-            rows,
-            pager: pager(page_no, last, |n| {
-                base.clone()
-                    .param("sort", sort)
-                    .param("order", order_text(desc))
-                    .param("page", n)
-                    .build()
-            }),
-        };
-        Page::render(StatusCode::OK, &p)
-    })
-    .await
 }
 
 /// The list's time filter.
