@@ -16,7 +16,7 @@ pub struct PendingJson {
 }
 
 /// Marks a response whose body must be left exactly as it is (the empty 503 of a draining
-/// server, streams, [`BareJson`]).
+/// server, streams, `reply::BareJson`).
 #[derive(Debug, Clone, Copy)]
 pub struct RawBody;
 

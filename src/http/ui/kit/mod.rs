@@ -1,9 +1,10 @@
 //! The UI kit: the pieces every page is built from, each defined once.
 //!
 //! - [`page`]: the page job ([`page::page`]: session, CSRF check, body and render in one job
-//!   on the render lane), [`Page`], [`Layout`], [`Flash`];
-//! - [`error`]: [`PageError`], why a body gave no page, and the one mapping of each reason
-//!   (and of the domain's errors) to its HTML answer;
+//!   on the render lane), [`Page`], [`Layout`], [`Flash`], and the one mapping of each
+//!   [`PageError`] to its HTML answer (`PageError::into_page`);
+//! - [`error`]: [`PageError`], why a body gave no page, with the domain's errors converted
+//!   into it (`From`) and failed reads ([`OrInternal`]);
 //! - [`pager`]: [`Pager`] and the `page` parameter;
 //! - [`table`]: sortable column headers and the `order` parameter;
 //! - [`time`]: "N units ago";

@@ -3,18 +3,18 @@
 //! template rendered — and the response built back on the event loop (status, body,
 //! `Cache-Control: no-store`, the session cookie when its id changed).
 //!
-//! A body is `FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Result<Page, PageError>`; [`Layout`]
-//! is what the base template needs from every page.
-
-use askama::Template;
-use axum::Form;
-use axum::extract::rejection::FormRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+//! A body is `FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Result<Page, PageError>`; a
+//! `PageError` becomes its page here ([`PageError::into_page`]), for the session at hand.
+//! [`Layout`] is what the base template needs from every page.
 
 use std::sync::Arc;
 
+use askama::Template;
+use axum::Form;
 use axum::extract::State;
+use axum::extract::rejection::FormRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use super::assets::asset;
 use super::error::PageError;
