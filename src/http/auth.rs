@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::AppState;
 use super::reply::ApiResult;
+use super::state::AppState;
 use crate::accounts::{AuthError, User};
 use crate::offload::OffloadError;
 use crate::rundb::{RunDb, RunDbError};

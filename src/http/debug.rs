@@ -11,7 +11,7 @@
 //! the gate: these routes use exactly the primitives the real endpoints use.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -21,17 +21,10 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::AppState;
-use super::TOO_BUSY_INFO;
+use super::api::replies::TOO_BUSY_INFO;
 use super::extract::ApiJson;
 use super::reply::{ApiError, ApiReply, ApiResult};
-
-/// Counters of the debug routes.
-#[derive(Debug, Default)]
-pub struct DebugState {
-    /// Order in which callers entered the gate's critical section.
-    pub gate_seq: AtomicU64,
-}
+use super::state::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()

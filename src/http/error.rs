@@ -8,7 +8,7 @@
 
 use axum::response::{IntoResponse, Response};
 
-use super::reply::ApiReply;
+use super::envelope::ApiReply;
 use crate::accounts::{AuthError, UserError};
 use crate::ledger::LedgerError;
 use crate::nets::NetError;

@@ -19,9 +19,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio::time::timeout_at;
 
-use crate::http::AppState;
 use crate::http::api::call::client_addr;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
+use crate::http::state::AppState;
 use crate::limits::engine::WaitTicket;
 use crate::limits::{Engine, Grant, Holder, KeyCtx, RateLimited, Scope};
 

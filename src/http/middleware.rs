@@ -13,14 +13,14 @@
 //!    nothing is refused at the front door.
 //! 5. **body limit**: 413 JSON before reading when Content-Length is over the route's limit,
 //!    and a hard cap on the stream otherwise.
-//! 6. **security headers** (`ui::security_headers`): CSP, nosniff, `X-Frame-Options`,
+//! 6. **security headers** ([`security_headers`]): CSP, nosniff, `X-Frame-Options`,
 //!    Referrer-Policy on every response outside `/api`.
 //! 7. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
 //!    a dropped connection.
 //!
 //!
 //! The primary-only rule is not here: it is a route layer of the worker and run routers
-//! (`api::primary_only`).
+//! (`api::primary::primary_only`).
 //! Must not: block, touch the store, or take pool tokens (everything here runs on the event
 //! loop and costs microseconds).
 
@@ -40,8 +40,8 @@ use serde_json::Value;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-use super::AppState;
 use super::reply::{ApiError, ApiReply, PendingJson, RawBody};
+use super::state::AppState;
 
 /// The body limit that applies to this request, and the moment by which its body must have
 /// arrived (`body_read_timeout_s` after the request reached the stack), for extractors.
@@ -66,7 +66,7 @@ pub fn apply(router: Router, state: Arc<AppState>) -> Router {
     router
         .route_layer(from_fn(route_label))
         .layer(from_fn(catch_panic))
-        .layer(from_fn(super::ui::security_headers))
+        .layer(from_fn(security_headers))
         .layer(from_fn_with_state(state.clone(), body_limit))
         .layer(from_fn_with_state(state.clone(), concurrency_cap))
         .layer(from_fn(head_as_get))
@@ -212,6 +212,43 @@ async fn concurrency_cap(State(state): State<Arc<AppState>>, req: Request, next:
     }
 }
 
+/// Room for the multipart framing and the small fields around the net in `/upload`'s body
+/// limit.
+pub const UPLOAD_SLACK: u64 = 64 * 1024;
+
+/// The body limit of `POST /upload`: the net's limit plus [`UPLOAD_SLACK`].
+pub fn upload_body_limit(nn_upload_limit_bytes: u64) -> usize {
+    usize::try_from(nn_upload_limit_bytes.saturating_add(UPLOAD_SLACK)).unwrap_or(usize::MAX)
+}
+
+/// The Content-Security-Policy of every page: nothing inline, nothing from elsewhere.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+    img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; \
+    frame-ancestors 'none'";
+
+/// Adds the security headers to every response outside `/api` (pages, errors, static files).
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let mut response = next.run(req).await;
+    if !api {
+        let h = response.headers_mut();
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        h.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        );
+    }
+    response
+}
+
 async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     // A net upload's page answers an oversized declared body itself (an HTML form with the
     // message, not the API's JSON); its stream is still capped here.
@@ -219,7 +256,7 @@ async fn body_limit(State(state): State<Arc<AppState>>, req: Request, next: Next
     let limit = if req.uri().path() == "/api/upload_pgn" {
         state.config.pgn_body_limit_bytes
     } else if net_upload {
-        super::ui::nets::body_limit(state.config.nn_upload_limit_bytes)
+        upload_body_limit(state.config.nn_upload_limit_bytes)
     } else {
         state.config.api_body_limit_bytes
     };

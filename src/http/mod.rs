@@ -12,75 +12,28 @@ pub mod api;
 pub mod auth;
 pub mod conn;
 pub mod debug;
+pub mod envelope;
 pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod middleware;
 pub mod ops;
 pub mod reply;
+pub mod run_id;
+pub mod state;
 pub mod ui;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use axum::Router;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
-use tokio::sync::Semaphore;
 
-use crate::accounts::Accounts;
-use crate::admission::Gate;
-use crate::config::Config;
-use crate::ledger::Ledger;
-use crate::nets::Nets;
-use crate::offload::Offload;
-use crate::rundb::RunDb;
 use reply::ApiReply;
-
-/// What request_task (and the debug gate route) answers when the gate refuses a caller.
-pub const TOO_BUSY_INFO: &str = "Request_task: the server is currently too busy...";
-
-/// Everything handlers share. Cheap to clone through `Arc`.
-pub struct AppState {
-    /// The dashboard's first page, rendered at most once a second for everybody.
-    pub dashboard: Arc<ui::dashboard::DashboardCache>,
-    pub config: Arc<Config>,
-    pub primary: bool,
-    pub offload: Offload,
-    pub gate: Gate,
-    /// request_task's jobs handed in to the gate, served in batches by the slot holder.
-    pub batches: Arc<api::worker::SchedBatches>,
-    /// The run core: runs, tasks, the scheduler and its limits (it records into `ledger`).
-    pub rundb: Arc<RunDb>,
-    /// Users, sessions and the login throttle (the login policy).
-    pub accounts: Arc<Accounts>,
-    /// The action log, CPU hours and contributors (the run database writes to it too).
-    pub ledger: Arc<Ledger>,
-    /// The net directory and the nets' records.
-    pub nets: Arc<Nets>,
-    pub metrics: PrometheusHandle,
-    /// Set when shutdown begins: new requests on open connections get an empty 503.
-    pub draining: AtomicBool,
-    /// `max_concurrent_requests`, if set: a waiting (never rejecting) cap.
-    pub request_cap: Option<Arc<Semaphore>>,
-    pub started: Instant,
-    /// Turns for reading large PGN upload bodies (`pgn_upload_concurrency`).
-    pub pgn_uploads: Arc<Semaphore>,
-    /// Turns for rendering web pages (`page_render_concurrency`): pages queue for these
-    /// before taking a pool token, so a page storm cannot take every core.
-    /// The page-render lane: its own low-priority threads, one turn per thread.
-    pub page_renders: Arc<crate::offload::Lane>,
-    /// Key for signing cookies (loaded or generated at start).
-    pub secret: Vec<u8>,
-    /// Debug routes' bookkeeping.
-    pub debug: debug::DebugState,
-    /// PGN retention, on the primary when `pgn_retention_days` is set (`app` runs its passes).
-    pub pgn_retention: Option<Arc<crate::rundb::retention::PgnRetention>>,
-}
+/// For callers outside `http` (start-up); the HTTP modules name `state::AppState`.
+pub use state::AppState;
 
 /// The complete application: routes plus the middleware stack.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -111,6 +64,6 @@ async fn not_found(
         reply.status = StatusCode::NOT_FOUND;
         reply.into_response()
     } else {
-        ui::errors::not_found(axum::extract::State(state), headers).await
+        ui::kit::page::not_found(axum::extract::State(state), headers).await
     }
 }

@@ -12,8 +12,8 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::AppState;
 use super::reply::ApiReply;
+use super::state::AppState;
 
 /// `GET /healthz`: 200 with a small status object.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {

@@ -20,6 +20,7 @@ mod hardening;
 mod harness;
 mod instances;
 mod jobs;
+mod layout;
 mod limits;
 mod mongo;
 mod nets_store;

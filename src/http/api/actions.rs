@@ -16,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
-use crate::http::AppState;
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiError, BareJson};
+use crate::http::state::AppState;
 use crate::ledger::ActionFilter;
 
 /// At most this many actions per reply (Fishtest's cap).

@@ -16,9 +16,10 @@ use axum::http::request::Parts;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::http::AppState;
 use crate::http::extract::ApiJson;
 use crate::http::reply::ApiError;
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::model::{Stats, WorkerInfo};
 
 /// The body every worker endpoint but request_version sends. Unknown keys are refused.
@@ -78,7 +79,7 @@ pub(crate) fn bad(m: impl Into<String>) -> ApiError {
     ApiError::BadRequest(m.into())
 }
 
-pub(crate) fn is_hex(s: &str, len: usize) -> bool {
+fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
@@ -283,11 +284,11 @@ pub(crate) fn validate(
     }
     let task = match (req.run_id, req.task_id) {
         (Some(run), Some(task)) => {
-            if !is_hex(&run, 24) {
+            let Ok(run) = run.parse::<RunId>() else {
                 return Err(bad(format!("Invalid run_id: {run}")));
-            }
+            };
             let task = usize::try_from(task).map_err(|_| bad("task_id out of range"))?;
-            Some((run.to_ascii_lowercase(), task))
+            Some((run.as_str().to_ascii_lowercase(), task))
         }
         (Some(run), None) if needs.task => {
             return Err(bad(format!("missing task_id for run_id {run}")));

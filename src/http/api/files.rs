@@ -17,11 +17,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use super::call::is_hex;
 use super::schema::{Binary, ErrorReply};
-use crate::http::AppState;
 use crate::http::auth::rundb;
 use crate::http::reply::ApiError;
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::nets::{self, NetFile};
 
 /// Uploads (any instance: Fishtest sends PGNs to a secondary) and downloads.
@@ -261,7 +261,7 @@ pub async fn download_pgn(
         .strip_suffix(".pgn")
         .filter(|k| {
             k.split_once('-').is_some_and(|(r, t)| {
-                is_hex(r, 24) && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
+                r.parse::<RunId>().is_ok() && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
             })
         })
         .ok_or_else(|| ApiError::NotFound("Not Found".into()))?
@@ -296,11 +296,13 @@ pub async fn download_run_pgns(
 ) -> Result<Response, ApiError> {
     let run_id = name
         .strip_suffix(".pgn.gz")
-        .filter(|r| is_hex(r, 24))
-        .ok_or_else(|| ApiError::NotFound("Not Found".into()))?
-        .to_string();
+        .and_then(|r| r.parse::<RunId>().ok())
+        .ok_or_else(|| ApiError::NotFound("Not Found".into()))?;
     let db = rundb(&state);
-    let list = state.offload.run(move || db.pgns_of_run(&run_id)).await??;
+    let list = state
+        .offload
+        .run(move || db.pgns_of_run(run_id.as_str()))
+        .await??;
     if list.is_empty() {
         return Err(ApiError::NotFound("Not Found".into()));
     }

@@ -2,33 +2,32 @@
 //!
 //! - [`worker`]: the worker protocol (primary only);
 //! - [`runs`]: run submission and control for scripts (primary only);
-//! - [`public`]: the read-only API;
+//! - [`public`]: the read-only API ([`run_view`]: runs and tasks as it shows them);
 //! - [`files`] and [`upload`]: PGN uploads and the streamed downloads of PGNs and nets;
 //! - [`call`]: the worker call's schema, bounds and extractors, shared by the above;
 //! - [`rate_limit`]: the GitHub quota in Fishtest's shape (shoal calls no GitHub);
 //! - [`openapi`] and [`schema`]: `/api/openapi.json`, generated from the handlers'
 //!   annotations (every route added here must be annotated: a test compares both ways).
 //!
-//! The primary-only rule is a layer on the worker and run routers ([`primary_only`]), not a
-//! list of paths. The web UI will sit beside this module as `http::ui`.
+//! The primary-only rule is a layer on the worker and run routers
+//! ([`primary::primary_only`]), not a list of paths.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
-use super::AppState;
-use super::reply::ApiError;
+use super::state::AppState;
 
 pub mod actions;
+pub mod batches;
 pub mod call;
 pub mod files;
 pub mod openapi;
+pub mod primary;
 pub mod public;
 pub mod rate_limit;
 pub mod replies;
+pub mod run_view;
 pub mod runs;
 pub mod schema;
 pub mod upload;
@@ -44,17 +43,4 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .merge(actions::router())
         .merge(rate_limit::router())
         .merge(openapi::router())
-}
-
-/// Routes that change runs or serve workers answer 503 `primary instance required` on a
-/// secondary (runs live in the primary's cache and journal).
-pub async fn primary_only(
-    State(state): State<Arc<AppState>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if !state.primary {
-        return ApiError::PrimaryRequired.into_response();
-    }
-    next.run(req).await
 }

@@ -20,8 +20,8 @@ use axum::routing::get;
 use utoipa::OpenApi;
 
 use super::{actions, files, public, rate_limit, runs, schema, upload, worker};
-use crate::http::AppState;
 use crate::http::reply::{ApiError, BareJson};
+use crate::http::state::AppState;
 
 /// The document: every JSON route's handler, and the schemas they name.
 #[derive(OpenApi)]

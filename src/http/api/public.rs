@@ -1,12 +1,11 @@
 //! The read-only JSON API (docs/protocol.md#read-only-api): `calc_elo`, `get_elo`, `get_run`,
 //! `get_task`, `active_runs`, `finished_runs`.
 //!
-//! Owns: parameter rules and reply shapes of these routes, and the rendering of run documents
-//! for the API as Fishtest shows them ([`RunView`]: dates as Python's `str()` of an aware
-//! datetime, task lists absent or emptied, shoal's own `trajectory` never shown). A successful
-//! reply is a [`BareJson`], without `duration` (Fishtest adds it only to the worker API and to
-//! errors); an error is an [`ApiError`], which carries it. The route-by-route comparison with
-//! Fishtest is in docs/fishtest-compatibility.md.
+//! Owns: parameter rules and reply shapes of these routes (the run and task documents as
+//! Fishtest shows them are `run_view.rs`'s). A successful reply is a [`BareJson`], without
+//! `duration` (Fishtest adds it only to the worker API and to errors); an error is an
+//! [`ApiError`], which carries it. The route-by-route comparison with Fishtest is in
+//! docs/fishtest-compatibility.md.
 //! Must not: compute statistics or render runs on the event loop (every computation and every
 //! run body goes through the pool) or change anything.
 
@@ -15,20 +14,20 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use axum::Router;
 use axum::routing::get;
 
 use super::call::bad;
+use super::run_view::{RunView, api_run, api_task};
 use super::schema::{
     CalcEloReply, EloRunDocument, ErrorReply, RunDocument, RunsById, TaskDocument,
 };
-use crate::http::AppState;
 use crate::http::reply::{ApiError, BareJson};
-use crate::rundb::model::Date;
-use crate::rundb::model::Run;
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
+use crate::rundb::model::{Date, Run};
 use crate::rundb::queries::{FinishedFilter, TaskList};
 use crate::stats::{EloModel, Results, get_elo, sprt_elo};
 
@@ -41,119 +40,6 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/api/get_task/{id}/{tid}", get(get_task))
         .route("/api/active_runs", get(active_runs))
         .route("/api/finished_runs", get(finished_runs))
-}
-
-/// Python's `str(datetime)` for an aware UTC datetime: `YYYY-MM-DD HH:MM:SS.ffffff+00:00`,
-/// or `YYYY-MM-DD HH:MM:SS+00:00` when the microseconds are 0 (Python then omits the
-/// fraction; with MongoDB's millisecond dates that is one date in a thousand).
-pub fn python_date(d: &Date) -> String {
-    if d.0.timestamp_subsec_micros() == 0 {
-        d.0.format("%Y-%m-%d %H:%M:%S+00:00").to_string()
-    } else {
-        d.0.format("%Y-%m-%d %H:%M:%S%.6f+00:00").to_string()
-    }
-}
-
-/// Replaces every `{"$date": ...}` object by Python's string form.
-fn render_dates(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if m.len() == 1
-                && m.contains_key("$date")
-                && let Ok(d) = serde_json::from_value::<Date>(Value::Object(m.clone()))
-            {
-                *v = Value::String(python_date(&d));
-                return;
-            }
-            for x in m.values_mut() {
-                render_dates(x);
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(render_dates),
-        _ => {}
-    }
-}
-
-/// The two ways Fishtest shows a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunView {
-    /// active_runs and finished_runs: Fishtest reads the runs with a projection, so `tasks`,
-    /// `bad_tasks` and `args.spsa.param_history` are absent.
-    Listed,
-    /// get_run and get_elo (Fishtest's `strip_run`): `tasks` and `bad_tasks` are `[]`, and
-    /// `args.spsa.param_history` is `[]` when the run has one.
-    Stripped,
-}
-
-/// A run as the API shows it (`view`): `_id` a string, `start_time` and `last_updated` (and
-/// any other date) as Python prints them, shoal's `trajectory` left out.
-pub fn api_run(mut run: Run, view: RunView) -> Result<Value, ApiError> {
-    run.tasks = Vec::new();
-    run.bad_tasks = Vec::new();
-    // shoal's own field (the charts' samples): not Fishtest's, never shown.
-    run.trajectory = Default::default();
-    let had_history = run
-        .args
-        .spsa
-        .as_mut()
-        .is_some_and(|spsa| spsa.param_history.take().is_some());
-    let mut v = serde_json::to_value(&run)
-        .map_err(|e| ApiError::Internal(format!("rendering run {}: {e}", run.id)))?;
-    if let Value::Object(m) = &mut v {
-        m.remove("trajectory");
-        match view {
-            RunView::Listed => {
-                m.remove("tasks");
-                m.remove("bad_tasks");
-            }
-            RunView::Stripped => {
-                if had_history
-                    && let Some(Value::Object(spsa)) =
-                        m.get_mut("args").and_then(|a| a.get_mut("spsa"))
-                {
-                    spsa.insert("param_history".into(), json!([]));
-                }
-            }
-        }
-    }
-    render_dates(&mut v);
-    Ok(v)
-}
-
-/// A task as get_task shows it: the worker's `unique_key` cut to 8 characters and `...`, its
-/// `remote_addr` hidden as `?.?.?.?`, dates as Python prints them, an infinite `residual` as
-/// `"inf"` and `spsa_params.packed_flips` as a list of byte values.
-fn api_task(mut task: Value) -> Value {
-    if let Some(wi) = task.get_mut("worker_info").and_then(Value::as_object_mut) {
-        if let Some(Value::String(k)) = wi.get_mut("unique_key") {
-            *k = format!("{}...", k.chars().take(8).collect::<String>());
-        }
-        if let Some(addr) = wi.get_mut("remote_addr") {
-            *addr = json!("?.?.?.?");
-        }
-    }
-    // A residual written by Fishtest may be an infinity, which a shoal document holds as
-    // Extended JSON (shoal's own purge writes "inf" already).
-    if let Some(r) = task.get_mut("residual")
-        && r.get("$numberDouble").and_then(Value::as_str) == Some("Infinity")
-    {
-        *r = json!("inf");
-    }
-    // packed_flips is an array of bytes in shoal's typed tasks; a copy kept as Fishtest's
-    // binary (in `bad_tasks`) is turned into the same list.
-    if let Some(flips) = task
-        .get_mut("spsa_params")
-        .and_then(|p| p.get_mut("packed_flips"))
-        && let Some(b64) = flips
-            .get("$binary")
-            .and_then(|b| b.get("base64"))
-            .and_then(Value::as_str)
-        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64)
-    {
-        *flips = json!(bytes);
-    }
-    render_dates(&mut task);
-    task
 }
 
 /// 404 `The run <id> does not exist` (Fishtest's message).
@@ -336,10 +222,6 @@ fn sprt_summary(run: &Run) -> Option<Result<Value, String>> {
     )
 }
 
-fn valid_id(id: &str) -> bool {
-    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// GET /api/get_elo/{id}: `{}` for non-SPRT runs, else the run (as get_run shows it) plus
 /// `elo`.
 #[utoipa::path(
@@ -357,15 +239,15 @@ pub async fn get_elo_route(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !valid_id(&id) {
+    let Ok(id) = id.parse::<RunId>() else {
         return Err(no_run(&id));
-    }
+    };
     let db = state.rundb.clone();
     let body = state
         .offload
         .run(move || -> Result<BareJson, ApiError> {
-            let Some(run) = db.run_head(&id)? else {
-                return Err(no_run(&id));
+            let Some(run) = db.run_head(id.as_str())? else {
+                return Err(no_run(id.as_str()));
             };
             let Some(summary) = sprt_summary(&run) else {
                 return BareJson::of(&Map::new());
@@ -397,15 +279,15 @@ pub async fn get_run(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if !valid_id(&id) {
+    let Ok(id) = id.parse::<RunId>() else {
         return Err(no_run(&id));
-    }
+    };
     let db = state.rundb.clone();
     let body = state
         .offload
-        .run(move || match db.run_head(&id)? {
+        .run(move || match db.run_head(id.as_str())? {
             Some(run) => BareJson::of(&api_run(run, RunView::Stripped)?),
-            None => Err(no_run(&id)),
+            None => Err(no_run(id.as_str())),
         })
         .await??;
     Ok(body.cors().into_response())
@@ -530,9 +412,9 @@ pub async fn get_task(
     Path((id, tid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let not_found = || ApiError::NotFound(format!("The task {id}/{tid} does not exist"));
-    if !valid_id(&id) {
+    let Ok(run_id) = id.parse::<RunId>() else {
         return Err(not_found());
-    }
+    };
     let (index, bad_list) = match tid.strip_suffix("bad") {
         Some(n) => (n.parse::<usize>().map_err(|_| not_found())?, true),
         None => (tid.parse::<usize>().map_err(|_| not_found())?, false),
@@ -543,11 +425,10 @@ pub async fn get_task(
         TaskList::Tasks
     };
     let db = state.rundb.clone();
-    let run_id = id.clone();
     let body = state
         .offload
         .run(move || -> Result<Option<BareJson>, ApiError> {
-            match db.task_view(&run_id, index, list)? {
+            match db.task_view(run_id.as_str(), index, list)? {
                 Some(task) => Ok(Some(BareJson::of(&api_task(task))?)),
                 None => Ok(None),
             }
@@ -556,46 +437,5 @@ pub async fn get_task(
     match body {
         Some(body) => Ok(body.cors().into_response()),
         None => Err(not_found()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn python_dates() {
-        let d = Date(
-            chrono::DateTime::parse_from_rfc3339("2026-11-22T03:57:26.123Z")
-                .expect("date")
-                .with_timezone(&chrono::Utc),
-        );
-        assert_eq!(python_date(&d), "2026-11-22 03:57:26.123000+00:00");
-        // Python omits a zero fraction.
-        let whole = Date(
-            chrono::DateTime::parse_from_rfc3339("2026-11-22T03:57:26.000Z")
-                .expect("date")
-                .with_timezone(&chrono::Utc),
-        );
-        assert_eq!(python_date(&whole), "2026-11-22 03:57:26+00:00");
-    }
-
-    #[test]
-    fn a_task_as_get_task_shows_it() {
-        let task = json!({
-            "last_updated": {"$date": "2026-08-24T16:00:00.500Z"},
-            "residual": {"$numberDouble": "Infinity"},
-            "worker_info": {"unique_key": "0123456789-abcdef", "remote_addr": "192.0.2.1"},
-            "spsa_params": {"iter": 3, "packed_flips": {"$binary": {"base64": "gAE=", "subType": "00"}}},
-        });
-        let t = api_task(task);
-        assert_eq!(t["last_updated"], "2026-08-24 16:00:00.500000+00:00");
-        assert_eq!(t["residual"], "inf");
-        assert_eq!(t["worker_info"]["unique_key"], "01234567...");
-        assert_eq!(t["worker_info"]["remote_addr"], "?.?.?.?");
-        assert_eq!(t["spsa_params"]["packed_flips"], json!([128, 1]));
-        // Nothing is added that was not there.
-        let t = api_task(json!({"worker_info": {}}));
-        assert_eq!(t, json!({"worker_info": {}}));
     }
 }

@@ -17,8 +17,8 @@ use axum::routing::get;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::http::AppState;
 use crate::http::reply::{ApiError, BareJson};
+use crate::http::state::AppState;
 
 /// The hourly quota GitHub grants an authenticated caller on its `core` resource, which
 /// Fishtest's server spends; shoal reports it whole.

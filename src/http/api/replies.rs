@@ -10,6 +10,9 @@ use serde_json::{Map, Value, json};
 
 use crate::rundb::outcome::{Assignment, Refusal, TaskReply, UpdateRejection};
 
+/// What request_task (and the debug gate route) answers when the gate refuses a caller.
+pub const TOO_BUSY_INFO: &str = "Request_task: the server is currently too busy...";
+
 fn object(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,

@@ -14,12 +14,13 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::call::{ClientAddr, bad, is_hex};
+use super::call::{ClientAddr, bad};
 use super::schema::ErrorReply;
-use crate::http::AppState;
 use crate::http::auth::{Login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiReply, ApiResult};
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 
 /// The run endpoints, primary only.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
@@ -27,7 +28,10 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/api/create_run", post(create_run))
         .route("/api/approve_run", post(approve_run))
         .route("/api/purge_run", post(purge_run))
-        .route_layer(from_fn_with_state(state.clone(), super::primary_only))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            super::primary::primary_only,
+        ))
 }
 
 /// The body of the run-submission endpoints.
@@ -129,14 +133,13 @@ pub async fn approve_run(
     ClientAddr(ip): ClientAddr,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
-    if !is_hex(&req.run_id, 24) {
+    let Ok(run_id) = req.run_id.parse::<RunId>() else {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
-    }
-    let run_id = req.run_id.clone();
+    };
     with_user(
         &state,
         Login::at(ip, req.username, req.password),
-        move |db, user| db.approve_run(&run_id, &user),
+        move |db, user| db.approve_run(run_id.as_str(), &user),
     )
     .await?;
     Ok(reply(&ApproveRunReply {
@@ -164,14 +167,13 @@ pub async fn purge_run(
     ClientAddr(ip): ClientAddr,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
-    if !is_hex(&req.run_id, 24) {
+    let Ok(run_id) = req.run_id.parse::<RunId>() else {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
-    }
-    let run_id = req.run_id.clone();
+    };
     let outcome = with_user(
         &state,
         Login::at(ip, req.username, req.password),
-        move |db, user| db.purge_run(&run_id, &user),
+        move |db, user| db.purge_run(run_id.as_str(), &user),
     )
     .await?;
     Ok(reply(&PurgeRunReply {

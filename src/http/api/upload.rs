@@ -22,10 +22,10 @@ use futures::StreamExt as _;
 use serde_json::{Map, Value};
 
 use super::call::{Call, WorkerRequest, validate_upload};
-use crate::http::AppState;
 use crate::http::auth::{Login, credentials};
 use crate::http::middleware::BodyLimit;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
+use crate::http::state::AppState;
 use crate::rundb::RunDbError;
 
 /// Where the splitter is in the top-level object.

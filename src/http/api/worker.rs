@@ -17,23 +17,24 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 
+use super::batches::{SchedJob, Scheduler};
 use super::call::WorkerRequest;
 use super::call::{ClientAddr, Needs, WorkerCall, bad};
 use super::replies;
 use super::schema::{
     EmptyReply, ErrorReply, RequestTaskReply, TaskAliveReply, VersionReply, VersionRequest,
 };
-use crate::admission::{Batches, Service};
 use crate::http::auth::{Login, OnLoop, credentials, login_on_loop, rundb, with_login, with_user};
 use crate::http::extract::ApiJson;
 use crate::http::limits;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
-use crate::http::{AppState, TOO_BUSY_INFO};
+use crate::http::state::AppState;
 use crate::limits::{Grant, KeyCtx, Scope};
 use crate::rundb::model::{Stats, WorkerInfo};
 use crate::rundb::outcome::{Assignment, Refusal, TaskReply};
 use crate::rundb::{RunDb, RunDbError, Ticket, WORKER_VERSION};
 use crate::spsa::SpsaReply;
+use replies::TOO_BUSY_INFO;
 
 /// The worker endpoints, primary only.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
@@ -46,7 +47,10 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/api/failed_task", post(failed_task))
         .route("/api/stop_run", post(stop_run))
         .route("/api/worker_log", post(worker_log))
-        .route_layer(from_fn_with_state(state.clone(), super::primary_only))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            super::primary::primary_only,
+        ))
 }
 
 async fn durable(reply: Map<String, Value>, ticket: Option<Ticket>) -> ApiResult {
@@ -167,43 +171,6 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
     }
 }
 
-/// A request_task handed in to the gate: what its critical section needs.
-pub struct SchedJob {
-    user: crate::accounts::User,
-    wi: WorkerInfo,
-    reservation: Option<u64>,
-}
-
-/// What a request_task's critical section answers.
-pub type SchedResult = Result<(Assignment, Option<Ticket>), RunDbError>;
-
-/// request_task's batches (`crate::admission::Batches`).
-pub type SchedBatches = Batches<SchedJob, SchedResult>;
-
-/// The scheduler as the slot holder runs it: one critical section per job.
-struct Scheduler {
-    db: Arc<RunDb>,
-}
-
-impl Service<SchedJob, SchedResult> for Scheduler {
-    fn serve(&mut self, job: SchedJob) -> SchedResult {
-        self.db
-            .request_task_reserved(&job.user, job.wi, job.reservation)
-    }
-
-    fn assigned(&self, result: &SchedResult) -> bool {
-        matches!(result, Ok((Assignment::Task(_), _)))
-    }
-
-    fn orphaned(&mut self, result: SchedResult) {
-        // The worker left while its section ran: nobody will play this task, so it does not
-        // hold its run's window, its limits or the worker's name until the scavenger.
-        if let Ok((Assignment::Task(t), _)) = result {
-            self.db.withdraw_task(&t.run_id, t.task_id);
-        }
-    }
-}
-
 /// One pass through the gate and the scheduler's critical section; None: the gate refused
 /// (too busy).
 async fn gated_request_task(
@@ -219,11 +186,7 @@ async fn gated_request_task(
     };
     // Phase 2: the job joins the queue (arrival order) and its caller waits for its result;
     // the slot holder serves the queue in order.
-    let job = SchedJob {
-        user: user.clone(),
-        wi,
-        reservation,
-    };
+    let job = SchedJob::new(user.clone(), wi, reservation);
     let (mut pending, starter) = place.hand_in(&state.batches, job);
     if let Some(starter) = starter {
         // Nobody was serving: this caller starts the holder, detached from its own request
@@ -235,7 +198,7 @@ async fn gated_request_task(
                 return;
             };
             let runtime = tokio::runtime::Handle::current();
-            let mut scheduler = Scheduler { db };
+            let mut scheduler = Scheduler::new(db);
             // The slot holder takes the pool's reserved token: it never queues behind other
             // traffic. The holder lives in the closure: the slot is held until it is done.
             if let Err(e) = offload

@@ -13,15 +13,18 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::{
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
+    form_or_default, open_page, page, respond,
+};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::accounts::{AuthError, UserError};
-use crate::http::AppState;
 use crate::http::auth::{self, Login, MSG_BLOCKED, MSG_INVALID, MSG_PENDING};
+use crate::http::state::AppState;
 
 /// Shown after a successful signup (Fishtest's words).
 pub const MSG_CREATED: &str = "Account created! To avoid spam, a person will now manually \
@@ -56,11 +59,6 @@ pub struct NextQuery {
     created: Option<String>,
 }
 
-/// A body that is not a form is an empty form: its missing token refuses it (403).
-pub(super) fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
-    form.map(|Form(f)| f).unwrap_or_default()
-}
-
 /// Only a same-origin path is a place to go after login.
 fn safe_next(q: &NextQuery) -> String {
     [q.next.as_deref(), q.came_from.as_deref()]
@@ -73,35 +71,23 @@ fn safe_next(q: &NextQuery) -> String {
 
 fn login_action(q: &NextQuery) -> String {
     match &q.next {
-        Some(_) => format!("/login?next={}", percent(&safe_next(q))),
+        Some(_) => Href::new("/login")
+            .path_param("next", &safe_next(q))
+            .build(),
         None => "/login".into(),
     }
 }
 
-pub(super) fn percent(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> Out {
+fn login_page(ctx: &Ctx, q: &NextQuery, remember: bool, flash: Option<Flash>) -> PageResult {
     let mut l = Layout::new(ctx, "Login");
     if let Some(f) = flash {
         l = l.flash(f);
     }
-    Out::render(
-        StatusCode::OK,
-        &LoginPage {
-            l,
-            action: login_action(q),
-            remember,
-        },
-    )
+    Page::ok(&LoginPage {
+        l,
+        action: login_action(q),
+        remember,
+    })
 }
 
 /// `GET /login`.
@@ -112,7 +98,7 @@ pub async fn login_form(
 ) -> Response {
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_some() {
-            return Out::Redirect("/tests".into());
+            return Page::redirect("/tests");
         }
         let flash = q.created.is_some().then(|| Flash::info(MSG_CREATED));
         login_page(ctx, &q, true, flash)
@@ -141,7 +127,7 @@ pub async fn login(
     Query(q): Query<NextQuery>,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     // Rate limits (scope `login`) on the loop: a limited attempt costs no token, no argon2.
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let ctx = crate::limits::KeyCtx {
@@ -171,28 +157,28 @@ pub async fn login(
     .await;
     let accounts = state.accounts.clone();
     continue_page(&state, keys, ctx, move |_, ctx, _| {
-        let refused = |text: String| login_page(ctx, &q, remember, Some(Flash::error(text)));
+        let refused = |ctx: &Ctx, text: String| {
+            login_page(ctx, &q, remember, Some(Flash::error(text)))
+        };
         match verdict {
-            Ok(Ok(user)) => match ctx.login(&accounts, user, remember) {
-                Ok(()) => Out::Redirect(safe_next(&q)),
-                Err(e) => {
-                    tracing::error!(error = %e, "session not started");
-                    errors::internal()
-                }
-            },
-            Ok(Err(AuthError::Throttled { retry_after })) => {
-                errors::throttled(ctx, auth::retry_after_s(retry_after))
+            Ok(Ok(user)) => {
+                ctx.login(&accounts, user, remember)
+                    .or_internal("session not started")?;
+                Page::redirect(safe_next(&q))
             }
-            Ok(Err(AuthError::WrongPassword)) => refused(MSG_INVALID.into()),
-            Ok(Err(AuthError::Blocked)) => refused(MSG_BLOCKED.into()),
-            Ok(Err(AuthError::Pending)) => refused(format!("{MSG_PENDING}{PENDING_MORE}")),
+            Ok(Err(AuthError::Throttled { retry_after })) => Err(PageError::Throttled {
+                retry_after_s: auth::retry_after_s(retry_after),
+            }),
+            Ok(Err(AuthError::WrongPassword)) => refused(ctx, MSG_INVALID.into()),
+            Ok(Err(AuthError::Blocked)) => refused(ctx, MSG_BLOCKED.into()),
+            Ok(Err(AuthError::Pending)) => refused(ctx, format!("{MSG_PENDING}{PENDING_MORE}")),
             Ok(Err(AuthError::Account(e))) => {
                 tracing::warn!(error = %e, "login failed");
-                refused(MSG_INVALID.into())
+                refused(ctx, MSG_INVALID.into())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "login failed");
-                refused(MSG_INVALID.into())
+                refused(ctx, MSG_INVALID.into())
             }
         }
     })
@@ -200,7 +186,7 @@ pub async fn login(
 }
 
 fn redirect_home(keys: &super::session::CookieKeys) -> Response {
-    respond(keys, None, Out::Redirect("/tests".into()))
+    respond(keys, None, Page::Redirect("/tests".into()))
 }
 
 #[derive(Deserialize, Default)]
@@ -215,33 +201,30 @@ pub async fn logout(
     headers: HeaderMap,
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let accounts = state.accounts.clone();
     page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
-        move |_, ctx, keys| match ctx.logout(&accounts, keys) {
-            Ok(()) => Out::Redirect("/tests".into()),
-            Err(e) => {
-                tracing::error!(error = %e, "logout failed");
-                errors::internal()
-            }
+        move |_, ctx, keys| {
+            ctx.logout(&accounts, keys).or_internal("logout failed")?;
+            Page::redirect("/tests")
         },
     )
     .await
 }
 
-fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> Out {
+fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> PageResult {
     let mut l = Layout::new(ctx, "Register");
     l.flashes = flashes;
-    Out::render(StatusCode::OK, &SignupPage { l })
+    Page::ok(&SignupPage { l })
 }
 
 /// `GET /signup`.
 pub async fn signup_form(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
         if ctx.user.is_some() {
-            return Out::Redirect("/tests".into());
+            return Page::redirect("/tests");
         }
         signup_page(ctx, Vec::new())
     })
@@ -351,7 +334,7 @@ pub async fn signup(
     headers: HeaderMap,
     form: Result<Form<SignupForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let token = form.csrf_token.clone();
     let accounts = state.accounts.clone();
     page(
@@ -359,7 +342,7 @@ pub async fn signup(
         Input::post(&state, &headers, token),
         move |_, ctx, _| {
             if ctx.user.is_some() {
-                return Out::Redirect("/tests".into());
+                return Page::redirect("/tests");
             }
             let errors = signup_errors(&form);
             if !errors.is_empty() {
@@ -371,12 +354,11 @@ pub async fn signup(
                 form.email.trim(),
                 form.tests_repo.trim(),
             ) {
-                Ok(_) => Out::Redirect("/login?created=1".into()),
-                Err(UserError::Invalid(m)) => signup_page(ctx, vec![Flash::error(m)]),
-                Err(e) => {
-                    tracing::error!(error = %e, "signup failed");
-                    errors::internal()
+                Ok(_) => Page::redirect("/login?created=1"),
+                Err(UserError::Invalid(m)) => {
+                    signup_page(ctx, vec![Flash::error(m)])
                 }
+                Err(e) => Err(PageError::internal("signup failed", e)),
             }
         },
     )

@@ -19,10 +19,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::session::Ctx;
-use super::{Input, Out, errors, page};
+use super::kit::{Input, Page, PageError, form_or_default, page};
 use crate::accounts::User;
-use crate::http::AppState;
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
 
 /// The `run-id` form of approve, stop, purge and delete.
@@ -61,7 +61,7 @@ pub struct ModifyForm {
 /// succeeded; `None` for an unknown code (a link cannot put words on the page).
 pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
     if code == "approved" {
-        return Some(match run.filter(|id| super::run::valid_id(id)) {
+        return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
             Some(id) => format!("Run {id} approved"),
             None => "Run approved".into(),
         });
@@ -83,32 +83,13 @@ pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
     )
 }
 
-fn unform<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
-    form.map(|Form(f)| f).unwrap_or_default()
-}
-
-/// A domain refusal as a page with its message; a store failure is the only 500.
-fn refusal(ctx: &Ctx, e: RunDbError) -> Out {
-    let (status, heading) = match &e {
-        RunDbError::Unauthorized(_) => (StatusCode::FORBIDDEN, "Not allowed"),
-        RunDbError::Invalid(_) => (StatusCode::BAD_REQUEST, "Not done"),
-        RunDbError::NotFound(_) => (StatusCode::NOT_FOUND, "No such run"),
-        RunDbError::NotPrimary => return not_primary(ctx),
-        RunDbError::Store(_) | RunDbError::Corrupt(..) => {
-            tracing::error!(error = %e, "run control failed");
-            return errors::internal();
-        }
-    };
-    errors::refused(ctx, status, heading, &e.to_string())
-}
-
-fn not_primary(ctx: &Ctx) -> Out {
-    errors::refused(
-        ctx,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Service unavailable",
-        "Primary instance required.",
-    )
+/// A control's refusal: the domain's message on the error page, a run that does not exist
+/// named as such (with the domain's words) rather than the plain 404 page.
+fn refusal(e: RunDbError) -> PageError {
+    match e {
+        RunDbError::NotFound(m) => PageError::refused(StatusCode::NOT_FOUND, "No such run", m),
+        e => e.into(),
+    }
 }
 
 /// Runs one control: token (in [`page`]), primary, login, then `act`, whose `Ok` names the
@@ -128,15 +109,13 @@ where
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             if !primary {
-                return not_primary(ctx);
+                return Err(PageError::NotPrimary);
             }
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect("/login".into());
+                return Page::redirect("/login");
             };
-            match act(db, &user) {
-                Ok(code) => Out::Redirect(format!("/tests?done={code}")),
-                Err(e) => refusal(ctx, e),
-            }
+            let code = act(db, &user).map_err(refusal)?;
+            Page::redirect(format!("/tests?done={code}"))
         },
     )
     .await
@@ -148,10 +127,10 @@ pub async fn approve(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.approve_run(&f.run_id, user).map(|()| {
-            if super::run::valid_id(&f.run_id) {
+            if f.run_id.parse::<RunId>().is_ok() {
                 format!("approved&run={}", f.run_id)
             } else {
                 "approved".into()
@@ -167,7 +146,7 @@ pub async fn stop(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.stop_run_by_user(&f.run_id, user)
             .map(|_| "stopped".into())
@@ -181,7 +160,7 @@ pub async fn purge(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.purge_run(&f.run_id, user).map(|outcome| {
             if outcome.purged.is_empty() {
@@ -200,7 +179,7 @@ pub async fn delete(
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
         db.delete_run(&f.run_id, user).map(|()| "deleted".into())
     })
@@ -242,7 +221,7 @@ pub async fn modify(
     headers: HeaderMap,
     form: Result<Form<ModifyForm>, FormRejection>,
 ) -> Response {
-    let f = unform(form);
+    let f = form_or_default(form);
     let token = f.csrf_token.clone();
     control(state, headers, token, move |db, user| {
         let c = changes(&f).map_err(RunDbError::Invalid)?;

@@ -12,14 +12,11 @@ use axum::response::{IntoResponse, Response};
 
 use std::collections::HashMap;
 
-use std::time::{Duration, Instant};
-
-use super::lists::{
-    self, ListQuery, PageLink, Panel, failed_panel, finished_part, parse_query, unfinished_panels,
-};
+use super::controls;
+use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
+use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
-use super::{Flash, Input, Layout, Out, controls, errors, page};
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 
 #[derive(Template)]
@@ -54,48 +51,11 @@ pub struct TestsBody {
     pub finished_heading: String,
     pub count_line: String,
     pub finished: Vec<RunRow>,
-    pub pager: Vec<PageLink>,
+    pub pager: Pager,
 }
-
-/// How long a rendered first page is served to everybody.
-const CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Stands for the viewer's CSRF token in a cached rendering (replaced per request).
 const TOKEN_SLOT: &str = "__shoal_csrf_token__";
-
-/// The dashboard's default first page (no filter, page 1), rendered at most once every
-/// [`CACHE_TTL`] and shared by every viewer: it depends on the runs, not on who looks, except
-/// for the forms' CSRF token, which is filled in per request. A run created, approved,
-/// stopped, modified, deleted or finished, or a task handed out or ended
-/// (`RunDb::listed_changes`) makes it stale at once; results may be up to a second old.
-#[derive(Default)]
-pub struct DashboardCache {
-    entry: parking_lot::Mutex<Option<Rendered>>,
-}
-
-struct Rendered {
-    at: Instant,
-    saves: u64,
-    html: Arc<String>,
-}
-
-impl DashboardCache {
-    fn fresh(&self, saves: u64) -> Option<Arc<String>> {
-        let entry = self.entry.lock();
-        entry
-            .as_ref()
-            .filter(|r| r.saves == saves && r.at.elapsed() < CACHE_TTL)
-            .map(|r| Arc::clone(&r.html))
-    }
-
-    fn store(&self, saves: u64, html: Arc<String>) {
-        *self.entry.lock() = Some(Rendered {
-            at: Instant::now(),
-            saves,
-            html,
-        });
-    }
-}
 
 /// `GET /`: a 302 to the dashboard (no session work).
 pub async fn root() -> Response {
@@ -115,13 +75,13 @@ pub async fn tests(
         .iter()
         .any(|k| params.get(*k).is_some_and(|v| !v.trim().is_empty()));
     if search {
-        let mut to = String::from("/tests/finished?mode=search");
+        let mut to = Href::new("/tests/finished").param("mode", "search");
         for k in ["user", "text"] {
             if let Some(v) = params.get(k).filter(|v| !v.trim().is_empty()) {
-                to.push_str(&format!("&{k}={}", lists::url_encode(v.trim())));
+                to = to.param(k, v.trim());
             }
         }
-        return (StatusCode::FOUND, [(header::LOCATION, to)]).into_response();
+        return (StatusCode::FOUND, [(header::LOCATION, to.build())]).into_response();
     }
     let done = params
         .get("done")
@@ -138,30 +98,24 @@ pub async fn tests(
             let saves = db.listed_changes();
             let html = match cache.fresh(saves) {
                 Some(html) => html,
-                None => match body(db, q, TOKEN_SLOT) {
-                    Ok(html) => {
-                        let html = Arc::new(html);
-                        cache.store(saves, Arc::clone(&html));
-                        html
-                    }
-                    Err(out) => return out,
-                },
+                None => {
+                    let html = Arc::new(body(db, q, TOKEN_SLOT)?);
+                    cache.store(saves, Arc::clone(&html));
+                    html
+                }
             };
             html.replace(TOKEN_SLOT, &ctx.csrf)
         } else {
-            match body(db, q, &ctx.csrf) {
-                Ok(html) => html,
-                Err(out) => return out,
-            }
+            body(db, q, &ctx.csrf)?
         };
-        Out::render(StatusCode::OK, &TestsPage { l, body })
+        Page::ok(&TestsPage { l, body })
     })
     .await
 }
 
 /// Renders the dashboard's content for query `q` with `token` in its forms (the rendered
-/// HTML, or the answer instead: a redirect past the last page, an error page).
-fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Out> {
+/// HTML, or why not: a redirect past the last page, a failure).
+fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, PageError> {
     let f = finished_part(db, "/tests", None, q)?;
     let mut p = TestsBody {
         l: FormToken {
@@ -180,10 +134,7 @@ fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Out> {
         pager: f.pager,
     };
     if q.page == 1 {
-        let runs = db.active_heads().map_err(|e| {
-            tracing::error!(error = %e, "active runs");
-            errors::internal()
-        })?;
+        let runs = db.active_heads().or_internal("active runs")?;
         let open = || runs.iter().filter(|r| !r.finished && !r.deleted);
         let busy = || open().filter(|r| r.workers > 0);
         p.cores = busy().map(|r| r.cores).sum();
@@ -204,8 +155,5 @@ fn body(db: &RunDb, q: ListQuery, token: &str) -> Result<String, Out> {
         panels.insert(2, failed_panel(&f.runs));
         p.panels = panels;
     }
-    p.render().map_err(|e| {
-        tracing::error!(error = %e, "dashboard template failed");
-        errors::internal()
-    })
+    Ok(p.render()?)
 }

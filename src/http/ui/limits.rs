@@ -17,9 +17,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::{Flash, Input, Layout, Page, PageError, PageResult, form_or_default, page};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::limits::LimitView;
 use crate::rundb::{RunDb, RunDbError};
 
@@ -104,17 +104,16 @@ pub struct LimitsPage {
     pub limits: Vec<LimitRow>,
 }
 
-fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Out {
+fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
     let Some(user) = ctx.user.as_ref() else {
-        return Out::Redirect("/login".into());
+        return Page::redirect("/login");
     };
     if !user.is_approver() {
-        return errors::refused(
-            ctx,
+        return Err(PageError::refused(
             StatusCode::FORBIDDEN,
             "Forbidden",
             "Only approvers may see the limits.",
-        );
+        ));
     }
     let mut l = Layout::new(ctx, "Limits");
     if let Some(f) = flash {
@@ -126,7 +125,16 @@ fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> Out {
         .into_iter()
         .map(LimitRow::of)
         .collect();
-    Out::render(StatusCode::OK, &LimitsPage { l, limits })
+    Page::ok(&LimitsPage { l, limits })
+}
+
+/// A refused change, in this page's words ("Forbidden", "Refused"); otherwise as any page.
+fn refusal(e: RunDbError) -> PageError {
+    match e {
+        RunDbError::Unauthorized(m) => PageError::refused(StatusCode::FORBIDDEN, "Forbidden", m),
+        RunDbError::Invalid(m) => PageError::refused(StatusCode::BAD_REQUEST, "Refused", m),
+        e => PageError::internal("set_limit", e),
+    }
 }
 
 /// `GET /limits`.
@@ -153,38 +161,24 @@ pub async fn set_max(
     headers: HeaderMap,
     form: Result<Form<MaxForm>, FormRejection>,
 ) -> Response {
-    let f = form.map(|Form(f)| f).unwrap_or_default();
+    let f = form_or_default(form);
     page(
         &state,
         Input::post(&state, &headers, f.csrf_token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect("/login".into());
+                return Page::redirect("/login");
             };
             let Ok(max) = f.max.trim().parse::<u64>() else {
-                return errors::refused(
-                    ctx,
+                return Err(PageError::refused(
                     StatusCode::BAD_REQUEST,
                     "Bad value",
                     "The max must be a whole number.",
-                );
+                ));
             };
-            match db.set_limit_max(&f.name, max, &user) {
-                Ok(old) => {
-                    let note = format!("{}: max {old} -> {max}", f.name);
-                    limits_page(db, ctx, Some(Flash::info(note)))
-                }
-                Err(RunDbError::Unauthorized(m)) => {
-                    errors::refused(ctx, StatusCode::FORBIDDEN, "Forbidden", &m)
-                }
-                Err(RunDbError::Invalid(m)) => {
-                    errors::refused(ctx, StatusCode::BAD_REQUEST, "Refused", &m)
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "set_limit");
-                    errors::internal()
-                }
-            }
+            let old = db.set_limit_max(&f.name, max, &user).map_err(refusal)?;
+            let note = format!("{}: max {old} -> {max}", f.name);
+            limits_page(db, ctx, Some(Flash::info(note)))
         },
     )
     .await

@@ -1,7 +1,6 @@
-//! People: `GET/POST /user` (one's own profile), `GET/POST /user/{name}` (an approver's view
-//! of another account: accept or reject a pending signup, block or unblock),
-//! `GET /user_management` (pending, blocked, idle, approvers, all) and
-//! `GET /user_management/pending_count` (the navigation's "Users (N)" link, for anyone).
+//! People: `GET/POST /user` (one's own profile) and `GET/POST /user/{name}` (an approver's
+//! view of another account: accept or reject a pending signup, block or unblock). The list of
+//! accounts is `user_management.rs`'s.
 //!
 //! Owns: the forms' fields (Fishtest's names: `user`, `email`, `old_password`, `password`,
 //! `password2`, `tests_repo`; `blocked`, `pending`), their validation and messages, and the
@@ -21,30 +20,26 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use serde::Deserialize;
 
-use super::accounts::{check_email, unform, valid_tests_repo, weak_password};
-use super::lists::PageLink;
+use super::accounts::{check_email, valid_tests_repo, weak_password};
+use super::kit::url::login_next;
+use super::kit::{
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
+    form_or_default, open_page, page, respond,
+};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, continue_page, errors, open_page, page, respond};
 use crate::accounts::{
     AuthError, DEFAULT_MACHINE_LIMIT, ProfileChange, SessionState, User, UserAction, UserError,
 };
-use crate::http::AppState;
 use crate::http::auth::{self, Login};
+use crate::http::state::AppState;
 use crate::ledger::Ledger;
 
-/// Rows per page of `/user_management`.
-pub const USERS_PAGE: usize = 25;
-/// `view=all` shows at most this many rows.
-pub const VIEW_ALL_MAX: usize = 5000;
 /// The message for a non-approver on another user's page.
 pub const MSG_CANNOT_INSPECT: &str = "You cannot inspect users";
-/// The message for a non-approver on `/user_management`.
-pub const MSG_CANNOT_MANAGE: &str = "You cannot view user management";
-
 /// What the profile and admin pages show of a user.
 pub struct UserView {
     pub username: String,
@@ -123,34 +118,14 @@ pub struct UserAdminPage {
     pub u: UserView,
 }
 
-/// A store failure is a 500; everything else the domain says is a page with its message.
-fn refusal(ctx: &Ctx, e: UserError) -> Out {
-    let (status, heading) = match &e {
-        UserError::NotApprover => {
-            return errors::refused(
-                ctx,
-                StatusCode::FORBIDDEN,
-                "Not allowed",
-                MSG_CANNOT_INSPECT,
-            );
-        }
-        UserError::Invalid(_) | UserError::NotPending(_) => (StatusCode::BAD_REQUEST, "Not done"),
-        UserError::NoSuchUser(_) => return errors::missing(ctx),
-        UserError::Store(_) => {
-            tracing::error!(error = %e, "user page failed");
-            return errors::internal();
-        }
-    };
-    errors::refused(ctx, status, heading, &e.to_string())
+/// A non-approver on an approver's page.
+pub(super) fn not_allowed(message: &str) -> PageError {
+    PageError::refused(StatusCode::FORBIDDEN, "Not allowed", message)
 }
 
 /// The login wall: → `/login?next=<path>`.
-fn to_login(path: &str) -> Out {
-    Out::Redirect(format!("/login?next={}", encode(path)))
-}
-
-fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+pub(super) fn to_login(path: &str) -> PageResult {
+    Page::redirect(login_next(path))
 }
 
 #[derive(Deserialize, Default)]
@@ -160,7 +135,7 @@ pub struct DoneQuery {
 }
 
 /// The flash for `?done=<code>` after a change on these pages.
-fn done_message(code: &str, name: &str) -> Option<String> {
+pub(super) fn done_message(code: &str, name: &str) -> Option<String> {
     Some(match code {
         "saved" => "Success! Profile saved".into(),
         "password" => "Success! Password updated".into(),
@@ -172,15 +147,11 @@ fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> Out {
-    match view_of(ledger, user) {
-        Ok(u) => {
-            let mut l = Layout::new(ctx, "Profile");
-            l.flashes = flashes;
-            Out::render(StatusCode::OK, &ProfilePage { l, u })
-        }
-        Err(e) => refusal(ctx, e),
-    }
+fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> PageResult {
+    let u = view_of(ledger, user)?;
+    let mut l = Layout::new(ctx, "Profile");
+    l.flashes = flashes;
+    Page::ok(&ProfilePage { l, u })
 }
 
 /// `GET /user`: one's own profile (login-gated).
@@ -270,7 +241,7 @@ pub async fn change_profile(
     headers: HeaderMap,
     form: Result<Form<ProfileForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let input = Input::post(&state, &headers, form.csrf_token.clone());
     let keys = input.keys.clone();
     let ctx = match open_page(&state, input).await {
@@ -278,11 +249,11 @@ pub async fn change_profile(
         Err(answer) => return answer,
     };
     let Some(user) = ctx.user.clone() else {
-        return respond(&keys, ctx.set_cookie, to_login("/user"));
+        return respond(&keys, ctx.set_cookie, Page::Redirect(login_next("/user")));
     };
     // Fishtest: without the hidden `user` field (or naming someone else) nothing happens.
     if form.user.as_deref() != Some(user.username.as_str()) {
-        return respond(&keys, ctx.set_cookie, Out::Redirect("/user".into()));
+        return respond(&keys, ctx.set_cookie, Page::Redirect("/user".into()));
     }
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let verdict = auth::authenticate(
@@ -297,19 +268,17 @@ pub async fn change_profile(
         match verdict {
             Ok(Ok(_)) => {}
             Ok(Err(AuthError::Throttled { retry_after })) => {
-                return errors::throttled(ctx, auth::retry_after_s(retry_after));
+                return Err(PageError::Throttled {
+                    retry_after_s: auth::retry_after_s(retry_after),
+                });
             }
             Ok(Err(AuthError::WrongPassword | AuthError::Blocked | AuthError::Pending)) => {
                 return refuse(ctx, "Invalid password!".into());
             }
             Ok(Err(AuthError::Account(e))) => {
-                tracing::error!(error = %e, "profile: password check failed");
-                return errors::internal();
+                return Err(PageError::internal("profile: password check failed", e));
             }
-            Err(e) => {
-                tracing::error!(error = %e, "profile: password check failed");
-                return errors::internal();
-            }
+            Err(e) => return Err(PageError::internal("profile: password check failed", e)),
         }
         let change = match profile_change(&user, &form) {
             Ok(c) => c,
@@ -322,18 +291,13 @@ pub async fn change_profile(
             Ok(SessionState::Active(s)) => s.0.remember,
             _ => false,
         };
-        let saved = match accounts.change_profile(&user, change) {
-            Ok(saved) => saved,
-            Err(e) => return refusal(ctx, e),
-        };
+        let saved = accounts.change_profile(&user, change)?;
         if new_password {
-            if let Err(e) = ctx.login(&accounts, saved, remember) {
-                tracing::error!(error = %e, "profile: new session not started");
-                return errors::internal();
-            }
-            return Out::Redirect("/user?done=password".into());
+            ctx.login(&accounts, saved, remember)
+                .or_internal("profile: new session not started")?;
+            return Page::redirect("/user?done=password");
         }
-        Out::Redirect("/user?done=saved".into())
+        Page::redirect("/user?done=saved")
     })
     .await
 }
@@ -361,26 +325,16 @@ pub async fn user_page(
             return profile_page(&ledger, ctx, &me, flashes);
         }
         if !me.is_approver() {
-            return errors::refused(
-                ctx,
-                StatusCode::FORBIDDEN,
-                "Not allowed",
-                MSG_CANNOT_INSPECT,
-            );
+            return Err(not_allowed(MSG_CANNOT_INSPECT));
         }
-        let user = match accounts.users().load(&name) {
-            Ok(Some(u)) => u,
-            Ok(None) => return errors::missing(ctx),
-            Err(e) => return refusal(ctx, e),
-        };
-        match view_of(&ledger, &user) {
-            Ok(u) => {
-                let mut l = Layout::new(ctx, "User Management");
-                l.flashes = flashes;
-                Out::render(StatusCode::OK, &UserAdminPage { l, u })
-            }
-            Err(e) => refusal(ctx, e),
-        }
+        let user = accounts
+            .users()
+            .load(&name)?
+            .ok_or(PageError::NotFound)?;
+        let u = view_of(&ledger, &user)?;
+        let mut l = Layout::new(ctx, "User Management");
+        l.flashes = flashes;
+        Page::ok(&UserAdminPage { l, u })
     })
     .await
 }
@@ -428,7 +382,7 @@ pub async fn user_action(
     Path(name): Path<String>,
     form: Result<Form<UserActionForm>, FormRejection>,
 ) -> Response {
-    let form = unform(form);
+    let form = form_or_default(form);
     let token = form.csrf_token.clone();
     let accounts = state.accounts.clone();
     page(
@@ -439,317 +393,25 @@ pub async fn user_action(
                 return to_login(&format!("/user/{name}"));
             };
             if !me.is_approver() {
-                return errors::refused(
-                    ctx,
-                    StatusCode::FORBIDDEN,
-                    "Not allowed",
-                    MSG_CANNOT_INSPECT,
-                );
+                return Err(not_allowed(MSG_CANNOT_INSPECT));
             }
-            let action = match user_action_of(&form, &name) {
-                Ok(a) => a,
-                Err(text) => {
-                    return errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &text);
-                }
+            let action = user_action_of(&form, &name)
+                .map_err(|text| PageError::refused(StatusCode::BAD_REQUEST, "Not done", text))?;
+            accounts.administer_user(&me, &name, action)?;
+            if action == UserAction::Block && me.username == name {
+                // Blocking oneself ends one's own session.
+                return Page::redirect("/tests");
+            }
+            let code = match action {
+                UserAction::Accept => "accepted",
+                UserAction::Block => "blocked",
+                UserAction::Unblock => "unblocked",
+                UserAction::Reject => return Page::redirect("/user_management?done=rejected"),
             };
-            match accounts.administer_user(&me, &name, action) {
-                Ok(()) => {
-                    if action == UserAction::Block && me.username == name {
-                        // Blocking oneself ends one's own session.
-                        return Out::Redirect("/tests".into());
-                    }
-                    let code = match action {
-                        UserAction::Accept => "accepted",
-                        UserAction::Block => "blocked",
-                        UserAction::Unblock => "unblocked",
-                        UserAction::Reject => {
-                            return Out::Redirect("/user_management?done=rejected".into());
-                        }
-                    };
-                    Out::Redirect(format!("/user/{}?done={code}", encode(&name)))
-                }
-                Err(e) => refusal(ctx, e),
-            }
+            Page::redirect(Href::new("/user").seg(&name).param("done", code).build())
         },
     )
     .await
-}
-
-/// One summary card (a link to its group).
-pub struct Card {
-    pub label: &'static str,
-    pub count: usize,
-    pub href: String,
-}
-
-/// One sortable column header.
-pub struct Header {
-    pub label: &'static str,
-    pub href: String,
-}
-
-/// One row of `/user_management`.
-pub struct UserRow {
-    pub username: String,
-    pub registered: String,
-    pub groups: String,
-    pub email: String,
-}
-
-#[derive(Template)]
-#[template(path = "user_management.html")]
-pub struct UserManagementPage {
-    pub l: Layout,
-    pub cards: Vec<Card>,
-    /// (name, selected)
-    pub groups: Vec<(&'static str, bool)>,
-    pub q: String,
-    pub headers: Vec<Header>,
-    pub rows: Vec<UserRow>,
-    pub empty: &'static str,
-    pub pager: Vec<PageLink>,
-    /// "Show all (N users)" or "Show paginated", and its link.
-    pub view_toggle: (String, String),
-}
-
-#[derive(Deserialize, Default, Clone)]
-pub struct UsersQuery {
-    #[serde(default)]
-    group: Option<String>,
-    #[serde(default)]
-    q: Option<String>,
-    #[serde(default)]
-    sort: Option<String>,
-    #[serde(default)]
-    order: Option<String>,
-    #[serde(default)]
-    view: Option<String>,
-    #[serde(default)]
-    page: Option<String>,
-    #[serde(default)]
-    done: Option<String>,
-}
-
-const GROUPS: [&str; 5] = ["all", "pending", "blocked", "idle", "approvers"];
-
-/// A list page's pager: Prev · pages · Next; empty when there is one page.
-pub use super::lists::pager_by as pager;
-
-/// `page`: 1-based; anything non-numeric is 1.
-pub fn page_number(page: Option<&str>) -> u64 {
-    page.and_then(|p| p.trim().parse::<u64>().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1)
-        .min(super::lists::MAX_PAGE)
-}
-
-/// `GET /user_management`: approvers only.
-pub async fn user_management(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(q): Query<UsersQuery>,
-) -> Response {
-    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
-    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
-        let Some(me) = ctx.user.clone() else {
-            return to_login("/user_management");
-        };
-        if !me.is_approver() {
-            return errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", MSG_CANNOT_MANAGE);
-        }
-        let users = match accounts.users().list() {
-            Ok(u) => u,
-            Err(e) => return refusal(ctx, e),
-        };
-        let contributors: std::collections::HashSet<String> = match ledger.contributors(false) {
-            Ok(rows) => rows.into_iter().map(|r| r.username).collect(),
-            Err(e) => return refusal(ctx, e.into()),
-        };
-        user_management_page(ctx, users, &contributors, q)
-    })
-    .await
-}
-
-fn user_management_page(
-    ctx: &Ctx,
-    users: Vec<User>,
-    contributors: &std::collections::HashSet<String>,
-    q: UsersQuery,
-) -> Out {
-    let group = q
-        .group
-        .as_deref()
-        .filter(|g| GROUPS.contains(g))
-        .unwrap_or("pending");
-    let in_group = |u: &User, g: &str| match g {
-        "pending" => u.pending,
-        "blocked" => u.blocked,
-        "idle" => !contributors.contains(&u.username),
-        "approvers" => u.is_approver(),
-        _ => true,
-    };
-    let text = q.q.clone().unwrap_or_default();
-    let needle = text.trim().to_lowercase();
-    let cards = [
-        ("All", "all"),
-        ("Pending", "pending"),
-        ("Blocked", "blocked"),
-        ("Idle", "idle"),
-        ("Approvers", "approvers"),
-    ]
-    .into_iter()
-    .map(|(label, g)| Card {
-        label,
-        count: users.iter().filter(|u| in_group(u, g)).count(),
-        href: format!("/user_management?group={g}"),
-    })
-    .collect();
-    let mut rows: Vec<&User> = users
-        .iter()
-        .filter(|u| in_group(u, group))
-        .filter(|u| needle.is_empty() || u.username.to_lowercase().contains(&needle))
-        .collect();
-    let sort = q
-        .sort
-        .as_deref()
-        .filter(|s| ["username", "registration", "groups", "email"].contains(s))
-        .unwrap_or("registration");
-    let default_desc = sort == "registration";
-    let desc = match q.order.as_deref() {
-        Some("asc") => false,
-        Some("desc") => true,
-        _ => default_desc,
-    };
-    rows.sort_by(|a, b| {
-        let o = match sort {
-            "username" => a.username.cmp(&b.username),
-            "groups" => groups_label(a).cmp(&groups_label(b)),
-            "email" => a.email.cmp(&b.email),
-            _ => a.registration_time.0.cmp(&b.registration_time.0),
-        };
-        let o = if desc { o.reverse() } else { o };
-        o.then_with(|| a.username.cmp(&b.username))
-    });
-    let all = q.view.as_deref() == Some("all");
-    let total = rows.len() as u64;
-    let size = if all { VIEW_ALL_MAX } else { USERS_PAGE } as u64;
-    let last = total.div_ceil(size).max(1);
-    let page = page_number(q.page.as_deref()).min(last);
-    let base = |p: u64, sort: &str, desc: bool| {
-        format!(
-            "/user_management?group={group}&q={}&sort={sort}&order={}&page={p}{}",
-            encode(&text),
-            if desc { "desc" } else { "asc" },
-            if all { "&view=all" } else { "" }
-        )
-    };
-    let skip = ((page - 1) * size) as usize;
-    let rows: Vec<UserRow> = rows
-        .into_iter()
-        .skip(skip)
-        .take(size as usize)
-        .map(|u| UserRow {
-            username: u.username.clone(),
-            registered: u
-                .registration_time
-                .0
-                .format("%y-%m-%d %H:%M:%S")
-                .to_string(),
-            groups: groups_label(u),
-            email: u.email.clone(),
-        })
-        .collect();
-    let headers = [
-        ("Username", "username"),
-        ("Registration Time", "registration"),
-        ("Groups", "groups"),
-        ("Email", "email"),
-    ]
-    .into_iter()
-    .map(|(label, key)| {
-        let next_desc = if key == sort {
-            !desc
-        } else {
-            key == "registration"
-        };
-        Header {
-            label,
-            href: base(1, key, next_desc),
-        }
-    })
-    .collect();
-    let empty = match group {
-        "pending" => "No pending users",
-        "blocked" => "No blocked users",
-        "idle" => "No idle users",
-        "approvers" => "No approver users",
-        _ => "No users",
-    };
-    let view_toggle = if all {
-        (
-            "Show paginated".to_string(),
-            format!("/user_management?group={group}&q={}", encode(&text)),
-        )
-    } else {
-        (
-            format!("Show all ({total} users)"),
-            format!(
-                "/user_management?group={group}&q={}&view=all",
-                encode(&text)
-            ),
-        )
-    };
-    let mut l = Layout::new(ctx, "Users");
-    if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
-        l = l.flash(Flash::info(text));
-    }
-    Out::render(
-        StatusCode::OK,
-        &UserManagementPage {
-            l,
-            cards,
-            groups: GROUPS.iter().map(|g| (*g, *g == group)).collect(),
-            q: text.clone(),
-            headers,
-            rows,
-            empty,
-            pager: pager(page, last, |p| base(p, sort, desc)),
-            view_toggle,
-        },
-    )
-}
-
-/// `GET /user_management/pending_count`: the navigation link alone, "Users" or
-/// "Users (N)" (anyone; the count is cached for a second).
-pub async fn pending_count(State(state): State<Arc<AppState>>) -> Response {
-    let accounts = state.accounts.clone();
-    match state
-        .offload
-        .run(move || accounts.users().pending_count())
-        .await
-    {
-        Ok(Ok(n)) => {
-            let html = if n > 0 {
-                format!("<a href=\"/user_management\" class=\"pending\">Users ({n})</a>")
-            } else {
-                "<a href=\"/user_management\">Users</a>".to_string()
-            };
-            let mut r = (StatusCode::OK, axum::response::Html(html)).into_response();
-            r.headers_mut().insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("no-cache, private"),
-            );
-            r
-        }
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "pending count failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error").into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "pending count not computed");
-            (StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable").into_response()
-        }
-    }
 }
 
 #[cfg(test)]

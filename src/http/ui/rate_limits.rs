@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
-use super::{Input, Layout, Out, page};
-use crate::http::AppState;
+use super::kit::{Input, Layout, Page, page};
 use crate::http::api::rate_limit::GithubQuota;
+use crate::http::state::AppState;
 
 #[derive(Template)]
 #[template(path = "rate_limits.html")]
@@ -44,14 +44,11 @@ pub async fn rate_limits(State(state): State<Arc<AppState>>, headers: HeaderMap)
     page(&state, Input::get(&state, &headers), |_, ctx, _| {
         let q = GithubQuota::now();
         let reset = q.reset_hms();
-        Out::render(
-            StatusCode::OK,
-            &RateLimitsPage {
-                l: Layout::new(ctx, "GitHub rate limits"),
-                q,
-                reset,
-            },
-        )
+        Page::ok(&RateLimitsPage {
+            l: Layout::new(ctx, "GitHub rate limits"),
+            q,
+            reset,
+        })
     })
     .await
 }
@@ -61,7 +58,7 @@ pub async fn server(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     page(&state, Input::get(&state, &headers), |_, _, _| {
         let q = GithubQuota::now();
         let reset = q.reset_hms();
-        Out::render(StatusCode::OK, &ServerFragment { q, reset })
+        Page::ok(&ServerFragment { q, reset })
     })
     .await
 }

@@ -6,8 +6,9 @@
 //! same partial templates without the layout (`static/refresh.js` re-fetches them on
 //! unfinished runs; without JavaScript the page is whole as served).
 //!
-//! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); the
-//! numbers come from `crate::stats` exactly as `/api/get_elo` computes them.
+//! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); what is
+//! shown of it is computed by `run_detail.rs` (arguments, results, statistics, SPSA) and
+//! `run_tasks.rs`.
 
 use std::sync::Arc;
 
@@ -17,59 +18,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::charts::{RunCharts, run_charts};
-use super::results::{Line, ResultsBox, results_box, status_label};
+use super::kit::{
+    Input, Layout, OrInternal, Page, PageError, PageResult, STOP_POLLING, asset, page,
+};
+use super::results::status_label;
+use super::run_detail::{ArgRow, Detail, SpsaRow, arg_rows, detail, spsa_rows};
 use super::run_tasks::{Tasks, tasks};
 use super::session::Ctx;
-use super::{Input, Layout, Out, asset, errors, page};
-use crate::http::AppState;
+use crate::http::run_id::RunId;
+use crate::http::state::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::Run;
 use crate::rundb::schedule::hash_mib;
-use crate::stats::{Results, SprtState, sprt_elo};
-
-/// One line of the arguments table; `href` empty when the value is not a link.
-pub struct ArgRow {
-    pub name: &'static str,
-    pub value: String,
-    pub href: String,
-}
-
-/// The results and statistics part (the `detail` fragment).
-pub struct Detail {
-    pub id: String,
-    /// The results box of every run table (the same lines and colour).
-    pub rbox: ResultsBox,
-    /// `running`, `green`, `yellow`, `red` or `neutral`.
-    pub colour: &'static str,
-    pub status: String,
-    pub games: u64,
-    pub num_games: u64,
-    pub wins: u64,
-    pub losses: u64,
-    pub draws: u64,
-    pub crashes: u64,
-    pub time_losses: u64,
-    /// `LL, LD, DD+WL, WD, WW` counts, when the run has any.
-    pub penta: Option<[u64; 5]>,
-    /// The SPRT's `Elo: … [lo, hi] (95%) LOS: …%` (the raw statistics page's numbers of the
-    /// data the SPRT decides with, `sprt.elo5`… or `sprt.elo3`…); empty before any game.
-    pub sprt_elo: Line,
-    /// `LLR: x (a, b) [elo0, elo1]` for an SPRT.
-    pub llr: String,
-    pub sprt_state: String,
-}
-
-/// One SPSA parameter.
-pub struct SpsaRow {
-    pub name: String,
-    pub value: String,
-    pub start: String,
-    pub min: String,
-    pub max: String,
-    pub c: String,
-    pub r: String,
-}
 
 /// What the modify form starts with (POSTed to `/tests/modify`).
 pub struct ModifyValues {
@@ -158,31 +119,12 @@ pub struct ChartsFragment {
     pub c: RunCharts,
 }
 
-pub fn valid_id(id: &str) -> bool {
-    id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit())
+/// The run (a copy), or why not: no such run is the 404 page.
+pub(super) fn load(db: &RunDb, id: RunId) -> Result<Run, PageError> {
+    db.get_run(id.as_str())
+        .or_internal("run page")?
+        .ok_or(PageError::NotFound)
 }
-
-/// The run, or the answer instead of the page (the 404 page, a 500).
-pub(super) fn load(db: &RunDb, ctx: &Ctx, id: &str) -> Result<Run, Out> {
-    if !valid_id(id) {
-        return Err(errors::missing(ctx));
-    }
-    match db.get_run(id) {
-        Ok(Some(run)) => Ok(run),
-        Ok(None) => Err(errors::missing(ctx)),
-        Err(e) => {
-            tracing::error!(error = %e, "run page");
-            Err(errors::internal())
-        }
-    }
-}
-
-/// The status of a live fragment whose run has finished: "here is the last update, stop
-/// polling" (Fishtest's 286, which htmx understands and `static/refresh.js` too).
-pub const FINISHED_FRAGMENT: StatusCode = match StatusCode::from_u16(286) {
-    Ok(s) => s,
-    Err(_) => StatusCode::OK,
-};
 
 /// The page title: "SPRT <new> vs <base>", "SPSA <new>" or "<games> games - <new> vs <base>".
 pub fn page_title(run: &Run) -> String {
@@ -274,11 +216,9 @@ pub async fn view(
     follow: Result<Query<FollowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
+    let id = id.parse::<RunId>();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let run = match load(db, ctx, &id) {
-            Ok(run) => run,
-            Err(out) => return out,
-        };
+        let run = load(db, id?)?;
         let heading = page_title(&run);
         let warnings = warnings(&run, &db.books);
         let (spsa, spsa_iter) = spsa_rows(&run);
@@ -302,7 +242,7 @@ pub async fn view(
             live: !run.finished,
             script: asset("refresh.js"),
         };
-        Out::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -317,7 +257,7 @@ pub struct FollowQuery {
 /// The submit form's "submitted" message, while the run waits for approval.
 fn submitted_flash(l: Layout, run: &Run, submitted: bool) -> Layout {
     if submitted && !run.approved && !run.finished {
-        l.flash(super::Flash::info(super::submit::MSG_SUBMITTED))
+        l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED))
     } else {
         l
     }
@@ -332,11 +272,11 @@ pub async fn detail_fragment(
     fragment(&state, id, &headers, |run| {
         // A finished run's last update: 286 tells the page's script to stop refreshing.
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &DetailFragment { d: detail(run) })
+        Page::render(status, &DetailFragment { d: detail(run) })
     })
     .await
 }
@@ -349,11 +289,11 @@ pub async fn tasks_fragment(
 ) -> Response {
     fragment(&state, id, &headers, |run| {
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &TasksFragment { t: tasks(run) })
+        Page::render(status, &TasksFragment { t: tasks(run) })
     })
     .await
 }
@@ -366,11 +306,11 @@ pub async fn charts_fragment(
 ) -> Response {
     fragment(&state, id, &headers, |run| {
         let status = if run.finished {
-            FINISHED_FRAGMENT
+            STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Out::render(status, &ChartsFragment { c: run_charts(run) })
+        Page::render(status, &ChartsFragment { c: run_charts(run) })
     })
     .await
 }
@@ -380,250 +320,13 @@ async fn fragment(
     state: &AppState,
     id: String,
     headers: &HeaderMap,
-    render: fn(&Run) -> Out,
+    render: fn(&Run) -> PageResult,
 ) -> Response {
-    page(
-        state,
-        Input::get(state, headers),
-        move |db, ctx, _| match load(db, ctx, &id) {
-            Ok(run) => render(&run),
-            Err(out) => out,
-        },
-    )
+    let id = id.parse::<RunId>();
+    page(state, Input::get(state, headers), move |db, _, _| {
+        render(&load(db, id?)?)
+    })
     .await
-}
-
-/// A link only to a web address (never `javascript:` or the like).
-fn web(url: String) -> String {
-    if url.starts_with("https://") || url.starts_with("http://") {
-        url
-    } else {
-        String::new()
-    }
-}
-
-fn arg_rows(run: &Run) -> Vec<ArgRow> {
-    let a = &run.args;
-    let repo = a.tests_repo.trim_end_matches('/');
-    let row = |name, value: String| ArgRow {
-        name,
-        value,
-        href: String::new(),
-    };
-    let link = |name, value: String, href: String| ArgRow {
-        name,
-        value,
-        href: if repo.is_empty() {
-            String::new()
-        } else {
-            web(href)
-        },
-    };
-    let mut rows = vec![row("username", a.username.clone()), row("tc", a.tc.clone())];
-    if !a.new_tc.is_empty() && a.new_tc != a.tc {
-        rows.push(row("new_tc", a.new_tc.clone()));
-    }
-    rows.push(row("threads", a.threads.to_string()));
-    rows.push(row("book", format!("{} (depth {})", a.book, a.book_depth)));
-    if let Some(sprt) = &a.sprt {
-        rows.push(row(
-            "sprt",
-            format!(
-                "elo0: {:.2} alpha: {:.2} elo1: {:.2} beta: {:.2} ({})",
-                sprt.elo0,
-                sprt.alpha,
-                sprt.elo1,
-                sprt.beta,
-                sprt.elo_model.as_str()
-            ),
-        ));
-    } else {
-        rows.push(row("num_games", a.num_games.to_string()));
-    }
-    rows.push(link(
-        "new_tag",
-        format!("{} ({})", a.new_tag, short(&a.resolved_new)),
-        format!("{repo}/commit/{}", a.resolved_new),
-    ));
-    rows.push(link(
-        "base_tag",
-        format!("{} ({})", a.base_tag, short(&a.resolved_base)),
-        format!("{repo}/commit/{}", a.resolved_base),
-    ));
-    rows.push(link(
-        "diff",
-        format!("{}...{}", short(&a.resolved_base), short(&a.resolved_new)),
-        format!("{repo}/compare/{}...{}", a.resolved_base, a.resolved_new),
-    ));
-    rows.push(row("new_options", a.new_options.clone()));
-    rows.push(row("base_options", a.base_options.clone()));
-    if !a.new_signature.is_empty() || !a.base_signature.is_empty() {
-        rows.push(row(
-            "bench",
-            format!("new {} / base {}", a.new_signature, a.base_signature),
-        ));
-    }
-    rows.push(link(
-        "tests_repo",
-        a.tests_repo.clone(),
-        a.tests_repo.clone(),
-    ));
-    rows.push(row("priority", format!("{}", a.priority)));
-    rows.push(row("throughput", format!("{}%", a.throughput)));
-    if let Some(w) = a.max_active_tasks {
-        rows.push(row("max_active_tasks", w.to_string()));
-    }
-    rows.push(row("auto_purge", a.auto_purge.to_string()));
-    rows.push(row(
-        "approved",
-        if run.approved {
-            format!("yes ({})", run.approver)
-        } else {
-            "no".into()
-        },
-    ));
-    rows.push(row(
-        "start_time",
-        run.start_time.0.format("%Y-%m-%d %H:%M:%S").to_string(),
-    ));
-    rows.push(row("info", a.info.clone()));
-    let local = |name, value: &str, href: String| ArgRow {
-        name,
-        value: value.into(),
-        href,
-    };
-    rows.push(local(
-        "events",
-        "events",
-        format!("/actions?run_id={}", run.id),
-    ));
-    if a.spsa.is_none() {
-        rows.push(local(
-            "raw statistics",
-            "raw statistics",
-            format!("/tests/stats/{}", run.id),
-        ));
-    }
-    rows
-}
-
-fn short(sha: &str) -> &str {
-    sha.get(..10).unwrap_or(sha)
-}
-
-/// The results and statistics, computed as `/api/get_elo` does.
-fn detail(run: &Run) -> Detail {
-    let r = &run.results;
-    let penta = Some(r.pentanomial).filter(|p| p.iter().any(|c| *c > 0));
-    let games = r.games();
-    let sprt = run.args.sprt.as_ref();
-    let mut d = Detail {
-        id: run.id.clone(),
-        rbox: results_box(run),
-        colour: colour(run),
-        status: status(run),
-        games,
-        num_games: run.args.num_games,
-        wins: r.wins,
-        losses: r.losses,
-        draws: r.draws,
-        crashes: r.crashes,
-        time_losses: r.time_losses,
-        penta,
-        sprt_elo: Line::default(),
-        llr: String::new(),
-        sprt_state: String::new(),
-    };
-    if let Some(s) = sprt {
-        let results = Results {
-            wins: r.wins,
-            losses: r.losses,
-            draws: r.draws,
-            pentanomial: penta,
-        };
-        match sprt_elo(&results, s.alpha, s.beta, 0.05, s.elo0, s.elo1, s.elo_model) {
-            Ok(e) => {
-                d.llr = format!(
-                    "LLR: {:.2} ({:.2}, {:.2}) [{:.2}, {:.2}]",
-                    e.llr, e.a, e.b, s.elo0, s.elo1
-                );
-                if games > 0 {
-                    let v = if penta.is_some() { 5 } else { 3 };
-                    d.sprt_elo = Line::default()
-                        .t("Elo: ")
-                        .n(&format!("sprt.elo{v}"), format!("{:.2}", e.elo))
-                        .t(" [")
-                        .n(&format!("sprt.elo{v}_l"), format!("{:.2}", e.ci[0]))
-                        .t(", ")
-                        .n(&format!("sprt.elo{v}_u"), format!("{:.2}", e.ci[1]))
-                        .t("] (95%) LOS: ")
-                        .pct(&format!("sprt.los{v}"), e.los)
-                        .t("%");
-                }
-            }
-            Err(e) => d.llr = format!("LLR: unavailable ({e})"),
-        }
-        d.sprt_state = match s.state {
-            SprtState::Running => "running".into(),
-            other => other.as_str().into(),
-        };
-    }
-    d
-}
-
-fn colour(run: &Run) -> &'static str {
-    if !run.finished {
-        return "running";
-    }
-    let state = run.args.sprt.as_ref().map(|s| s.state);
-    if run.is_green || state == Some(SprtState::Accepted) {
-        "green"
-    } else if run.is_yellow {
-        "yellow"
-    } else if state == Some(SprtState::Rejected) {
-        "red"
-    } else {
-        "neutral"
-    }
-}
-
-fn status(run: &Run) -> String {
-    if run.finished {
-        "finished".into()
-    } else if !run.approved {
-        "pending approval".into()
-    } else if run.workers > 0 {
-        format!("running on {} workers ({} cores)", run.workers, run.cores)
-    } else {
-        "waiting for workers".into()
-    }
-}
-
-/// The SPSA parameters with the current `c_k` and `R_k` (as the worker gets them next).
-fn spsa_rows(run: &Run) -> (Vec<SpsaRow>, String) {
-    let Some(s) = &run.args.spsa else {
-        return (Vec::new(), String::new());
-    };
-    let k = s.iter as f64 + 1.0;
-    let rows = s
-        .params
-        .iter()
-        .map(|p| {
-            let c = p.c / k.powf(s.gamma);
-            let a = p.a / (s.stability + k).powf(s.alpha);
-            let r = if c != 0.0 { a / (c * c) } else { 0.0 };
-            SpsaRow {
-                name: p.name.clone(),
-                value: format!("{:.2}", p.theta),
-                start: format!("{}", p.start),
-                min: format!("{}", p.min),
-                max: format!("{}", p.max),
-                c: format!("{c:.3}"),
-                r: format!("{r:.2e}"),
-            }
-        })
-        .collect();
-    (rows, format!("{} / {}", s.iter, s.num_iter))
 }
 
 fn notes(run: &Run) -> Vec<String> {

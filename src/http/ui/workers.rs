@@ -1,10 +1,9 @@
-//! The machines and the workers: `GET /tests/machines` (the workers holding an active task:
-//! user, cores, arch, country, version, run, last seen; `q`, `my_workers`, `sort`, `order`,
-//! `page`) and `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker
+//! The workers: `GET/POST /workers/{name}` (`show` or a short worker name: the list of worker
 //! records with `filter`, `q`, `sort`, `order`, `page`; for a worker's owner or an approver, a
 //! form to block or unblock it with an issue message, fields `message`, `blocked`, `submit`).
+//! The workers holding a task now are `machines.rs`'s.
 //!
-//! Owns: reading those queries and forms, the rows and the time-ago labels. Who may change a
+//! Owns: reading that query and form, and the rows. Who may change a
 //! worker, and what a change does (the action log, request_task's blocked set), is the
 //! domain's (`RunDb::set_worker`).
 //! Must not: call the store (only `RunDb`), run outside [`page`], or change anything before
@@ -17,280 +16,47 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::pager::page_param;
+use super::kit::table::{next_desc, order_param, order_text};
+use super::kit::time::ago;
+use super::kit::url::encode;
+use super::kit::{
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, Pager, form_or_default,
+    page,
+};
 use super::session::Ctx;
-use super::{Flash, Input, Layout, Out, errors, page};
 use crate::accounts::Users;
-use crate::http::AppState;
-use crate::rundb::workers::{Machine, WorkerRecord, editable_name, owner_of, valid_short_name};
-use crate::rundb::{RunDb, RunDbError};
-use crate::store::Date;
+use crate::http::state::AppState;
+use crate::rundb::RunDb;
+use crate::rundb::workers::{WorkerRecord, editable_name, owner_of, valid_short_name};
 
-/// Machines a page of `/tests/machines` shows.
-pub const MACHINES_PAGE: usize = 500;
 /// Worker records a page of `/workers/show` shows.
 pub const WORKERS_PAGE: usize = 25;
 /// Longest `q` read (longer ones are cut).
 const MAX_QUERY: usize = 200;
 
-/// "N units ago" for a moment in the past ("just now" under a second).
-pub fn ago(d: &Date) -> String {
-    let secs = (chrono::Utc::now() - d.0).num_seconds().max(0);
-    let (n, unit) = match secs {
-        0 => return "just now".into(),
-        1..=59 => (secs, "second"),
-        60..=3599 => (secs / 60, "minute"),
-        3600..=86_399 => (secs / 3600, "hour"),
-        _ => (secs / 86_400, "day"),
-    };
-    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
-}
-
 /// The page number (1-based; anything else is 1).
-fn page_of(params: &HashMap<String, String>) -> usize {
-    params
-        .get("page")
-        .and_then(|p| p.trim().parse::<usize>().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1)
+pub(super) fn page_of(params: &HashMap<String, String>) -> usize {
+    usize::try_from(page_param(params.get("page").map(String::as_str))).unwrap_or(1)
 }
 
-fn query_text(params: &HashMap<String, String>) -> String {
+/// The search text `q`, trimmed and cut at 200 characters.
+pub(super) fn query_text(params: &HashMap<String, String>) -> String {
     params
         .get("q")
         .map(|q| q.trim().chars().take(MAX_QUERY).collect())
         .unwrap_or_default()
 }
 
-fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-/// Prev / Next links around `page` of `last` (empty `href`: disabled).
-pub struct Pager {
-    pub prev: String,
-    pub next: String,
-    pub page: usize,
-    pub last: usize,
-}
-
-fn pager(page: usize, last: usize, href: impl Fn(usize) -> String) -> Pager {
-    Pager {
-        prev: if page > 1 {
-            href(page - 1)
-        } else {
-            String::new()
-        },
-        next: if page < last {
-            href(page + 1)
-        } else {
-            String::new()
-        },
-        page,
-        last,
-    }
-}
-
-/// One machine row.
-pub struct MachineRow {
-    pub username: String,
-    pub cores: u32,
-    pub country: String,
-    pub short_name: String,
-    pub mnps: String,
-    pub max_memory: u64,
-    pub uname: String,
-    pub arch: String,
-    pub version: String,
-    pub run_id: String,
-    pub running_on: String,
-    pub task_id: usize,
-    pub last_active: String,
-}
-
-impl MachineRow {
-    fn of(m: &Machine) -> Self {
-        let tag: String = m.new_tag.chars().take(20).collect();
-        let clipped = if m.new_tag.chars().count() > 20 {
-            format!("{tag}...")
-        } else {
-            tag
-        };
-        MachineRow {
-            username: m.username.clone(),
-            cores: m.concurrency,
-            country: m.country_code.clone(),
-            short_name: m.short_name.clone(),
-            mnps: format!("{:.2}", m.nps / 1e6),
-            max_memory: m.max_memory,
-            uname: m.uname.clone(),
-            arch: m.worker_arch.clone(),
-            version: format!("{}{}", m.version, if m.modified { "*" } else { "" }),
-            run_id: m.run_id.clone(),
-            running_on: format!("{clipped}/{}", m.task_id),
-            task_id: m.task_id,
-            last_active: ago(&m.last_updated),
-        }
-    }
-
-    /// Whether `q` (lower case) occurs in any shown column.
-    fn matches(&self, q: &str) -> bool {
-        q.is_empty()
-            || [
-                &self.username,
-                &self.short_name,
-                &self.country,
-                &self.mnps,
-                &self.uname,
-                &self.arch,
-                &self.version,
-                &self.running_on,
-                &self.last_active,
-            ]
-            .iter()
-            .any(|f| f.to_lowercase().contains(q))
-            || self.cores.to_string() == q
-            || self.max_memory.to_string().contains(q)
-    }
-}
-
-#[derive(Template)]
-#[template(path = "machines.html")]
-pub struct MachinesPage {
-    pub l: Layout,
-    pub heading: String,
-    pub q: String,
-    pub my_workers: bool,
-    pub sort: &'static str,
-    pub order: &'static str,
-    pub columns: Vec<super::nets::Column>,
-    pub rows: Vec<MachineRow>,
-    pub pager: Pager,
-}
-
-/// The machines table's sort keys: (key, header, descending by default). `last_active` is
-/// the default.
-const MACHINE_SORTS: [(&str, &str, bool); 10] = [
-    ("machine", "Machine", false),
-    ("cores", "Cores", true),
-    ("uuid", "UUID", false),
-    ("mnps", "MNps", true),
-    ("ram", "RAM", true),
-    ("system", "System", false),
-    ("arch", "Arch", false),
-    ("worker", "Worker", true),
-    ("running_on", "Running on", false),
-    ("last_active", "Last active", true),
-];
-
-/// Sorts machines by `key` (ties by short name, so rows do not jitter).
-fn sort_machines(machines: &mut [Machine], key: &str, desc: bool) {
-    machines.sort_by(|a, b| {
-        let by = match key {
-            "machine" => a.username.cmp(&b.username),
-            "cores" => a.concurrency.cmp(&b.concurrency),
-            "uuid" => a.short_name.cmp(&b.short_name),
-            "mnps" => a.nps.total_cmp(&b.nps),
-            "ram" => a.max_memory.cmp(&b.max_memory),
-            "system" => a.uname.cmp(&b.uname),
-            "arch" => a.worker_arch.cmp(&b.worker_arch),
-            "worker" => (a.version, a.modified).cmp(&(b.version, b.modified)),
-            "running_on" => (&a.new_tag, a.task_id).cmp(&(&b.new_tag, b.task_id)),
-            _ => a.last_updated.cmp(&b.last_updated),
-        };
-        let by = if desc { by.reverse() } else { by };
-        by.then_with(|| a.short_name.cmp(&b.short_name))
-    });
-}
-
-/// `GET /tests/machines[?q=…&my_workers=1&sort=…&order=…&page=N]`: one row per active task
-/// of every unfinished run, the most recently heard from first unless sorted otherwise, 500 a
-/// page (a page past the end shows the last).
-pub async fn machines(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Query(params): Query<HashMap<String, String>>,
-) -> Response {
-    let q = query_text(&params);
-    let mine = params.get("my_workers").is_some_and(|v| v == "1");
-    let asked = page_of(&params);
-    let (sort, default_desc) = params
-        .get("sort")
-        .and_then(|s| MACHINE_SORTS.iter().find(|(k, _, _)| k == s))
-        .map_or(("last_active", true), |(k, _, d)| (*k, *d));
-    let desc = match params.get("order").map(String::as_str) {
-        Some("asc") => false,
-        Some("desc") => true,
-        _ => default_desc,
-    };
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut machines = match db.active_machines() {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::error!(error = %e, "active machines");
-                return errors::internal();
-            }
-        };
-        sort_machines(&mut machines, sort, desc);
-        let total = machines.len();
-        let me = ctx.username();
-        let needle = q.to_lowercase();
-        let my_workers = mine && me.is_some();
-        let rows: Vec<MachineRow> = machines
-            .iter()
-            .filter(|m| !my_workers || Some(&m.username) == me.as_ref())
-            .map(MachineRow::of)
-            .filter(|r| r.matches(&needle))
-            .collect();
-        let shown = rows.len();
-        let last = shown.div_ceil(MACHINES_PAGE).max(1);
-        let page_no = asked.min(last);
-        let rows: Vec<MachineRow> = rows
-            .into_iter()
-            .skip((page_no - 1).saturating_mul(MACHINES_PAGE))
-            .take(MACHINES_PAGE)
-            .collect();
-        let filtered = !needle.is_empty() || my_workers;
-        let heading = if filtered {
-            format!("Workers - {total} ({shown})")
-        } else {
-            format!("Workers - {total}")
-        };
-        let base = format!(
-            "/tests/machines?q={}{}",
-            encode(&q),
-            if my_workers { "&my_workers=1" } else { "" }
-        );
-        let order = |d: bool| if d { "desc" } else { "asc" };
-        let columns = MACHINE_SORTS
-            .iter()
-            .map(|(key, label, default)| {
-                let d = if *key == sort { !desc } else { *default };
-                super::nets::Column {
-                    label,
-                    href: format!("{base}&sort={key}&order={}", order(d)),
-                }
-            })
-            .collect();
-        let p = MachinesPage {
-            l: Layout::new(ctx, "Machines"),
-            heading,
-            q: q.clone(),
-            my_workers,
-            sort,
-            order: order(desc),
-            columns,
-            rows,
-            pager: pager(page_no, last, |n| {
-                format!("{base}&sort={sort}&order={}&page={n}", order(desc))
-            }),
-        };
-        Out::render(StatusCode::OK, &p)
+/// The pager of page `page` of `last`, each page's link from `href`.
+pub(super) fn pager(page: usize, last: usize, href: impl Fn(usize) -> String) -> Pager {
+    Pager::new(page as u64, last as u64, |p| {
+        href(usize::try_from(p).unwrap_or(usize::MAX))
     })
-    .await
 }
 
 /// The list's time filter.
@@ -389,11 +155,10 @@ impl ListQuery {
             Some("worker") => "worker",
             _ => "last_changed",
         };
-        let desc = match params.get("order").map(String::as_str) {
-            Some("asc") => false,
-            Some("desc") => true,
-            _ => sort == "last_changed",
-        };
+        let desc = order_param(
+            params.get("order").map(String::as_str),
+            sort == "last_changed",
+        );
         ListQuery {
             since: Since::parse(params.get("filter")),
             q: query_text(params),
@@ -404,20 +169,23 @@ impl ListQuery {
     }
 
     fn href(&self, sort: &str, desc: bool, page: usize) -> String {
-        format!(
-            "/workers/show?filter={}&q={}&sort={sort}&order={}&page={page}",
-            self.since.param(),
-            encode(&self.q),
-            if desc { "desc" } else { "asc" }
-        )
+        Href::new("/workers/show")
+            .param("filter", self.since.param())
+            .param("q", &self.q)
+            .param("sort", sort)
+            .param("order", order_text(desc))
+            .param("page", page)
+            .build()
     }
 }
 
-fn list_page(users: &Users, db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<WorkersPage, Out> {
-    let records = db.worker_records().map_err(|e| {
-        tracing::error!(error = %e, "worker records");
-        errors::internal()
-    })?;
+fn list_page(
+    users: &Users,
+    db: &RunDb,
+    ctx: &Ctx,
+    lq: &ListQuery,
+) -> Result<WorkersPage, PageError> {
+    let records = db.worker_records().or_internal("worker records")?;
     let needle = lq.q.to_lowercase();
     let mut records: Vec<WorkerRecord> = records
         .into_iter()
@@ -459,7 +227,7 @@ fn list_page(users: &Users, db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<Wor
         rows.push(WorkerRow {
             name: r.worker_name.clone(),
             blocked: r.blocked,
-            last_changed: r.last_updated.as_ref().map_or_else(|| "Never".into(), ago),
+            last_changed: ago(r.last_updated.as_ref()),
             message: r.message.clone(),
             email,
         });
@@ -477,12 +245,7 @@ fn list_page(users: &Users, db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<Wor
         })
         .collect();
     let flip = |col: &str, default_desc: bool| {
-        let desc = if lq.sort == col {
-            !lq.desc
-        } else {
-            default_desc
-        };
-        lq.href(col, desc, 1)
+        lq.href(col, next_desc(col, default_desc, lq.sort, lq.desc), 1)
     };
     Ok(WorkersPage {
         l: Layout::new(ctx, "Blocked workers"),
@@ -490,13 +253,18 @@ fn list_page(users: &Users, db: &RunDb, ctx: &Ctx, lq: &ListQuery) -> Result<Wor
         filters,
         q: lq.q.clone(),
         sort: lq.sort,
-        order: if lq.desc { "desc" } else { "asc" },
+        order: order_text(lq.desc),
         rows,
         approver,
         worker_href: flip("worker", false),
         changed_href: flip("last_changed", true),
         pager: pager(page_no, last, |n| lq.href(lq.sort, lq.desc, n)),
     })
+}
+
+/// The login wall in front of worker `name`'s form.
+fn to_login(name: &str) -> PageResult {
+    Page::redirect(format!("/login?next=/workers/{}", encode(name)))
 }
 
 /// The flash a `?done=` after a change asks for.
@@ -546,22 +314,13 @@ pub async fn worker_page(
                 )));
             } else if editable_name(&name) {
                 let Some(user) = ctx.user.as_ref() else {
-                    return Out::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                    return to_login(&name);
                 };
                 if owner_of(&name) == user.username || user.is_approver() {
-                    let record = match db.worker_record(&name) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            tracing::error!(error = %e, "worker record");
-                            return errors::internal();
-                        }
-                    };
+                    let record = db.worker_record(&name).or_internal("worker record")?;
                     edit = Some(EditForm {
                         name: name.clone(),
-                        last_changed: record
-                            .as_ref()
-                            .and_then(|r| r.last_updated.as_ref())
-                            .map_or_else(|| "Never".into(), ago),
+                        last_changed: ago(record.as_ref().and_then(|r| r.last_updated.as_ref())),
                         message: record
                             .as_ref()
                             .map(|r| r.message.clone())
@@ -573,13 +332,10 @@ pub async fn worker_page(
                 }
             }
         }
-        let mut p = match list_page(accounts.users(), db, ctx, &lq) {
-            Ok(p) => p,
-            Err(out) => return out,
-        };
+        let mut p = list_page(accounts.users(), db, ctx, &lq)?;
         p.edit = edit;
         p.l.flashes = flash;
-        Out::render(StatusCode::OK, &p)
+        Page::ok(&p)
     })
     .await
 }
@@ -607,50 +363,29 @@ pub async fn worker_post(
     Path(name): Path<String>,
     form: Result<Form<WorkerForm>, FormRejection>,
 ) -> Response {
-    let f = form.map(|Form(f)| f).unwrap_or_default();
+    let f = form_or_default(form);
     let token = f.csrf_token.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
         move |db, ctx, _| {
             let Some(user) = ctx.user.clone() else {
-                return Out::Redirect(format!("/login?next=/workers/{}", encode(&name)));
+                return to_login(&name);
             };
             if f.submit != "Submit" {
-                return Out::Redirect("/workers/show".into());
+                return Page::redirect("/workers/show");
             }
-            match db.set_worker(&name, f.blocked.is_some(), &f.message, &user) {
-                Ok(change) => {
-                    let mut to = String::from("/workers/show");
-                    let mut params = Vec::new();
-                    if change.toggled {
-                        let done = if change.blocked {
-                            "blocked"
-                        } else {
-                            "unblocked"
-                        };
-                        params.push(format!("done={done}&worker={}", encode(&name)));
-                    }
-                    if change.truncated {
-                        params.push("truncated=1".into());
-                    }
-                    if !params.is_empty() {
-                        to.push('?');
-                        to.push_str(&params.join("&"));
-                    }
-                    Out::Redirect(to)
-                }
-                Err(RunDbError::Unauthorized(m)) => {
-                    errors::refused(ctx, StatusCode::FORBIDDEN, "Not allowed", &m)
-                }
-                Err(RunDbError::Invalid(m)) => {
-                    errors::refused(ctx, StatusCode::BAD_REQUEST, "Not done", &m)
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "worker change");
-                    errors::internal()
-                }
+            let change = db.set_worker(&name, f.blocked.is_some(), &f.message, &user)?;
+            let mut to = Href::new("/workers/show");
+            if change.toggled {
+                let done = if change.blocked {
+                    "blocked"
+                } else {
+                    "unblocked"
+                };
+                to = to.param("done", done).param("worker", &name);
             }
+            Page::redirect(to.param_if(change.truncated, "truncated", 1).build())
         },
     )
     .await
@@ -659,15 +394,6 @@ pub async fn worker_post(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_ago_labels() {
-        let at = |s: i64| Date(chrono::Utc::now() - chrono::Duration::seconds(s));
-        assert_eq!(ago(&at(0)), "just now");
-        assert_eq!(ago(&at(1)), "1 second ago");
-        assert_eq!(ago(&at(125)), "2 minutes ago");
-        assert_eq!(ago(&at(3 * 86_400 + 5)), "3 days ago");
-    }
 
     #[test]
     fn list_query_defaults_and_flash_names() {

@@ -1,0 +1,248 @@
+//! The layout of `src/http/`, checked from the source: no module imports another that
+//! imports it back (directly or around a longer loop), and no file is over 600 lines (a
+//! longer one holds more than one job: split it where the jobs meet).
+//!
+//! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
+//! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
+//! `self::…`, or a child's name (`kit::…` in `ui/mod.rs`); a path is charged to the longest
+//! module it names, so `crate::http::state::AppState` is a dependency on `state.rs`, while
+//! `crate::http::AppState` would be one on `http/mod.rs`. Declaring a child (`pub mod x;`)
+//! is not a dependency; naming an item of one's parent is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Module = Vec<String>;
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `src/http/ui/kit/page.rs` → `[http, ui, kit, page]`; `…/mod.rs` → its directory.
+fn module_of(src: &Path, file: &Path) -> Module {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut m: Module = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if m.last().is_some_and(|l| l == "mod") {
+        m.pop();
+    }
+    m
+}
+
+/// The code a module's dependencies are read from: no test module, no comments, no
+/// visibility paths (`pub(super)` names no module).
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let no_comments: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    regex::Regex::new(r"pub\((?:crate|super|self|in [^)]*)\)")
+        .expect("regex")
+        .replace_all(&no_comments, "pub")
+        .into_owned()
+}
+
+fn dependencies(modules: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let path =
+        regex::Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(?:::\{([^}]*)\})?")
+            .expect("regex");
+    let bare = regex::Regex::new(r"(?:^|[^:\w])([a-z_][a-z0-9_]*)::").expect("regex");
+    let longest = |p: &[String]| {
+        (1..=p.len())
+            .rev()
+            .map(|n| p[..n].to_vec())
+            .find(|m| modules.contains_key(m))
+    };
+    let mut deps = BTreeMap::new();
+    for (m, text) in modules {
+        let mut out = BTreeSet::new();
+        for c in path.captures_iter(text) {
+            let head: Vec<&str> = c[1]
+                .split("::")
+                .chain(c.get(2).map_or("", |g| g.as_str()).split("::"))
+                .filter(|s| !s.is_empty())
+                .collect();
+            let group: Vec<String> = c
+                .get(3)
+                .map(|g| {
+                    g.as_str()
+                        .split(',')
+                        .map(|i| i.trim().split("::").next().unwrap_or_default().to_string())
+                        .filter(|i| !i.is_empty() && i != "self")
+                        .collect()
+                })
+                .unwrap_or_default();
+            let tails: Vec<Option<String>> = if group.is_empty() {
+                vec![None]
+            } else {
+                group.into_iter().map(Some).collect()
+            };
+            for tail in tails {
+                let mut parts: Vec<String> = head.iter().map(|s| s.to_string()).collect();
+                parts.extend(tail);
+                let resolved: Vec<String> = if parts[0] == "crate" {
+                    parts[1..].to_vec()
+                } else {
+                    let mut at = m.clone();
+                    let mut i = 0;
+                    while i < parts.len() && (parts[i] == "super" || parts[i] == "self") {
+                        if parts[i] == "super" {
+                            at.pop();
+                        }
+                        i += 1;
+                    }
+                    at.extend(parts[i..].iter().cloned());
+                    at
+                };
+                if let Some(to) = longest(&resolved)
+                    && &to != m
+                {
+                    out.insert(to);
+                }
+            }
+        }
+        for c in bare.captures_iter(text) {
+            let mut child = m.clone();
+            child.push(c[1].to_string());
+            if modules.contains_key(&child) {
+                out.insert(child);
+            }
+        }
+        deps.insert(m.clone(), out);
+    }
+    deps
+}
+
+/// A loop of dependencies, if there is one.
+fn find_cycle(deps: &BTreeMap<Module, BTreeSet<Module>>) -> Option<Vec<Module>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    fn visit(
+        m: &Module,
+        deps: &BTreeMap<Module, BTreeSet<Module>>,
+        marks: &mut BTreeMap<Module, Mark>,
+        stack: &mut Vec<Module>,
+    ) -> Option<Vec<Module>> {
+        marks.insert(m.clone(), Mark::Open);
+        stack.push(m.clone());
+        for d in deps.get(m).into_iter().flatten() {
+            match marks.get(d).copied().unwrap_or(Mark::New) {
+                Mark::Open => {
+                    let at = stack.iter().position(|s| s == d).unwrap_or(0);
+                    let mut cycle = stack[at..].to_vec();
+                    cycle.push(d.clone());
+                    return Some(cycle);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(d, deps, marks, stack) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks.insert(m.clone(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for m in deps.keys() {
+        if marks.get(m).copied().unwrap_or(Mark::New) == Mark::New
+            && let Some(c) = visit(m, deps, &mut marks, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn http_files() -> (PathBuf, Vec<PathBuf>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src.join("http"), &mut files);
+    (src, files)
+}
+
+fn http_modules() -> BTreeMap<Module, String> {
+    let (src, files) = http_files();
+    let mut code_of = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        code_of.insert(module_of(&src, &f), code(&text));
+    }
+    code_of
+}
+
+#[test]
+fn no_import_cycle_in_http() {
+    let modules = http_modules();
+    assert!(
+        modules.len() > 30,
+        "src/http read: {} modules",
+        modules.len()
+    );
+    let deps = dependencies(&modules);
+    // The checker itself: the router names the UI, and a page names the kit.
+    let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
+    assert!(deps[&m("http")].contains(&m("http/ui")));
+    assert!(deps[&m("http/ui/run")].contains(&m("http/ui/kit")));
+    if let Some(cycle) = find_cycle(&deps) {
+        let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+        panic!("import cycle in src/http: {}", names.join(" -> "));
+    }
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
+    let modules: BTreeMap<Module, String> = [
+        (
+            m("http"),
+            "pub mod a; pub mod b; fn f() { a::x(); }".to_string(),
+        ),
+        (m("http/a"), "use crate::http::b::Y;".to_string()),
+        (m("http/b"), "pub(super) fn g() { super::Z; }".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, code(&v)))
+    .collect();
+    let deps = dependencies(&modules);
+    let cycle = find_cycle(&deps).expect("http -> a -> b -> http");
+    assert_eq!(cycle.len(), 4, "{cycle:?}");
+    let acyclic: BTreeMap<Module, String> = [
+        (m("http"), "pub mod a; fn f() { a::x(); }".to_string()),
+        (m("http/a"), "pub(super) fn x() {} // super::y".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, code(&v)))
+    .collect();
+    assert_eq!(find_cycle(&dependencies(&acyclic)), None);
+}
+
+#[test]
+fn no_file_over_600_lines_in_http() {
+    let (src, files) = http_files();
+    let long: Vec<String> = files
+        .iter()
+        .map(|f| (f, std::fs::read_to_string(f).expect("read").lines().count()))
+        .filter(|(_, n)| *n > 600)
+        .map(|(f, n)| format!("{} ({n} lines)", module_of(&src, f).join("/")))
+        .collect();
+    assert!(long.is_empty(), "files over 600 lines: {long:?}");
+}
