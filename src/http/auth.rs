@@ -9,7 +9,6 @@
 //! Must not: decide who may log in (the accounts do), know endpoints, or compare messages.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::reply::ApiResult;
 use super::state::AppState;
@@ -19,20 +18,10 @@ use crate::rundb::{RunDb, RunDbError};
 
 pub(crate) use crate::accounts::{Login, OnLoop};
 
-/// Fishtest's text for a wrong password or an unknown user.
-pub const MSG_INVALID: &str = "Invalid username or password.";
-/// Fishtest's text for a blocked account that gave its right password.
-pub const MSG_BLOCKED: &str = "Your account is blocked.";
-/// Fishtest's text for an account that waits for approval.
-pub const MSG_PENDING: &str = "Your account is pending approval.";
+pub use super::error::{MSG_BLOCKED, MSG_INVALID, MSG_PENDING, retry_after_s};
 
 pub(crate) fn rundb(state: &AppState) -> Arc<RunDb> {
     state.rundb.clone()
-}
-
-/// A throttled login's `Retry-After`: whole seconds, at least one.
-pub(crate) fn retry_after_s(retry_after: Duration) -> u64 {
-    retry_after.as_secs_f64().ceil().max(1.0) as u64
 }
 
 /// What the event loop settles about a login (see `Accounts::login_on_loop`); a throttled key

@@ -109,7 +109,6 @@ pub type ApiResult<T = ApiReply> = Result<T, ApiError>;
 /// A refused login: Fishtest's texts (`http::auth`), 401; a throttled one 429.
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
-        use super::auth::{MSG_BLOCKED, MSG_INVALID, MSG_PENDING, retry_after_s};
         match e {
             AuthError::WrongPassword => ApiError::Unauthorized(MSG_INVALID.into()),
             AuthError::Blocked => ApiError::Unauthorized(MSG_BLOCKED.into()),
@@ -162,4 +161,16 @@ impl From<RunDbError> for ApiError {
             other => ApiError::Internal(other.to_string()),
         }
     }
+}
+
+/// Fishtest's text for a wrong password or an unknown user.
+pub const MSG_INVALID: &str = "Invalid username or password.";
+/// Fishtest's text for a blocked account that gave its right password.
+pub const MSG_BLOCKED: &str = "Your account is blocked.";
+/// Fishtest's text for an account that waits for approval.
+pub const MSG_PENDING: &str = "Your account is pending approval.";
+
+/// A throttled login's `Retry-After`: whole seconds, at least one.
+pub fn retry_after_s(retry_after: std::time::Duration) -> u64 {
+    retry_after.as_secs_f64().ceil().max(1.0) as u64
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use crate::accounts::User;
 use crate::admission::{Batches, Service};
 use crate::rundb::model::WorkerInfo;
 use crate::rundb::outcome::Assignment;
-use crate::accounts::User;
 use crate::rundb::{RunDb, RunDbError, Ticket};
 
 /// A request_task handed in to the gate: what its critical section needs.

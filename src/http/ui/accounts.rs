@@ -157,9 +157,8 @@ pub async fn login(
     .await;
     let accounts = state.accounts.clone();
     continue_page(&state, keys, ctx, move |_, ctx, _| {
-        let refused = |ctx: &Ctx, text: String| {
-            login_page(ctx, &q, remember, Some(Flash::error(text)))
-        };
+        let refused =
+            |ctx: &Ctx, text: String| login_page(ctx, &q, remember, Some(Flash::error(text)));
         match verdict {
             Ok(Ok(user)) => {
                 ctx.login(&accounts, user, remember)
@@ -355,9 +354,7 @@ pub async fn signup(
                 form.tests_repo.trim(),
             ) {
                 Ok(_) => Page::redirect("/login?created=1"),
-                Err(UserError::Invalid(m)) => {
-                    signup_page(ctx, vec![Flash::error(m)])
-                }
+                Err(UserError::Invalid(m)) => signup_page(ctx, vec![Flash::error(m)]),
                 Err(e) => Err(PageError::internal("signup failed", e)),
             }
         },

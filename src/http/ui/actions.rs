@@ -18,8 +18,8 @@ use serde_json::Value;
 use super::kit::pager::page_param;
 use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::session::Ctx;
-use crate::http::state::AppState;
 use crate::accounts::Users;
+use crate::http::state::AppState;
 use crate::ledger::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS, Ledger};
 use crate::store::Doc;
 

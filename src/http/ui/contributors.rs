@@ -21,8 +21,8 @@ use super::kit::time::ago;
 use super::kit::{Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::people::repo_label;
 use super::session::Ctx;
-use crate::http::state::AppState;
 use crate::accounts::Users;
+use crate::http::state::AppState;
 use crate::ledger::{ContributorRow, Ledger};
 
 /// Contributors per page.

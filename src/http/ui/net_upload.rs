@@ -28,8 +28,8 @@ use super::kit::{Flash, Input, Layout, Page, PageResult, continue_page, open_pag
 use super::session::{CookieKeys, Ctx};
 use crate::http::middleware::UPLOAD_SLACK;
 use crate::http::state::AppState;
-use crate::offload::Offload;
 use crate::nets::{self, NetError, NetWriter};
+use crate::offload::Offload;
 
 /// Bytes gathered before each pool job that writes and hashes them.
 const WRITE_BATCH: usize = 1024 * 1024;

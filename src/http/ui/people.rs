@@ -327,10 +327,7 @@ pub async fn user_page(
         if !me.is_approver() {
             return Err(not_allowed(MSG_CANNOT_INSPECT));
         }
-        let user = accounts
-            .users()
-            .load(&name)?
-            .ok_or(PageError::NotFound)?;
+        let user = accounts.users().load(&name)?.ok_or(PageError::NotFound)?;
         let u = view_of(&ledger, &user)?;
         let mut l = Layout::new(ctx, "User Management");
         l.flashes = flashes;

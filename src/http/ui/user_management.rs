@@ -14,13 +14,11 @@ use serde::Deserialize;
 
 use super::kit::pager::page_param;
 use super::kit::table::{order_param, order_text, sort_columns};
-use super::kit::{
-    Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page,
-};
+use super::kit::{Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::people::{done_message, groups_label, not_allowed, to_login};
 use super::session::Ctx;
-use crate::http::state::AppState;
 use crate::accounts::User;
+use crate::http::state::AppState;
 
 /// Rows per page of `/user_management`.
 pub const USERS_PAGE: usize = 25;
@@ -242,7 +240,11 @@ fn user_management_page(
 /// "Users (N)" (anyone; the count is cached for a second).
 pub async fn pending_count(State(state): State<Arc<AppState>>) -> Response {
     let accounts = state.accounts.clone();
-    match state.offload.run(move || accounts.users().pending_count()).await {
+    match state
+        .offload
+        .run(move || accounts.users().pending_count())
+        .await
+    {
         Ok(Ok(n)) => {
             let html = if n > 0 {
                 format!("<a href=\"/user_management\" class=\"pending\">Users ({n})</a>")

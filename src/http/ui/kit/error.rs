@@ -12,9 +12,9 @@ use std::fmt::Display;
 
 use axum::http::StatusCode;
 
+use crate::accounts::UserError;
 use crate::http::run_id::InvalidRunId;
 use crate::rundb::RunDbError;
-use crate::accounts::UserError;
 
 /// Why a page body gave no page; `PageError::into_page` is the answer instead.
 #[derive(Debug)]
@@ -94,11 +94,7 @@ impl From<UserError> for PageError {
             UserError::NotApprover => {
                 PageError::refused(StatusCode::FORBIDDEN, "Not allowed", e.to_string())
             }
-            UserError::NoSuchUser(u) => PageError::refused(
-                StatusCode::BAD_REQUEST,
-                "Not done",
-                format!("no such user {u}"),
-            ),
+            UserError::NoSuchUser(_) => PageError::NotFound,
             UserError::NotPending(_) => {
                 PageError::refused(StatusCode::BAD_REQUEST, "Not done", e.to_string())
             }

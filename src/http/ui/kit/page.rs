@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::assets::asset;
 use super::error::PageError;
+use crate::accounts::Accounts;
 use crate::http::state::AppState;
 use crate::http::ui::session::{self, CookieKeys, Ctx};
-use crate::accounts::Accounts;
 use crate::rundb::RunDb;
 
 /// The status of a live fragment that will not change any more: "here is the last update,
