@@ -1,6 +1,9 @@
-//! The layout of `src/http/`, checked from the source: no module imports another that
+//! The layout, checked from the source. In `src/http/`: no module imports another that
 //! imports it back (directly or around a longer loop), and no file is over 600 lines (a
-//! longer one holds more than one job: split it where the jobs meet).
+//! longer one holds more than one job: split it where the jobs meet); the HTTP layer names
+//! no store and takes no lock. Across the crate: the components (`scheduler`, `rundb`,
+//! `accounts`, `nets`, `ledger`) depend on one another one way only, no top-level module
+//! imports another that imports it back, and no component's state is visible outside it.
 //!
 //! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
 //! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
@@ -172,15 +175,44 @@ fn find_cycle(deps: &BTreeMap<Module, BTreeSet<Module>>) -> Option<Vec<Module>> 
     None
 }
 
-fn http_files() -> (PathBuf, Vec<PathBuf>) {
+fn files_under(dir: &str) -> (PathBuf, Vec<PathBuf>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    sources(&src.join("http"), &mut files);
+    sources(&src.join(dir), &mut files);
     (src, files)
 }
 
+fn http_files() -> (PathBuf, Vec<PathBuf>) {
+    files_under("http")
+}
+
 fn http_modules() -> BTreeMap<Module, String> {
-    let (src, files) = http_files();
+    modules_of(http_files())
+}
+
+/// Every module of the crate but its roots (`lib.rs`, `main.rs`), with its code.
+fn crate_modules() -> BTreeMap<Module, String> {
+    let mut modules = modules_of(files_under(""));
+    modules.retain(|m, _| !matches!(m.as_slice(), [one] if one == "lib" || one == "main"));
+    modules
+}
+
+/// The dependencies between top-level modules (`rundb/cache.rs` counts as `rundb`).
+fn top_level(deps: &BTreeMap<Module, BTreeSet<Module>>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let mut top: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (m, ds) in deps {
+        let from = m[..1].to_vec();
+        let entry = top.entry(from.clone()).or_default();
+        for d in ds {
+            if d[..1] != from[..] {
+                entry.insert(d[..1].to_vec());
+            }
+        }
+    }
+    top
+}
+
+fn modules_of((src, files): (PathBuf, Vec<PathBuf>)) -> BTreeMap<Module, String> {
     let mut code_of = BTreeMap::new();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("read");
@@ -245,4 +277,113 @@ fn no_file_over_600_lines_in_http() {
         .map(|(f, n)| format!("{} ({n} lines)", module_of(&src, f).join("/")))
         .collect();
     assert!(long.is_empty(), "files over 600 lines: {long:?}");
+}
+
+/// The components, each over the ones it may name: the run core below the scheduler, the
+/// accounts and the nets below the run core, the ledger below them all. A component never
+/// names one above it or a sibling beside it, and none names the HTTP layer or `app`.
+const COMPONENTS: &[(&str, &[&str])] = &[
+    ("scheduler", &["rundb", "accounts", "ledger"]),
+    ("rundb", &["accounts", "nets", "ledger"]),
+    ("accounts", &["ledger"]),
+    ("nets", &["ledger"]),
+    ("ledger", &[]),
+];
+
+#[test]
+fn components_depend_one_way() {
+    let deps = top_level(&dependencies(&crate_modules()));
+    let m = |s: &str| vec![s.to_string()];
+    // The checker itself: the HTTP layer names the run core, the run core the ledger.
+    assert!(deps[&m("http")].contains(&m("rundb")), "{deps:?}");
+    assert!(deps[&m("rundb")].contains(&m("ledger")), "{deps:?}");
+    let names: BTreeSet<&str> = COMPONENTS.iter().map(|(c, _)| *c).collect();
+    let mut wrong = Vec::new();
+    for (component, below) in COMPONENTS {
+        let Some(named) = deps.get(&m(component)) else {
+            panic!("no module src/{component}");
+        };
+        for d in named {
+            let d = d[0].as_str();
+            let upward = names.contains(d) && !below.contains(&d);
+            if upward || d == "http" || d == "app" || d == "sim" {
+                wrong.push(format!("{component} -> {d}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "components naming what they must not: {wrong:?}");
+}
+
+#[test]
+fn no_import_cycle_between_top_level_modules() {
+    let deps = top_level(&dependencies(&crate_modules()));
+    assert!(deps.len() > 15, "src read: {} modules", deps.len());
+    if let Some(cycle) = find_cycle(&deps) {
+        let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+        panic!("import cycle between modules of src: {}", names.join(" -> "));
+    }
+}
+
+/// Each component's state is its own: the struct a component is (`Accounts`, `RunDb`, …) has
+/// no field visible outside its module, so another component (or a handler) can only call it.
+#[test]
+fn no_component_state_is_visible_outside_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let field = regex::Regex::new(r"(?m)^\s+pub(\([^)]*\))? [a-z_][a-z0-9_]*\s*:").expect("regex");
+    let mut seen = 0;
+    let mut open = Vec::new();
+    for (component, ty) in [
+        ("scheduler", "Scheduler"),
+        ("rundb", "RunDb"),
+        ("accounts", "Accounts"),
+        ("nets", "Nets"),
+        ("ledger", "Ledger"),
+    ] {
+        let mut files = Vec::new();
+        sources(&root.join(component), &mut files);
+        for f in files {
+            let text = code(&std::fs::read_to_string(&f).expect("read"));
+            let Some(at) = text.find(&format!("pub struct {ty} {{")) else {
+                continue;
+            };
+            seen += 1;
+            let body = &text[at..];
+            let body = &body[..body.find("\n}").unwrap_or(body.len())];
+            for c in field.find_iter(body) {
+                open.push(format!("{ty}: {}", c.as_str().trim()));
+            }
+        }
+    }
+    assert_eq!(seen, 5, "every component's struct found");
+    assert!(open.is_empty(), "component fields visible outside it: {open:?}");
+}
+
+/// The HTTP layer calls the components: it names no store (the store's plain value types,
+/// `Date` and `Doc`, aside) and takes no lock of its own.
+#[test]
+fn http_names_no_store_and_takes_no_lock() {
+    let (src, files) = http_files();
+    let store = regex::Regex::new(
+        r"crate::store::(Store\b|SharedStore|Collection|Query|Cond|sqlite|mongo|StoreError)|\.store\(\)|state\.store\b",
+    )
+    .expect("regex");
+    let lock = regex::Regex::new(
+        r"parking_lot|\bMutex\b|\bRwLock\b|\.lock\(\)|\.try_lock\(\)|\.read\(\)|\.write\(\)",
+    )
+    .expect("regex");
+    let mut found = Vec::new();
+    for f in &files {
+        let text = code(&std::fs::read_to_string(f).expect("read"));
+        for (n, line) in text.lines().enumerate() {
+            if store.is_match(line) || lock.is_match(line) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    module_of(&src, f).join("/"),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the HTTP layer names a store or takes a lock: {found:#?}");
 }

@@ -1,6 +1,7 @@
 //! Static files: where they are, and their URLs with a content hash (`?v=`), so a page always
 //! names the file it was rendered with and the file can be cached for a year.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -17,16 +18,30 @@ pub fn static_dir() -> PathBuf {
     }
 }
 
-/// The URL of a static file with its content hash (`?v=`), computed once (in the pool: pages
-/// call it while rendering).
+/// The URL of a static file with its content hash (`?v=`). Every file's hash is computed
+/// once, on first use (in the pool: pages call it while rendering), from one listing of the
+/// static directory; a name not found there gets the hash of no bytes.
 pub fn asset(name: &'static str) -> String {
-    static HASHES: OnceLock<parking_lot::Mutex<std::collections::HashMap<&'static str, String>>> =
-        OnceLock::new();
-    let map = HASHES.get_or_init(Default::default);
-    let mut map = map.lock();
-    let v = map.entry(name).or_insert_with(|| {
-        let bytes = std::fs::read(static_dir().join(name)).unwrap_or_default();
-        hex::encode(&Sha256::digest(&bytes)[..6])
+    static HASHES: OnceLock<HashMap<String, String>> = OnceLock::new();
+    let hashes = HASHES.get_or_init(|| {
+        let dir = static_dir();
+        let mut hashes = HashMap::new();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if let (Ok(name), Ok(bytes)) = (
+                entry.file_name().into_string(),
+                std::fs::read(entry.path()),
+            ) {
+                hashes.insert(name, hash(&bytes));
+            }
+        }
+        hashes
     });
-    format!("/static/{name}?v={v}")
+    match hashes.get(name) {
+        Some(v) => format!("/static/{name}?v={v}"),
+        None => format!("/static/{name}?v={}", hash(&[])),
+    }
+}
+
+fn hash(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..6])
 }
