@@ -32,6 +32,7 @@ pub mod admission;
 pub mod app;
 pub mod config;
 pub mod dump;
+pub mod github;
 pub mod http;
 pub mod ledger;
 pub mod limits;

@@ -312,7 +312,10 @@ fn components_depend_one_way() {
             }
         }
     }
-    assert!(wrong.is_empty(), "components naming what they must not: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "components naming what they must not: {wrong:?}"
+    );
 }
 
 #[test]
@@ -322,7 +325,10 @@ fn no_import_cycle_between_top_level_modules() {
     assert!(deps.len() > 15, "src read: {} modules", deps.len());
     if let Some(cycle) = find_cycle(&deps) {
         let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
-        panic!("import cycle between modules of src: {}", names.join(" -> "));
+        panic!(
+            "import cycle between modules of src: {}",
+            names.join(" -> ")
+        );
     }
 }
 
@@ -358,7 +364,10 @@ fn no_component_state_is_visible_outside_it() {
         }
     }
     assert_eq!(seen, 5, "every component's struct found");
-    assert!(open.is_empty(), "component fields visible outside it: {open:?}");
+    assert!(
+        open.is_empty(),
+        "component fields visible outside it: {open:?}"
+    );
 }
 
 /// The HTTP layer calls the components: it names no store (the store's plain value types,
@@ -388,5 +397,8 @@ fn http_names_no_store_and_takes_no_lock() {
             }
         }
     }
-    assert!(found.is_empty(), "the HTTP layer names a store or takes a lock: {found:#?}");
+    assert!(
+        found.is_empty(),
+        "the HTTP layer names a store or takes a lock: {found:#?}"
+    );
 }

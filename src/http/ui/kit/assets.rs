@@ -27,10 +27,9 @@ pub fn asset(name: &'static str) -> String {
         let dir = static_dir();
         let mut hashes = HashMap::new();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if let (Ok(name), Ok(bytes)) = (
-                entry.file_name().into_string(),
-                std::fs::read(entry.path()),
-            ) {
+            if let (Ok(name), Ok(bytes)) =
+                (entry.file_name().into_string(), std::fs::read(entry.path()))
+            {
                 hashes.insert(name, hash(&bytes));
             }
         }

@@ -1,0 +1,306 @@
+//! One GET to GitHub, done carefully: the timeout, one retry of what is safe to retry (a
+//! failed connection, a 502/503/504: a GET changes nothing), the quota read from every API
+//! reply's `X-RateLimit-*` headers, and conditional requests: a reply with an `ETag` is kept
+//! (in memory and in the store's `kvstore`, so a restart does not spend the quota again) and
+//! the next request for the same URL sends `If-None-Match`; GitHub's 304 does not count
+//! against the quota.
+//!
+//! Must not: log or return the token; run on the worker API's paths (nothing there awaits
+//! GitHub); touch the store but through the offload pool.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, ETAG, HeaderMap, IF_NONE_MATCH, USER_AGENT};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::GithubError;
+use crate::offload::Offload;
+use crate::secret::Secret;
+use crate::store::{Collection, Doc, SharedStore};
+
+/// Replies kept in memory (the store keeps them all; this bounds the process).
+const MEMORY_ENTRIES: usize = 2_000;
+/// A reply larger than this is not kept (a huge diff is stored with its run instead).
+const MAX_KEPT_BYTES: usize = 2 << 20;
+/// Wait before the one retry.
+const RETRY_AFTER: Duration = Duration::from_millis(300);
+
+/// GitHub's figures for the `core` resource, as its last reply stated them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Quota {
+    pub limit: u64,
+    pub remaining: u64,
+    pub used: u64,
+    /// When the window refills, Unix seconds.
+    pub reset: i64,
+    pub resource: String,
+}
+
+impl Quota {
+    fn from_headers(h: &HeaderMap) -> Option<Quota> {
+        let num = |k: &str| h.get(k)?.to_str().ok()?.trim().parse::<i64>().ok();
+        let limit = u64::try_from(num("x-ratelimit-limit")?).ok()?;
+        let remaining = u64::try_from(num("x-ratelimit-remaining")?).ok()?;
+        let reset = num("x-ratelimit-reset")?;
+        let used = num("x-ratelimit-used")
+            .and_then(|u| u64::try_from(u).ok())
+            .unwrap_or(limit.saturating_sub(remaining));
+        let resource = h
+            .get("x-ratelimit-resource")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("core")
+            .to_string();
+        Some(Quota {
+            limit,
+            remaining,
+            used,
+            reset,
+            resource,
+        })
+    }
+}
+
+/// A reply kept for a conditional request.
+#[derive(Clone)]
+struct Kept {
+    etag: String,
+    body: Arc<str>,
+}
+
+/// What a GET gave: the body, or "not there" (404), with whether it came from the cache.
+pub(super) enum Got {
+    Body(Arc<str>),
+    Missing,
+}
+
+pub(super) struct Client {
+    http: reqwest::Client,
+    token: Option<Secret>,
+    timeout_s: u64,
+    quota: Mutex<Option<Quota>>,
+    kept: Mutex<HashMap<String, Kept>>,
+    store: SharedStore,
+    offload: Offload,
+}
+
+impl Client {
+    pub(super) fn new(
+        timeout: Duration,
+        token: Option<Secret>,
+        store: SharedStore,
+        offload: Offload,
+    ) -> Result<Client, GithubError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| GithubError::Unreachable(format!("HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            token,
+            timeout_s: timeout.as_secs().max(1),
+            quota: Mutex::new(None),
+            kept: Mutex::new(HashMap::new()),
+            store,
+            offload,
+        })
+    }
+
+    pub(super) fn quota(&self) -> Option<Quota> {
+        self.quota.lock().clone()
+    }
+
+    /// GET `url` (`accept`: the media type). `api`: whether it counts against the quota (and
+    /// carries the token); raw files do not.
+    pub(super) async fn get(&self, url: &str, accept: &str, api: bool) -> Result<Got, GithubError> {
+        let kept = self.kept_for(url).await;
+        let mut tried = 0;
+        loop {
+            tried += 1;
+            let mut req = self
+                .http
+                .get(url)
+                .header(USER_AGENT, "shoal")
+                .header(ACCEPT, accept);
+            if api {
+                req = req.header("X-GitHub-Api-Version", "2022-11-28");
+                if let Some(t) = &self.token {
+                    req = req.bearer_auth(t.expose());
+                }
+            }
+            if let Some(k) = &kept {
+                req = req.header(IF_NONE_MATCH, k.etag.as_str());
+            }
+            let reply = match req.send().await {
+                Ok(r) => r,
+                Err(e) if tried == 1 && !e.is_timeout() => {
+                    tracing::debug!(url, error = %e, "GitHub call failed; retrying once");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+                Err(e) => return Err(self.transport_error(&e)),
+            };
+            metrics::counter!("shoal_github_requests_total", "status" => reply.status().as_u16().to_string())
+                .increment(1);
+            let status = reply.status();
+            let quota = if api {
+                Quota::from_headers(reply.headers())
+            } else {
+                None
+            };
+            if let Some(q) = &quota
+                && q.resource == "core"
+            {
+                *self.quota.lock() = Some(q.clone());
+            }
+            if status == StatusCode::NOT_MODIFIED
+                && let Some(k) = &kept
+            {
+                return Ok(Got::Body(Arc::clone(&k.body)));
+            }
+            if status.is_server_error() && tried == 1 {
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+            if status == StatusCode::NOT_FOUND {
+                return Ok(Got::Missing);
+            }
+            let etag = reply
+                .headers()
+                .get(ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let bytes = match reply.bytes().await {
+                Ok(b) => b,
+                Err(e) => return Err(self.transport_error(&e)),
+            };
+            let body: Arc<str> = Arc::from(String::from_utf8_lossy(&bytes).into_owned());
+            if status.is_success() {
+                if let Some(etag) = etag
+                    && body.len() <= MAX_KEPT_BYTES
+                {
+                    self.keep(url, etag, Arc::clone(&body)).await;
+                }
+                return Ok(Got::Body(body));
+            }
+            return Err(refusal(status, &body, quota.as_ref()));
+        }
+    }
+
+    fn transport_error(&self, e: &reqwest::Error) -> GithubError {
+        if e.is_timeout() {
+            GithubError::Timeout(self.timeout_s)
+        } else {
+            // The URL is ours (no token in it); the error's source says what failed.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = s.to_string();
+                source = s.source();
+            }
+            GithubError::Unreachable(text)
+        }
+    }
+
+    /// The kept reply for `url`: memory, else the store (through the pool).
+    async fn kept_for(&self, url: &str) -> Option<Kept> {
+        if let Some(k) = self.kept.lock().get(url) {
+            return Some(k.clone());
+        }
+        let store = Arc::clone(&self.store);
+        let id = cache_id(url);
+        let doc = self
+            .offload
+            .run(move || store.get(Collection::Kvstore, &id))
+            .await
+            .ok()?
+            .ok()??;
+        let stored_url = doc.get("url").and_then(Value::as_str)?;
+        if stored_url != url {
+            return None;
+        }
+        let kept = Kept {
+            etag: doc.get("etag").and_then(Value::as_str)?.to_string(),
+            body: Arc::from(doc.get("body").and_then(Value::as_str)?),
+        };
+        self.remember(url, kept.clone());
+        Some(kept)
+    }
+
+    async fn keep(&self, url: &str, etag: String, body: Arc<str>) {
+        let kept = Kept {
+            etag: etag.clone(),
+            body: Arc::clone(&body),
+        };
+        self.remember(url, kept);
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), json!(cache_id(url)));
+        doc.insert("url".into(), json!(url));
+        doc.insert("etag".into(), json!(etag));
+        doc.insert("body".into(), json!(&*body));
+        let store = Arc::clone(&self.store);
+        match self
+            .offload
+            .run(move || store.put(Collection::Kvstore, &doc))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "GitHub reply not stored for reuse"),
+            Err(e) => tracing::warn!(error = %e, "GitHub reply not stored for reuse"),
+        }
+    }
+
+    fn remember(&self, url: &str, kept: Kept) {
+        let mut map = self.kept.lock();
+        if map.len() >= MEMORY_ENTRIES && !map.contains_key(url) {
+            // Forget an arbitrary half: the store still has them, a miss costs one read.
+            let drop: Vec<String> = map.keys().take(MEMORY_ENTRIES / 2).cloned().collect();
+            for k in drop {
+                map.remove(&k);
+            }
+        }
+        map.insert(url.to_string(), kept);
+    }
+}
+
+/// The `kvstore` id a reply is kept under.
+fn cache_id(url: &str) -> String {
+    format!(
+        "github_cache:{}",
+        hex::encode(&Sha256::digest(url.as_bytes())[..16])
+    )
+}
+
+/// A refusal in GitHub's documented shapes: `{"message": …}` with 4xx, the quota's headers.
+fn refusal(status: StatusCode, body: &str, quota: Option<&Quota>) -> GithubError {
+    let message = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let exhausted = quota.is_some_and(|q| q.remaining == 0);
+    if status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::FORBIDDEN
+            && (exhausted || message.to_ascii_lowercase().contains("rate limit")))
+    {
+        return GithubError::RateLimited {
+            reset: quota.map(|q| q.reset),
+        };
+    }
+    if status.is_server_error() {
+        return GithubError::Server(status.as_u16());
+    }
+    let mut message: String = message.chars().take(200).collect();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("refused").to_string();
+    }
+    GithubError::Refused {
+        status: status.as_u16(),
+        message,
+    }
+}

@@ -1,0 +1,217 @@
+//! The GitHub component against a GitHub of our own on loopback (`fake_github.rs`, GitHub's
+//! documented shapes from `tests/data/github/fixture.json`): what a branch resolves to, the
+//! benches and nets read from it, the fork check, the diff, the quota, conditional requests
+//! that cost nothing (also after a restart), and every way GitHub fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal::github::{Github, GithubConfig, GithubError, RepoName};
+use shoal::offload::Offload;
+
+use crate::fake_github::{FORK, FakeGithub, Mode, OFFICIAL};
+use crate::harness;
+
+fn repo(full: &str) -> RepoName {
+    RepoName::from_full(full).expect("repo")
+}
+
+fn github(fake: &FakeGithub, dir: &std::path::Path, timeout_s: u64) -> Github {
+    let store: shoal::store::SharedStore = Arc::from(harness::open_store(dir).expect("store"));
+    let cfg = GithubConfig {
+        api_url: fake.api_url(),
+        raw_url: fake.raw_url(),
+        token: None,
+        timeout: Duration::from_secs(timeout_s),
+        official_repo: OFFICIAL.into(),
+    };
+    Github::new(&cfg, store, Offload::new(4)).expect("github")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_resolves_to_its_commit_bench_and_nets() {
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+
+    let c = gh.commit(&repo(FORK), "lmr-tweak").await.unwrap();
+    assert_eq!(c.sha, "aaaa000000000000000000000000000000000001");
+    assert_eq!(c.subject(), "Tweak LMR reduction");
+    assert_eq!(c.bench(), Some(1893224));
+    // A short SHA resolves too.
+    let c = gh.commit(&repo(FORK), "dddd0000").await.unwrap();
+    assert_eq!(c.sha, "dddd000000000000000000000000000000000001");
+
+    // Master's newest commit has no bench: the base bench is the newest one stated.
+    let (head, bench) = gh.master_bench().await.unwrap();
+    assert_eq!(head.sha, "3333333333333333333333333333333333333333");
+    let (with, b) = bench.expect("a bench on master");
+    assert_eq!(with.sha, "2222222222222222222222222222222222222222");
+    assert_eq!(b, 1947203);
+
+    let nets = gh
+        .nets(&repo(FORK), "aaaa000000000000000000000000000000000001")
+        .await
+        .unwrap();
+    assert_eq!(nets, vec!["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let nets = gh
+        .nets(&repo(FORK), "dddd000000000000000000000000000000000001")
+        .await
+        .unwrap();
+    assert_eq!(nets, vec!["nn-1c0000000000.nnue", "nn-9999aaaabbbb.nnue"]);
+    // evaluate.h names none: ucioption.cpp's quoted name.
+    let nets = gh
+        .nets(&repo(FORK), "eeee000000000000000000000000000000000001")
+        .await
+        .unwrap();
+    assert_eq!(nets, vec!["nn-62ef826d1a6d.nnue"]);
+
+    // A commit without a bench says so.
+    let c = gh.commit(&repo(FORK), "no-bench").await.unwrap();
+    assert_eq!(c.bench(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_diffs_and_ancestry() {
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+
+    assert!(gh.is_official_or_fork(&repo(OFFICIAL)).await.unwrap());
+    assert!(gh.is_official_or_fork(&repo(FORK)).await.unwrap());
+    // GitHub matches names case-insensitively; so does the check.
+    assert!(
+        gh.is_official_or_fork(&repo("Dev-One/stockfish"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !gh.is_official_or_fork(&repo("stranger/Engine"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        gh.is_official_or_fork(&repo("nobody/Stockfish")).await,
+        Err(GithubError::NoRepository("nobody/Stockfish".into()))
+    );
+
+    let diff = gh
+        .diff(
+            &repo(FORK),
+            "3333333333333333333333333333333333333333",
+            "aaaa000000000000000000000000000000000001",
+        )
+        .await
+        .unwrap();
+    assert!(diff.starts_with("diff --git a/src/search.cpp"), "{diff}");
+    assert!(diff.contains("+      r -= 1100 * ss->ttPv;"));
+
+    // A branch on top of master is ahead and not behind; an old base is behind master.
+    let a = gh
+        .ancestry(
+            &repo(FORK),
+            "master",
+            "aaaa000000000000000000000000000000000001",
+        )
+        .await
+        .unwrap();
+    assert_eq!((a.ahead_by, a.behind_by), (1, 0));
+    let a = gh
+        .ancestry(
+            &repo(FORK),
+            "master",
+            "bbbb000000000000000000000000000000000001",
+        )
+        .await
+        .unwrap();
+    assert_eq!((a.ahead_by, a.behind_by), (1, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_reply_costs_no_quota_even_after_a_restart() {
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+
+    gh.commit(&repo(FORK), "lmr-tweak").await.unwrap();
+    let used = fake.used();
+    assert_eq!(used, 1);
+    let again = gh.commit(&repo(FORK), "lmr-tweak").await.unwrap();
+    assert_eq!(again.sha, "aaaa000000000000000000000000000000000001");
+    assert_eq!(fake.used(), used, "a 304 costs nothing");
+    assert_eq!(
+        fake.hits(&format!("/repos/{FORK}/commits/lmr-tweak")),
+        2,
+        "the second resolution asked GitHub (conditionally)"
+    );
+
+    // A new instance on the same store (a restart) reuses the kept reply.
+    drop(gh);
+    let gh = github(&fake, dir.path(), 5);
+    let c = gh.commit(&repo(FORK), "lmr-tweak").await.unwrap();
+    assert_eq!(c.bench(), Some(1893224));
+    assert_eq!(fake.used(), used, "kept across the restart");
+
+    // The quota as the last reply stated it, and as /rate_limit states it.
+    let (limit, remaining, reset) = fake.quota();
+    let q = gh.quota().expect("quota seen");
+    assert_eq!((q.limit, q.remaining, q.reset), (limit, remaining, reset));
+    let q = gh.refresh_quota().await.unwrap();
+    assert_eq!(
+        (q.limit, q.remaining, q.used, q.reset),
+        (limit, remaining, used, reset)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_github_fails_is_named() {
+    let mut fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 1);
+    let fork = repo(FORK);
+
+    // An unknown branch: GitHub's 422 "No commit found".
+    let e = gh.commit(&fork, "no-such-branch").await.unwrap_err();
+    assert_eq!(
+        e,
+        GithubError::UnknownRef {
+            repo: FORK.into(),
+            reference: "no-such-branch".into()
+        }
+    );
+    assert!(!e.is_outage());
+    // A name that cannot go into a URL is refused before any call.
+    let before = fake.used();
+    assert!(matches!(
+        gh.commit(&fork, "../../etc").await,
+        Err(GithubError::BadInput(_))
+    ));
+    assert_eq!(fake.used(), before);
+
+    fake.set_mode(Mode::RateLimited);
+    let (_, _, reset) = fake.quota();
+    let e = gh.commit(&fork, "master").await.unwrap_err();
+    assert_eq!(e, GithubError::RateLimited { reset: Some(reset) });
+    assert!(e.to_string().contains("rate limit is used up until"), "{e}");
+
+    fake.set_mode(Mode::ServerError);
+    let path = format!("/repos/{FORK}/commits/old-base");
+    let e = gh.commit(&fork, "old-base").await.unwrap_err();
+    assert_eq!(e, GithubError::Server(502));
+    assert_eq!(fake.hits(&path), 2, "a 5xx is retried once");
+
+    fake.set_mode(Mode::Malformed);
+    let e = gh.commit(&fork, "new-net").await.unwrap_err();
+    assert!(matches!(e, GithubError::Malformed(_)), "{e:?}");
+
+    fake.set_mode(Mode::Slow(Duration::from_secs(3)));
+    let e = gh.commit(&fork, "ucioption-nets").await.unwrap_err();
+    assert_eq!(e, GithubError::Timeout(1));
+    assert!(e.is_outage());
+
+    fake.set_mode(Mode::Normal);
+    fake.stop().await;
+    let e = gh.commit(&fork, "lmr-tweak").await.unwrap_err();
+    assert!(matches!(e, GithubError::Unreachable(_)), "{e:?}");
+    assert!(e.to_string().contains("could not be reached"), "{e}");
+}
