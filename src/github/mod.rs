@@ -3,7 +3,8 @@
 //! `Bench: N`); master's current bench; the nets a commit's sources name; whether a tests
 //! repository is the official one or a fork of it; the diff between two commits; the quota.
 //!
-//! Files: `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
+//! Files: `submit.rs` (a submission by branch name resolved, every problem against its
+//! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
 //! replies, pure), `error.rs` (`GithubError`, in words a developer can act on).
 //!
@@ -13,6 +14,7 @@
 mod client;
 mod error;
 pub mod parse;
+mod submit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,7 @@ pub use client::Quota;
 use client::{Client, Got};
 pub use error::GithubError;
 pub use parse::RepoName;
+pub use submit::{BEHIND_WARNING, Field, Problem, Resolved, Side, Wanted};
 
 use crate::offload::Offload;
 use crate::secret::Secret;
@@ -32,7 +35,7 @@ const JSON: &str = "application/vnd.github+json";
 const DIFF: &str = "application/vnd.github.diff";
 
 /// How many recent master commits are searched for a bench.
-const BENCH_SEARCH: u32 = 30;
+pub(crate) const BENCH_SEARCH: u32 = 30;
 
 /// The component's settings (`github_*` in settings.toml).
 #[derive(Debug, Clone)]

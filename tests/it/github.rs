@@ -215,3 +215,116 @@ async fn every_way_github_fails_is_named() {
     assert!(matches!(e, GithubError::Unreachable(_)), "{e:?}");
     assert!(e.to_string().contains("could not be reached"), "{e}");
 }
+
+fn wanted(repo: &str, new: &str, base: &str) -> shoal::github::Wanted {
+    shoal::github::Wanted {
+        tests_repo: repo.into(),
+        new_tag: new.into(),
+        base_tag: base.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_by_branch_name_resolves_everything() {
+    use shoal::github::Field;
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+
+    // Only a branch: the base is master, both benches come from the messages (master's from
+    // the newest commit stating one), the nets from the sources.
+    let r = gh
+        .resolve_submission(&wanted(
+            "https://github.com/dev-one/Stockfish/",
+            "lmr-tweak",
+            "",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.tests_repo, "https://github.com/dev-one/Stockfish");
+    assert_eq!(r.new.commit.sha, "aaaa000000000000000000000000000000000001");
+    assert_eq!(r.new.commit.subject(), "Tweak LMR reduction");
+    assert_eq!(r.new.bench, 1893224);
+    assert_eq!(r.base.tag, "master");
+    assert_eq!(
+        r.base.commit.sha,
+        "3333333333333333333333333333333333333333"
+    );
+    assert_eq!(r.base.bench, 1947203);
+    assert_eq!(
+        r.new.nets,
+        vec!["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]
+    );
+    assert_eq!(r.base.nets, r.new.nets);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    // No repository given: the official one.
+    let r = gh
+        .resolve_submission(&wanted("", "2222222222", ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.tests_repo,
+        "https://github.com/official-stockfish/Stockfish"
+    );
+
+    // A commit without a bench line needs one by hand; given, it is used.
+    let e = gh
+        .resolve_submission(&wanted(
+            "https://github.com/dev-one/Stockfish",
+            "no-bench",
+            "",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].field, Field::NewSignature);
+    assert!(e[0].message.contains("has no \"Bench: N\" line"), "{e:?}");
+    let mut w = wanted("https://github.com/dev-one/Stockfish", "no-bench", "");
+    w.new_signature = Some(1234567);
+    assert_eq!(gh.resolve_submission(&w).await.unwrap().new.bench, 1234567);
+
+    // Every problem at once, each at its field.
+    let e = gh
+        .resolve_submission(&wanted(
+            "https://github.com/dev-one/Stockfish",
+            "no-such-branch",
+            "no-bench",
+        ))
+        .await
+        .unwrap_err();
+    let fields: Vec<Field> = e.iter().map(|p| p.field).collect();
+    assert_eq!(fields, vec![Field::NewTag, Field::BaseSignature], "{e:?}");
+    assert!(e.iter().all(|p| !p.outage));
+
+    // Outside the fork network; not a GitHub address.
+    let e = gh
+        .resolve_submission(&wanted(
+            "https://github.com/stranger/Engine",
+            "main",
+            "main",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e[0].field, Field::TestsRepo);
+    assert!(e[0].message.contains("nor a fork of it"), "{e:?}");
+    let e = gh
+        .resolve_submission(&wanted("https://gitlab.com/a/b", "x", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(e[0].field, Field::TestsRepo);
+
+    // GitHub down: the problem says so and is marked as an outage.
+    fake.set_mode(Mode::ServerError);
+    let e = gh
+        .resolve_submission(&wanted(
+            "https://github.com/dev-one/Stockfish",
+            "new-net",
+            "",
+        ))
+        .await
+        .unwrap_err();
+    assert!(e[0].outage, "{e:?}");
+    assert!(e[0].message.contains("HTTP 502"), "{e:?}");
+}

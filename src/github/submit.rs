@@ -1,0 +1,274 @@
+//! A test submitted by branch name, resolved through GitHub: the tests repository checked (the
+//! official one or a fork of it, under the name GitHub spells now), both branches resolved to
+//! their commits, the benches read from the messages (the base's from master when the base is
+//! master), the nets read from each commit's sources, and how far the new commit is from
+//! master. Every problem is reported at once, each against the field it belongs to, in words.
+//!
+//! Must not: check the nets against the ones uploaded (the caller asks `nets`), create
+//! anything, or decide what the form shows.
+
+use super::{Commit, Github, GithubError, RepoName, parse};
+
+/// A new commit further behind official master than this is warned about.
+pub const BEHIND_WARNING: u64 = 20;
+
+/// What the developer typed (empty strings for what they left out).
+#[derive(Debug, Clone, Default)]
+pub struct Wanted {
+    /// The tests repository's URL.
+    pub tests_repo: String,
+    pub new_tag: String,
+    pub base_tag: String,
+    /// Benches given by hand (they win over the messages').
+    pub new_signature: Option<u64>,
+    pub base_signature: Option<u64>,
+}
+
+/// The field a problem belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    TestsRepo,
+    NewTag,
+    BaseTag,
+    NewSignature,
+    BaseSignature,
+}
+
+/// One problem, said for the field it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub field: Field,
+    pub message: String,
+    /// GitHub itself failed (the explicit fields are the way round it).
+    pub outage: bool,
+}
+
+impl Problem {
+    fn new(field: Field, message: impl Into<String>) -> Problem {
+        Problem {
+            field,
+            message: message.into(),
+            outage: false,
+        }
+    }
+
+    fn github(field: Field, e: &GithubError) -> Problem {
+        Problem {
+            field,
+            message: e.to_string(),
+            outage: e.is_outage(),
+        }
+    }
+}
+
+/// One side of the test, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Side {
+    pub tag: String,
+    pub commit: Commit,
+    pub bench: u64,
+    pub nets: Vec<String>,
+}
+
+/// A submission, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// `https://github.com/<owner>/<name>`, as GitHub spells it now.
+    pub tests_repo: String,
+    pub new: Side,
+    pub base: Side,
+    /// Warnings the developer should read (the test is still created).
+    pub warnings: Vec<String>,
+}
+
+impl Github {
+    /// Resolves a submission (see the module's comment). `Err` lists every problem found.
+    pub async fn resolve_submission(&self, w: &Wanted) -> Result<Resolved, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let typed = w.tests_repo.trim();
+        let repo = if typed.is_empty() {
+            self.official.clone()
+        } else {
+            match parse::repo_from_url(typed) {
+                Some(r) => r,
+                None => {
+                    problems.push(Problem::new(
+                        Field::TestsRepo,
+                        format!(
+                            "\"{typed}\" is not a GitHub repository: give its address, https://github.com/<owner>/<name>"
+                        ),
+                    ));
+                    return Err(problems);
+                }
+            }
+        };
+        let new_tag = w.new_tag.trim();
+        let base_tag = match w.base_tag.trim() {
+            "" => "master",
+            t => t,
+        };
+        if new_tag.is_empty() {
+            problems.push(Problem::new(
+                Field::NewTag,
+                "Give the branch, tag or commit to test",
+            ));
+        }
+        let (info, new, base, master, history) = tokio::join!(
+            self.repo(&repo),
+            async {
+                if new_tag.is_empty() {
+                    None
+                } else {
+                    Some(self.commit(&repo, new_tag).await)
+                }
+            },
+            self.commit(&repo, base_tag),
+            self.master_bench(),
+            // For a master base: the bench of the repository's own master (its newest stated).
+            async {
+                if base_tag == "master" {
+                    self.recent_commits(&repo, "master", super::BENCH_SEARCH)
+                        .await
+                        .ok()
+                        .and_then(|cs| cs.iter().find_map(Commit::bench))
+                } else {
+                    None
+                }
+            },
+        );
+        let repo = match info {
+            Ok(info) => {
+                let official = self.official.full().to_ascii_lowercase();
+                let ours = info.full_name.to_ascii_lowercase() == official
+                    || info
+                        .source
+                        .as_deref()
+                        .is_some_and(|s| s.to_ascii_lowercase() == official);
+                if !ours {
+                    problems.push(Problem::new(
+                        Field::TestsRepo,
+                        format!(
+                            "{} is neither {} nor a fork of it: fork {} on GitHub and push your branch there",
+                            info.full_name,
+                            self.official.full(),
+                            self.official.url()
+                        ),
+                    ));
+                }
+                RepoName::from_full(&info.full_name).unwrap_or(repo)
+            }
+            Err(e) => {
+                problems.push(Problem::github(Field::TestsRepo, &e));
+                return Err(problems);
+            }
+        };
+
+        let new = match new {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                problems.push(Problem::github(Field::NewTag, &e));
+                None
+            }
+        };
+        let base = match base {
+            Ok(c) => Some(c),
+            Err(e) => {
+                problems.push(Problem::github(Field::BaseTag, &e));
+                None
+            }
+        };
+        let new_bench = new.as_ref().and_then(|c| {
+            let b = w.new_signature.or_else(|| c.bench());
+            if b.is_none() {
+                problems.push(Problem::new(
+                    Field::NewSignature,
+                    format!(
+                        "The commit {} of {new_tag} has no \"Bench: N\" line: give its bench by hand",
+                        short(&c.sha)
+                    ),
+                ));
+            }
+            b
+        });
+        // The base's bench: by hand, else (for master) the newest one master states, else
+        // the commit's own message.
+        let official_bench = master
+            .as_ref()
+            .ok()
+            .and_then(|(_, b)| b.as_ref().map(|(_, b)| *b));
+        let base_bench = base.as_ref().and_then(|c| {
+            let b = w.base_signature.or(history).or_else(|| c.bench());
+            if b.is_none() {
+                problems.push(Problem::new(
+                    Field::BaseSignature,
+                    format!(
+                        "The commit {} of {base_tag} has no \"Bench: N\" line: give its bench by hand",
+                        short(&c.sha)
+                    ),
+                ));
+            }
+            b
+        });
+        // A fork's master must be at official master's bench (skipped when GitHub could not
+        // say what that is, or the developer gave the base bench by hand).
+        if base_tag == "master"
+            && w.base_signature.is_none()
+            && let (Some(b), Some(official)) = (base_bench, official_bench)
+            && b != official
+        {
+            problems.push(Problem::new(
+                Field::BaseTag,
+                format!(
+                    "The bench of master in {} is {b}, official master's is {official}: run \"git pull upstream master\" and push, or give the base bench by hand",
+                    repo.full()
+                ),
+            ));
+        }
+        let (Some(new), Some(base), Some(new_bench), Some(base_bench)) =
+            (new, base, new_bench, base_bench)
+        else {
+            return Err(problems);
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+
+        let (new_nets, base_nets) =
+            tokio::join!(self.nets(&repo, &new.sha), self.nets(&repo, &base.sha));
+        let new_nets = new_nets.map_err(|e| vec![Problem::github(Field::NewTag, &e)])?;
+        let base_nets = base_nets.map_err(|e| vec![Problem::github(Field::BaseTag, &e)])?;
+
+        let mut warnings = Vec::new();
+        if let Ok((head, _)) = &master {
+            match self.ancestry(&repo, &head.sha, &new.sha).await {
+                Ok(a) if a.behind_by > BEHIND_WARNING => warnings.push(format!(
+                    "{new_tag} is {} commits behind official master: consider rebasing it",
+                    a.behind_by
+                )),
+                Ok(_) => {}
+                Err(e) => tracing::info!(error = %e, "no ancestry check"),
+            }
+        }
+        Ok(Resolved {
+            tests_repo: repo.url(),
+            new: Side {
+                tag: new_tag.to_string(),
+                commit: new,
+                bench: new_bench,
+                nets: new_nets,
+            },
+            base: Side {
+                tag: base_tag.to_string(),
+                commit: base,
+                bench: base_bench,
+                nets: base_nets,
+            },
+            warnings,
+        })
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}
