@@ -1,6 +1,7 @@
 //! Rate limits: fixed windows per key, counted and checked.
 //!
-//! Must not: remember more than [`MAX_RATE_KEYS`] keys per limit (expired windows go first).
+//! Must not: grow without bound: a limit remembers at most [`MAX_RATE_KEYS`] keys (expired
+//! windows are dropped first).
 
 use std::time::Instant;
 
