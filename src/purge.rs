@@ -15,6 +15,8 @@
 //! does not depend on the statistics module: values such as LOS come in as
 //! parameters. The caller moves tasks to `bad_tasks`, zeroes them, recomputes
 //! results and the SPRT, and decides about reviving the run.
+//!
+//! Files: `purge/tests.rs`: the unit tests.
 
 use std::collections::{HashMap, HashSet};
 

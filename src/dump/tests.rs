@@ -1,4 +1,5 @@
-//! Unit tests of the dump and restore of a store.
+//! Unit tests of the dump: a dump file read in both layouts, bad documents skipped with a
+//! reason and the rest imported, a store with data refused without `--merge`.
 
 use super::read::{ReadError, for_each_document};
 use super::*;

@@ -1,4 +1,4 @@
-//! Unit tests of the purge maths.
+//! Unit tests of the purge maths: the crash/time rule, the chi-squared rounds, the residuals.
 
 use super::*;
 

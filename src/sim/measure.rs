@@ -8,6 +8,8 @@
 //! summary is `report`'s.
 //! Must not: do network or file I/O, or decide anything about the protocol: it only counts
 //! what the worker module tells it.
+//!
+//! Files: `measure/tests.rs`: the unit tests.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -11,6 +11,8 @@
 //! Must not: call server internals or fake results: everything it knows about the server
 //! comes from HTTP replies (through `Fleet::call`); everything it records goes through
 //! `measure::Recorder`. Every loop is bounded, and every wait ends at the run's deadline.
+//!
+//! Files: `worker/tests.rs`: the worker against a scripted server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

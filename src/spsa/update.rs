@@ -7,6 +7,8 @@
 //!
 //! Must not: do I/O, touch the store or know HTTP; draw randomness other than from the
 //! caller's RNG; leave the run changed when an update fails.
+//!
+//! Files: `update/tests.rs`: the unit tests.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -25,6 +25,8 @@
 //!
 //! Must not: do I/O, log, panic. A number whose computation fails (a degenerate
 //! distribution, where Fishtest's page raises) is `None`.
+//!
+//! Files: `raw/tests.rs`: the unit tests.
 
 use super::elo::{
     bayeselo_to_elo, draw_elo_calc, elo, elo_to_bayeselo, get_elo, llr_legacy, logistic,

@@ -27,6 +27,8 @@
 //! collections use ObjectIds, shown as hex. An `_id` of any other type is kept in `_mongo_id`
 //! too, with its string form as the shoal `_id`. Field order inside a document is not kept
 //! (shoal's documents are sorted maps); MongoDB's queries and Fishtest do not depend on it.
+//!
+//! Files: `bson_map/tests.rs`: the unit tests (Fishtest's sample database included).
 
 use std::io::Write;
 

@@ -1,4 +1,5 @@
-//! Unit tests of the simulator's limit probes.
+//! Unit tests of the simulator's limits check: the options, the ledger of held tasks, the
+//! verdicts, the peaks.
 
 use super::*;
 use serde_json::json;

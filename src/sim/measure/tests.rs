@@ -1,4 +1,4 @@
-//! Unit tests of the simulator's measurements.
+//! Unit tests of the simulator's measurements (the recorder's arithmetic).
 
 use super::*;
 

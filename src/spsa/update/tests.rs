@@ -1,4 +1,5 @@
-//! Unit tests of the SPSA update.
+//! Unit tests of the SPSA update: golden values from Fishtest, the packed signs, the bounds,
+//! the errors that leave a run alone, the history.
 
 use super::*;
 use crate::spsa::tests::{RAW, setup};

@@ -1,4 +1,4 @@
-//! Unit tests of the raw statistics.
+//! Unit tests of the raw statistics (bounds, LLRs, ranges) against their formulas.
 
 use super::*;
 

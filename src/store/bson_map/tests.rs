@@ -1,4 +1,5 @@
-//! Unit tests of the BSON <-> JSON mapping.
+//! Unit tests of the BSON <-> JSON mapping: Fishtest's sample database comes back whole;
+//! number types, dates, ids, binaries and PGN documents; bad values refused.
 
 use super::*;
 use bson::doc;

@@ -1,4 +1,5 @@
-//! Unit tests of the MongoDB backend's pure parts (filters, documents, conversions).
+//! Unit tests of the MongoDB backend: replacements, chunks, retries, bulk replies, journal
+//! documents, the write concern, an unreachable server.
 
 use super::retry::{backend, transient};
 use super::write::{check_bulk_reply, write_concern_doc};

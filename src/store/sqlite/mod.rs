@@ -21,6 +21,15 @@
 //! ([`Store::reclaim_space`]). A database created before keeps `auto_vacuum = NONE` (changing
 //! it rewrites the whole file) until `shoal vacuum` converts it: until then freed pages are
 //! reused for new data but the file does not shrink.
+//!
+//! Files:
+//! - `mod.rs`: [`SqliteStore`]: opening, the schema, the [`Store`] trait.
+//! - `query.rs`: shoal's queries as SQL.
+//! - `journal.rs`: the journal and the run records.
+//! - `pgn.rs`: PGN blobs, stored whole and read in chunks.
+//! - `space.rs`: the file's free space given back in bounded steps.
+//! - `backup.rs`: `shoal backup`, a consistent copy while the server runs.
+//! - `tests.rs`: unit tests.
 
 pub mod backup;
 mod journal;

@@ -1,4 +1,5 @@
-//! Unit tests of the SQLite backend.
+//! Unit tests of the SQLite backend: the basic operations, ids and duplicates, the schema
+//! version, a corrupt document.
 
 use super::*;
 use serde_json::json;
