@@ -9,21 +9,30 @@
 //!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
 //! - [`offload`]: the token pool, the only door to blocking threads.
 //! - [`admission`]: the two-phase gate in front of critical sections (request_task).
-//! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend.
+//! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend
+//!   and the MongoDB one (Fishtest's own database), and the mapping to Fishtest's documents.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
+//! - [`limits`]: keyed concurrency, floating and rate limits: their definitions from the
+//!   settings and the engine that grants, releases and queues; no I/O, no HTTP, no store.
 //! - [`ledger`]: the action log, CPU hours and contributors; told facts, knows no run.
 //! - [`accounts`]: users, passwords and the credential cache, sessions, the login throttle and
 //!   the login policy; typed refusals ([`accounts::AuthError`]).
-//! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule).
+//! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule, the
+//!   import of Fishtest's net files).
 //! - [`rundb`]: runs, tasks and the worker protocol's rules; the run cache and journal (it
 //!   records into the [`ledger`] and takes checked [`accounts::User`]s).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
 //!   (and Fishtest's texts for its refusals). It holds the components side by side in
 //!   [`http::AppState`].
-//! - [`app`]: start-up, serving, orderly shutdown.
+//! - [`app`]: start-up, serving, orderly shutdown; the primary's periodic jobs.
+//! - [`dump`]: `shoal import` / `shoal export`: a Fishtest dump directory into the store and
+//!   back, streamed (the net files: [`nets::import`]).
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
 //!   internals (it uses [`protocol`] and [`process`], never [`rundb`] or [`app`]).
+//!
+//! The `shoal` binary (`main.rs`, and its commands in `cli/`) is a client of this library, not
+//! a part of it.
 //!
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 

@@ -8,7 +8,13 @@
 //! line and the dump import, which run without a server).
 //! Must not: run on the event loop (file and store I/O); know HTTP, runs or another
 //! component's state; replace a net that exists; hold a net in memory.
+//!
+//! Files:
+//! - `mod.rs`: [`Nets`], the component the server holds.
+//! - `store.rs`: the net directory's layout, the name rule, the streamed content check.
+//! - `import.rs`: Fishtest's net files moved into the net directory (`shoal import --nets`).
 
+pub mod import;
 mod store;
 
 use std::collections::HashSet;

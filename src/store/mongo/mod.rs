@@ -17,31 +17,48 @@
 //! ordered sequence of idempotent writes, each durable before the next: actions before the
 //! journal entries they accompany, run documents before their flushed seq, the seq before the
 //! journal is trimmed. A crash between two of them leaves what a replay repairs.
+//!
+//! Files:
+//! - `mod.rs`: [`MongoStore`]: opening, the start-up check, the [`Store`] trait.
+//! - `indexes.rs`: Fishtest's indexes and shoal's own collections.
+//! - `query.rs`: shoal's queries as MongoDB filters.
+//! - `retry.rs`: transient errors, the retry policy, driver errors as [`StoreError`]s.
+//! - `write.rs`: the write concern, bulk commands, replacements, shoal's run extras.
+//! - `pgn.rs`: PGN blobs (the recent ones kept for chunked reads) and PGN records.
+//! - `journal.rs`: journal entries as documents, both ways.
+//! - `retention.rs`: PGN retention (the expired runs, the bounded deletion).
+//! - `tests.rs`: unit tests of the pure parts.
 
 pub mod indexes;
+mod journal;
+mod pgn;
 pub mod query;
 mod retention;
+mod retry;
+mod write;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::{Bson, Document, doc, oid::ObjectId};
-use mongodb::error::{
-    Error as MongoError, ErrorKind, RETRYABLE_ERROR, RETRYABLE_WRITE_ERROR,
-    TRANSIENT_TRANSACTION_ERROR, WriteFailure,
-};
-use mongodb::options::{Acknowledgment, ClientOptions, DatabaseOptions, ReadConcern, WriteConcern};
+use mongodb::options::{ClientOptions, DatabaseOptions, ReadConcern};
 use mongodb::sync::{Client, Collection as MongoCollection, Database};
 use serde_json::Value;
 
-use super::bson_map::{self, MONGO_ID, PgnDoc};
+use super::bson_map::{self, PgnDoc};
 use super::{
     Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
     RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id,
 };
 use crate::secret::SecretUri;
 use indexes::{JOURNAL, RUN_EXTRAS, RUN_SEQ};
+pub use journal::{journal_doc, journal_entry};
+use pgn::chunk;
+use retry::mapping;
+pub use retry::{Retry, is_transient_code};
+use write::replacement;
+pub use write::write_concern;
 
 /// The fields of shoal's run documents that Fishtest's have not: on MongoDB they live in
 /// [`RUN_EXTRAS`], beside the run, so that `runs` holds only what Fishtest's schema accepts.
@@ -53,96 +70,6 @@ pub const DEFAULT_DATABASE: &str = "fishtest_new";
 /// How long start-up waits for a server before it gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Statements per bulk `update`/`delete` command (well under MongoDB's 100,000 and 48 MB).
-const BULK: usize = 500;
-/// Bytes of documents per bulk command, roughly (run documents can be megabytes).
-const BULK_BYTES: usize = 8 << 20;
-
-/// Retry policy for transient errors: attempts and the backoff between them.
-#[derive(Debug, Clone, Copy)]
-pub struct Retry {
-    pub attempts: u32,
-    pub first: Duration,
-    pub max: Duration,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            attempts: 5,
-            first: Duration::from_millis(100),
-            max: Duration::from_secs(2),
-        }
-    }
-}
-
-impl Retry {
-    /// The wait before retry number `n` (0-based): doubling from `first`, capped at `max`,
-    /// with up to 25% random jitter so a fleet of callers does not retry in step.
-    pub fn backoff(&self, n: u32) -> Duration {
-        let base = self
-            .first
-            .saturating_mul(1u32.checked_shl(n.min(16)).unwrap_or(u32::MAX))
-            .min(self.max);
-        let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
-        base.saturating_add(jitter).min(self.max)
-    }
-}
-
-/// Server error codes that mean "try again": a primary stepping down, a node shutting down
-/// or unreachable, a network timeout (the set the drivers' retryable-writes spec lists).
-pub fn is_transient_code(code: i32) -> bool {
-    matches!(
-        code,
-        6 | 7 | 89 | 91 | 189 | 262 | 9001 | 10107 | 11600 | 11602 | 13435 | 13436 | 63 | 150
-    )
-}
-
-/// Whether an error may go away on its own.
-fn transient(e: &MongoError) -> bool {
-    if [
-        RETRYABLE_WRITE_ERROR,
-        RETRYABLE_ERROR,
-        TRANSIENT_TRANSACTION_ERROR,
-    ]
-    .iter()
-    .any(|l| e.contains_label(l))
-    {
-        return true;
-    }
-    match &*e.kind {
-        ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => true,
-        ErrorKind::ServerSelection { .. } => true,
-        ErrorKind::Command(c) => is_transient_code(c.code),
-        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => is_transient_code(w.code),
-        _ => false,
-    }
-}
-
-fn duplicate(e: &MongoError) -> bool {
-    match &*e.kind {
-        ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == 11000,
-        ErrorKind::Command(c) => c.code == 11000,
-        _ => false,
-    }
-}
-
-fn backend(e: &MongoError) -> StoreError {
-    StoreError::Backend {
-        backend: "mongodb",
-        message: e.to_string(),
-        transient: transient(e),
-    }
-}
-
-fn mapping(e: bson_map::MapError) -> StoreError {
-    StoreError::Backend {
-        backend: "mongodb",
-        message: format!("document mapping: {e}"),
-        transient: false,
-    }
-}
-
 /// The MongoDB-backed [`Store`].
 pub struct MongoStore {
     client: Client,
@@ -152,22 +79,6 @@ pub struct MongoStore {
     /// The last few PGN blobs read: a download reads a PGN in chunks, and a BSON binary can
     /// only be fetched whole, so each chunk would otherwise fetch the whole blob again.
     recent_pgns: parking_lot::Mutex<std::collections::VecDeque<(String, Arc<Vec<u8>>)>>,
-}
-
-/// How many PGN blobs [`MongoStore`] keeps for chunked reads (each at most Fishtest's 16 MB
-/// document size).
-const RECENT_PGNS: usize = 4;
-
-/// The write concern of every write: acknowledged by a majority, journaled.
-pub fn write_concern() -> WriteConcern {
-    WriteConcern::builder()
-        .w(Acknowledgment::Majority)
-        .journal(true)
-        .build()
-}
-
-fn write_concern_doc() -> Document {
-    doc! {"w": "majority", "j": true}
 }
 
 impl MongoStore {
@@ -259,295 +170,6 @@ impl MongoStore {
     fn named(&self, name: &str) -> MongoCollection<Document> {
         self.db.collection(name)
     }
-
-    fn check_open(&self) -> StoreResult<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(StoreError::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Runs `f`, retrying transient failures with backoff.
-    fn retrying<T>(
-        &self,
-        op: &'static str,
-        mut f: impl FnMut() -> mongodb::error::Result<T>,
-    ) -> StoreResult<T> {
-        self.check_open()?;
-        let started = Instant::now();
-        let mut n = 0;
-        let r = loop {
-            match f() {
-                Ok(v) => break Ok(v),
-                Err(e) if transient(&e) && n + 1 < self.retry.attempts => {
-                    let wait = self.retry.backoff(n);
-                    tracing::warn!(op, attempt = n + 1, error = %e, ?wait, "mongodb: transient error, retrying");
-                    std::thread::sleep(wait);
-                    n += 1;
-                }
-                Err(e) if duplicate(&e) => break Err(StoreError::Duplicate(e.to_string())),
-                Err(e) => break Err(backend(&e)),
-            }
-        };
-        metrics::histogram!("shoal_store_op_seconds", "op" => op, "collection" => "mongodb")
-            .record(started.elapsed().as_secs_f64());
-        r
-    }
-
-    /// One bulk `update` command (ordered, journaled), checked for write errors.
-    fn bulk_update(&self, coll: &str, updates: Vec<Document>) -> StoreResult<()> {
-        self.bulk(coll, "update", "updates", updates)
-    }
-
-    fn bulk(&self, coll: &str, verb: &str, list: &str, mut ops: Vec<Document>) -> StoreResult<()> {
-        while !ops.is_empty() {
-            let mut take = 0;
-            let mut bytes = 0usize;
-            while take < ops.len() && take < BULK && (take == 0 || bytes < BULK_BYTES) {
-                bytes = bytes.saturating_add(approx_bytes(&ops[take]));
-                take += 1;
-            }
-            let rest = ops.split_off(take);
-            let cmd = doc! {
-                verb: coll, list: ops, "ordered": true, "writeConcern": write_concern_doc(),
-            };
-            let reply = self.retrying("bulk", || self.db.run_command(cmd.clone()).run())?;
-            check_bulk_reply(&reply)?;
-            ops = rest;
-        }
-        Ok(())
-    }
-
-    fn replace_upsert(q: Document, u: Document) -> Document {
-        doc! {"q": q, "u": u, "upsert": true}
-    }
-
-    /// Takes shoal's own fields out of a run document bound for `runs` (Fishtest validates
-    /// run documents against a schema that knows no other field) and returns the update that
-    /// keeps them in [`indexes::RUN_EXTRAS`], if the run has any.
-    fn split_run_extras(id: &str, run: &mut Document) -> Option<Document> {
-        let mut extras = Document::new();
-        for field in SHOAL_RUN_FIELDS {
-            if let Some(v) = run.remove(*field) {
-                extras.insert(*field, v);
-            }
-        }
-        (!extras.is_empty()).then(|| doc! {"q": {"_id": id}, "u": {"$set": extras}, "upsert": true})
-    }
-
-    /// Puts shoal's own fields of these run documents back from [`indexes::RUN_EXTRAS`].
-    fn merge_run_extras(&self, runs: &mut [Doc]) -> StoreResult<()> {
-        let ids: Vec<Bson> = runs
-            .iter()
-            .filter_map(|d| d.get("_id").and_then(Value::as_str))
-            .map(|id| Bson::String(id.to_string()))
-            .collect();
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let c = self.named(RUN_EXTRAS);
-        let extras: Vec<Document> = self.retrying("run_extras", || {
-            c.find(doc! {"_id": {"$in": ids.clone()}}).run()?.collect()
-        })?;
-        if extras.is_empty() {
-            return Ok(());
-        }
-        let mut by_id: std::collections::HashMap<String, Document> = extras
-            .into_iter()
-            .filter_map(|mut d| match d.remove("_id") {
-                Some(Bson::String(id)) => Some((id, d)),
-                _ => None,
-            })
-            .collect();
-        for run in runs.iter_mut() {
-            let Some(extra) = run
-                .get("_id")
-                .and_then(Value::as_str)
-                .and_then(|id| by_id.remove(id))
-            else {
-                continue;
-            };
-            for (k, v) in extra {
-                if SHOAL_RUN_FIELDS.contains(&k.as_str()) {
-                    run.insert(k.clone(), bson_map::to_value(v, &k).map_err(mapping)?);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A PGN's bytes: from the recent ones, else fetched whole (then kept).
-    fn pgn_blob(&self, handle: &PgnHandle) -> StoreResult<Arc<Vec<u8>>> {
-        let key = handle.key();
-        if let Some((_, b)) = self.recent_pgns.lock().iter().find(|(k, _)| k == key) {
-            return Ok(b.clone());
-        }
-        let oid = ObjectId::parse_str(key)
-            .map_err(|_| StoreError::InvalidQuery(format!("not a PGN handle: {handle:?}")))?;
-        let coll = self.named("pgns");
-        let found = self.retrying("pgn_read", || {
-            coll.find_one(doc! {"_id": oid})
-                .projection(doc! {"pgn_zip": 1})
-                .run()
-        })?;
-        let bytes = match found.and_then(|mut d| d.remove("pgn_zip")) {
-            Some(Bson::Binary(b)) => Arc::new(b.bytes),
-            _ => return Ok(Arc::new(Vec::new())),
-        };
-        let mut recent = self.recent_pgns.lock();
-        if recent.len() >= RECENT_PGNS {
-            recent.pop_front();
-        }
-        recent.push_back((key.to_string(), bytes.clone()));
-        Ok(bytes)
-    }
-
-    fn pgn_doc_info(d: &Document) -> Option<(String, PgnInfo)> {
-        let id = d.get_object_id("_id").ok()?.to_hex();
-        let run_task = d.get_str("run_id").ok()?.to_string();
-        let size = match d.get("size") {
-            Some(Bson::Int32(n)) => u64::try_from(*n).ok()?,
-            Some(Bson::Int64(n)) => u64::try_from(*n).ok()?,
-            _ => 0,
-        };
-        Some((
-            id.clone(),
-            PgnInfo {
-                handle: PgnHandle::new(id),
-                run_task,
-                size,
-            },
-        ))
-    }
-
-    fn pgn_infos(&self, filter: Document) -> StoreResult<Vec<(String, PgnInfo)>> {
-        let coll = self.named("pgns");
-        let docs: Vec<Document> = self.retrying("pgn_find", || {
-            coll.find(filter.clone())
-                .projection(doc! {"pgn_zip": 0})
-                .sort(doc! {"_id": 1})
-                .run()?
-                .collect()
-        })?;
-        Ok(docs.iter().filter_map(Self::pgn_doc_info).collect())
-    }
-}
-
-/// A shoal document as the replacement of its Fishtest document, with its filter.
-fn replacement(coll: Collection, d: &Doc) -> StoreResult<(Document, Document)> {
-    let id = d
-        .get("_id")
-        .and_then(Value::as_str)
-        .ok_or(StoreError::MissingId)?;
-    let mut b = bson_map::to_bson(coll, d).map_err(mapping)?;
-    if bson_map::key_field(coll) != "_id" && !d.contains_key(MONGO_ID) {
-        // A net or worker shoal made: MongoDB keeps (or gives) its ObjectId.
-        b.remove("_id");
-    }
-    Ok((query::by_id(coll, id)?, b))
-}
-
-/// `len` bytes of `bytes` from `offset`, clamped to its end.
-fn chunk(bytes: &[u8], offset: u64, len: usize) -> &[u8] {
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    let end = start.saturating_add(len).min(bytes.len());
-    &bytes[start..end]
-}
-
-fn approx_bytes(d: &Document) -> usize {
-    let mut n = 0usize;
-    let mut stack: Vec<&Bson> = d.values().collect();
-    while let Some(b) = stack.pop() {
-        n = n.saturating_add(match b {
-            Bson::String(s) => s.len() + 8,
-            Bson::Binary(bin) => bin.bytes.len() + 8,
-            Bson::Document(d) => {
-                stack.extend(d.values());
-                16
-            }
-            Bson::Array(a) => {
-                stack.extend(a.iter());
-                16
-            }
-            _ => 16,
-        });
-    }
-    n
-}
-
-/// A bulk command's reply: `writeErrors` and `writeConcernError` are failures too.
-fn check_bulk_reply(reply: &Document) -> StoreResult<()> {
-    if let Ok(errors) = reply.get_array("writeErrors")
-        && let Some(Bson::Document(first)) = errors.first()
-    {
-        let code = first.get_i32("code").unwrap_or(0);
-        let msg = first.get_str("errmsg").unwrap_or_default().to_string();
-        if code == 11000 {
-            return Err(StoreError::Duplicate(msg));
-        }
-        return Err(StoreError::Backend {
-            backend: "mongodb",
-            message: format!("write error {code}: {msg}"),
-            transient: is_transient_code(code),
-        });
-    }
-    if let Ok(wce) = reply.get_document("writeConcernError") {
-        let code = wce.get_i32("code").unwrap_or(0);
-        return Err(StoreError::Backend {
-            backend: "mongodb",
-            message: format!(
-                "write concern error {code}: {}",
-                wce.get_str("errmsg").unwrap_or_default()
-            ),
-            transient: is_transient_code(code),
-        });
-    }
-    Ok(())
-}
-
-/// A journal entry as its MongoDB document: the patch as `[{k, v}]` pairs (its keys, like
-/// `tasks.12`, hold dots, which MongoDB field names should not).
-pub fn journal_doc(e: &JournalEntry) -> StoreResult<Document> {
-    let seq = i64::try_from(e.seq)
-        .map_err(|_| StoreError::InvalidQuery(format!("journal seq {} too large", e.seq)))?;
-    let mut pairs = Vec::with_capacity(e.patch.len());
-    for (k, v) in &e.patch {
-        let v = bson_map::from_value(v, k).map_err(mapping)?;
-        pairs.push(Bson::Document(doc! {"k": k.clone(), "v": v}));
-    }
-    Ok(doc! {"_id": seq, "run_id": e.run_id.clone(), "patch": pairs})
-}
-
-/// The inverse of [`journal_doc`].
-pub fn journal_entry(d: &Document) -> StoreResult<JournalEntry> {
-    let corrupt = |what: &str| StoreError::Backend {
-        backend: "mongodb",
-        message: format!("journal entry {:?}: {what}", d.get("_id")),
-        transient: false,
-    };
-    let seq = match d.get("_id") {
-        Some(Bson::Int64(n)) => u64::try_from(*n).map_err(|_| corrupt("negative seq"))?,
-        Some(Bson::Int32(n)) => u64::try_from(*n).map_err(|_| corrupt("negative seq"))?,
-        _ => return Err(corrupt("no seq")),
-    };
-    let run_id = d.get_str("run_id").map_err(|_| corrupt("no run_id"))?;
-    let mut patch = Doc::new();
-    for pair in d.get_array("patch").map_err(|_| corrupt("no patch"))? {
-        let Bson::Document(p) = pair else {
-            return Err(corrupt("patch pair"));
-        };
-        let k = p.get_str("k").map_err(|_| corrupt("patch key"))?;
-        let v = p.get("v").cloned().unwrap_or(Bson::Null);
-        patch.insert(k.to_string(), bson_map::to_value(v, k).map_err(mapping)?);
-    }
-    Ok(JournalEntry {
-        seq,
-        run_id: run_id.to_string(),
-        patch,
-    })
 }
 
 impl Store for MongoStore {
@@ -874,137 +496,4 @@ impl Store for MongoStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn replacements_keep_fishtest_ids() {
-        let run: Doc = serde_json::from_value(
-            json!({"_id": "6a5ef17522dfea1c957407ba", "finished": false, "args": {"tc": "10+0.1"}}),
-        )
-        .expect("doc");
-        let (q, u) = replacement(Collection::Runs, &run).expect("run");
-        let oid = ObjectId::parse_str("6a5ef17522dfea1c957407ba").expect("oid");
-        assert_eq!(q, doc! {"_id": {"$eq": oid}});
-        assert_eq!(u.get("_id"), Some(&Bson::ObjectId(oid)));
-        // A worker read from MongoDB keeps its ObjectId; one shoal made gets none here
-        // (the server gives it one on insert, and keeps the old one on a replace).
-        let read: Doc =
-            serde_json::from_value(json!({"_id": "w-8cores-1", "worker_name": "w-8cores-1",
-            "_mongo_id": {"$oid": "6a72633822dfea1c9574090a"}, "blocked": true}))
-            .expect("doc");
-        let (q, u) = replacement(Collection::Workers, &read).expect("worker");
-        assert_eq!(q, doc! {"worker_name": {"$eq": "w-8cores-1"}});
-        assert_eq!(
-            u.get_object_id("_id").expect("kept").to_hex(),
-            "6a72633822dfea1c9574090a"
-        );
-        assert!(!u.contains_key(MONGO_ID));
-        let mine: Doc = serde_json::from_value(
-            json!({"_id": "w-8cores-2", "worker_name": "w-8cores-2", "blocked": false}),
-        )
-        .expect("doc");
-        let (_, u) = replacement(Collection::Workers, &mine).expect("worker");
-        assert!(!u.contains_key("_id"));
-        assert!(replacement(Collection::Runs, &Doc::new()).is_err());
-    }
-
-    #[test]
-    fn chunks_are_clamped() {
-        let b = [1u8, 2, 3, 4, 5];
-        assert_eq!(chunk(&b, 0, 2), &[1, 2]);
-        assert_eq!(chunk(&b, 3, 10), &[4, 5]);
-        assert!(chunk(&b, 5, 1).is_empty());
-        assert!(chunk(&b, u64::MAX, usize::MAX).is_empty());
-    }
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let r = Retry::default();
-        assert!(r.backoff(0) >= Duration::from_millis(100));
-        assert!(r.backoff(0) <= Duration::from_millis(125));
-        assert!(r.backoff(2) >= Duration::from_millis(400));
-        assert!(r.backoff(30) <= Duration::from_secs(2));
-    }
-
-    #[test]
-    fn transient_errors_are_told_apart() {
-        assert!(is_transient_code(11600));
-        assert!(is_transient_code(10107));
-        assert!(!is_transient_code(11000));
-        let io: MongoError =
-            ErrorKind::Io(std::sync::Arc::new(std::io::Error::other("reset"))).into();
-        assert!(transient(&io));
-        let arg = MongoError::custom("not a server's answer");
-        assert!(!transient(&arg));
-        assert!(!backend(&arg).is_transient());
-    }
-
-    #[test]
-    fn bulk_replies_with_errors_fail() {
-        assert!(check_bulk_reply(&doc! {"ok": 1, "n": 2}).is_ok());
-        let dup = doc! {"ok": 1, "writeErrors": [{"index": 0, "code": 11000, "errmsg": "dup"}]};
-        assert!(matches!(
-            check_bulk_reply(&dup),
-            Err(StoreError::Duplicate(_))
-        ));
-        let wce = doc! {"ok": 1, "writeConcernError": {"code": 91, "errmsg": "shutdown"}};
-        assert!(check_bulk_reply(&wce).is_err_and(|e| e.is_transient()));
-    }
-
-    #[test]
-    fn journal_entries_round_trip_through_bson() {
-        let mut patch = Doc::new();
-        patch.insert("tasks.12".into(), json!({"active": true, "last_updated": {"$date": "2026-07-21T04:11:33.588Z"}, "stats": {"wins": 3}}));
-        patch.insert("results".into(), json!({"wins": 3, "llr": 0.5}));
-        let e = JournalEntry {
-            seq: 42,
-            run_id: "6a5ef17522dfea1c957407ba".into(),
-            patch,
-        };
-        let d = journal_doc(&e).expect("doc");
-        assert_eq!(d.get("_id"), Some(&Bson::Int64(42)));
-        assert!(matches!(
-            d.get_array("patch").expect("pairs")[0],
-            Bson::Document(_)
-        ));
-        assert_eq!(journal_entry(&d).expect("entry"), e);
-    }
-
-    #[test]
-    fn write_concern_is_journaled_majority() {
-        let wc = write_concern();
-        assert_eq!(wc.journal, Some(true));
-        assert_eq!(wc.w, Some(Acknowledgment::Majority));
-        assert_eq!(write_concern_doc(), doc! {"w": "majority", "j": true});
-    }
-
-    #[test]
-    fn an_unreachable_server_is_a_start_up_error_naming_mongodb_uri() {
-        // A closed port on loopback, with a short server selection timeout.
-        let uri = SecretUri::new(
-            "mongodb://shoal:hunter2@127.0.0.1:1/ft?serverSelectionTimeoutMS=300&connectTimeoutMS=300",
-        );
-        let err = MongoStore::open(&uri).err().expect("no server there");
-        let text = err.to_string();
-        assert!(text.contains("mongodb_uri"), "{text}");
-        assert!(text.contains("cannot reach"), "{text}");
-        assert!(!text.contains("hunter2"), "{text}");
-        // From a blocking-pool thread of the server's runtime, as `Offload::run` calls it: the
-        // driver's blocking API must not trip over the runtime around it.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let in_pool = rt
-            .block_on(
-                rt.spawn_blocking(move || MongoStore::open(&uri).err().map(|e| e.to_string())),
-            )
-            .expect("no panic in the pool");
-        assert!(in_pool.is_some_and(|t| t.contains("mongodb_uri")));
-        let bad = SecretUri::new("postgres://nope");
-        let text = MongoStore::open(&bad).err().expect("bad uri").to_string();
-        assert!(text.contains("mongodb_uri"), "{text}");
-    }
-}
+mod tests;

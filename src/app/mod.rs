@@ -8,6 +8,12 @@
 //! tasks and, on request, by `POST /debug/job/{name}`, both through [`run_job`]).
 //! Must not: contain request logic (that is `http`), or block the runtime: start-up's blocking
 //! steps (files, opening the store) go through the offload pool like everything else.
+//!
+//! Files:
+//! - `mod.rs`: start-up ([`build_state`]), serving and the shutdown sequence ([`serve`]).
+//! - `jobs.rs`: the periodic jobs ([`JOBS`], [`run_job`]) and PGN retention's pass.
+
+mod jobs;
 
 use std::future::Future;
 use std::io::Write as _;
@@ -31,6 +37,9 @@ use crate::rundb::{RunDb, RunDbConfig, RunDbError};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{SharedStore, StoreError};
 use crate::telemetry;
+
+use jobs::spawn_jobs;
+pub use jobs::{JOBS, Job, job, run_job};
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -377,206 +386,6 @@ async fn system_event(state: &Arc<AppState>, message: String) {
     {
         tracing::warn!(error = %e, "cannot log system event");
     }
-}
-
-/// When a periodic job runs: a fixed number of seconds, or `scavenge_interval_s`.
-#[derive(Debug, Clone, Copy)]
-enum Every {
-    Secs(u64),
-    ScavengeInterval,
-}
-
-impl Every {
-    fn duration(self, config: &Config) -> Duration {
-        match self {
-            Every::Secs(s) => Duration::from_secs(s),
-            Every::ScavengeInterval => config.scavenge_interval(),
-        }
-    }
-}
-
-/// One periodic job of the primary: its name (the `job` label of `shoal_job_seconds`, and
-/// `POST /debug/job/{name}`), when it first runs, how often after that, and its work.
-pub struct Job {
-    pub name: &'static str,
-    first: Every,
-    period: Every,
-    work: Work,
-}
-
-/// A job's work, on the component it needs.
-#[derive(Clone, Copy)]
-enum Work {
-    Runs(fn(&RunDb) -> Result<(), RunDbError>),
-    Accounts(fn(&Accounts) -> Result<(), UserError>),
-}
-
-/// The periodic jobs (ARCHITECTURE.md, "Background tasks"), the one list both the spawner
-/// ([`spawn_jobs`]) and the debug route run from. PGN retention, a pass of many pool jobs, is
-/// apart ([`spawn_pgn_retention`], `POST /debug/pgn_retention`).
-pub const JOBS: &[Job] = &[
-    Job {
-        name: "flush_buffers",
-        first: Every::Secs(1),
-        period: Every::Secs(1),
-        work: Work::Runs(|db| db.flush(false).map(|_| ())),
-    },
-    Job {
-        name: "scavenge_dead_tasks",
-        first: Every::ScavengeInterval,
-        period: Every::ScavengeInterval,
-        work: Work::Runs(|db| db.scavenge_dead_tasks().map(|_| ())),
-    },
-    Job {
-        name: "update_itp",
-        first: Every::Secs(60),
-        period: Every::Secs(60),
-        work: Work::Runs(|db| {
-            db.update_itp();
-            Ok(())
-        }),
-    },
-    Job {
-        name: "update_nps_gpm",
-        first: Every::Secs(60),
-        period: Every::Secs(60),
-        work: Work::Runs(|db| {
-            db.update_nps_gpm();
-            Ok(())
-        }),
-    },
-    Job {
-        name: "clean_cache",
-        first: Every::Secs(60),
-        period: Every::Secs(60),
-        work: Work::Runs(|db| {
-            db.clean_cache();
-            Ok(())
-        }),
-    },
-    Job {
-        name: "refresh_blocked_workers",
-        first: Every::Secs(5),
-        period: Every::Secs(5),
-        work: Work::Runs(|db| db.refresh_blocked()),
-    },
-    Job {
-        name: "refresh_legacy_usernames",
-        first: Every::Secs(5),
-        period: Every::Secs(5),
-        work: Work::Accounts(|accounts| accounts.users().refresh_legacy_names().map(|_| ())),
-    },
-    Job {
-        name: "clean_worker_runs",
-        first: Every::Secs(60),
-        period: Every::Secs(300),
-        work: Work::Runs(|db| db.clean_worker_runs()),
-    },
-    Job {
-        name: "validate_data_structures",
-        first: Every::Secs(60),
-        period: Every::Secs(900),
-        work: Work::Runs(|db| {
-            db.validate();
-            Ok(())
-        }),
-    },
-    Job {
-        name: "refresh_limits",
-        first: Every::Secs(1),
-        period: Every::Secs(1),
-        work: Work::Runs(|db| {
-            db.refresh_floating()?;
-            db.publish_limit_metrics();
-            Ok(())
-        }),
-    },
-];
-
-/// The periodic job called `name`.
-pub fn job(name: &str) -> Option<&'static Job> {
-    JOBS.iter().find(|j| j.name == name)
-}
-
-/// Runs `job` once in the offload pool and records its time in `shoal_job_seconds`; a failure
-/// is logged and returned. What the periodic task does at each period, and what
-/// `POST /debug/job/{name}` does on request.
-pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError> {
-    let started = Instant::now();
-    let result = match job.work {
-        Work::Runs(work) => {
-            let db = state.rundb.clone();
-            match state.offload.run(move || work(&db)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
-        Work::Accounts(work) => {
-            let accounts = state.accounts.clone();
-            match state.offload.run(move || work(&accounts)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
-    };
-    metrics::histogram!("shoal_job_seconds", "job" => job.name)
-        .record(started.elapsed().as_secs_f64());
-    if let Err(e) = &result {
-        tracing::error!(job = job.name, error = %e, "periodic job failed");
-    }
-    result
-}
-
-/// A periodic job of the primary: first run after its `first`, then every `period`, both with
-/// ±5% jitter, each run through [`run_job`].
-fn spawn_job(state: &Arc<AppState>, job: &'static Job) -> tokio::task::JoinHandle<()> {
-    let state = state.clone();
-    tokio::spawn(async move {
-        let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
-        tokio::time::sleep(jitter(job.first.duration(&state.config))).await;
-        loop {
-            // A failure is logged by run_job; the job runs again next period.
-            let _ = run_job(&state, job).await;
-            tokio::time::sleep(jitter(job.period.duration(&state.config))).await;
-        }
-    })
-}
-
-/// Starts every periodic job of the primary (none with `periodic_jobs = false`, a test
-/// setting: the tests run them with `POST /debug/job/{name}`).
-fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
-    if !state.config.periodic_jobs {
-        tracing::warn!("periodic_jobs = false: no periodic job runs (a test setting)");
-        return Vec::new();
-    }
-    let mut jobs: Vec<_> = JOBS.iter().map(|job| spawn_job(state, job)).collect();
-    jobs.extend(spawn_pgn_retention(state));
-    jobs
-}
-
-/// PGN retention's first pass after start, then its period (`pgn_retention_days`).
-const PGN_RETENTION_FIRST: Duration = Duration::from_secs(5);
-const PGN_RETENTION_PERIOD: Duration = Duration::from_secs(3600);
-
-/// PGN retention, when it is on: a pass after `PGN_RETENTION_FIRST`, then every
-/// `PGN_RETENTION_PERIOD` (±5%). A pass is many short steps, each a pool job of its own
-/// (`rundb::retention`); it takes none of the run database's locks.
-fn spawn_pgn_retention(state: &Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
-    let retention = state.pgn_retention.clone()?;
-    let state = state.clone();
-    Some(tokio::spawn(async move {
-        let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
-        tokio::time::sleep(jitter(PGN_RETENTION_FIRST)).await;
-        loop {
-            let started = Instant::now();
-            if let Err(e) = retention.pass(&state.rundb, &state.offload).await {
-                tracing::error!(job = "pgn_retention", error = %e, "periodic job failed");
-            }
-            metrics::histogram!("shoal_job_seconds", "job" => "pgn_retention")
-                .record(started.elapsed().as_secs_f64());
-            tokio::time::sleep(jitter(PGN_RETENTION_PERIOD)).await;
-        }
-    }))
 }
 
 /// Resolves when the process receives SIGTERM or Ctrl-C (SIGINT).

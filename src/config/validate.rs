@@ -1,0 +1,231 @@
+//! Every rule a setting must satisfy ([`Config::validate`]); each failure names its key.
+//!
+//! Must not: change a value (a wrong value stops start-up, it is never corrected).
+
+use std::net::IpAddr;
+
+use super::{Config, ConfigError, MAX_PGN_RETENTION_DAYS, StoreKind};
+
+pub(super) fn invalid(key: &'static str, rule: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        rule: rule.into(),
+    }
+}
+
+impl Config {
+    /// Every rule a value must satisfy. Each failure names its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.host != "localhost" && self.host.parse::<IpAddr>().is_err() {
+            return Err(invalid(
+                "host",
+                format!("`{}` is not an IP address or `localhost`", self.host),
+            ));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.store == StoreKind::Mongodb && self.mongodb_uri.expose().trim().is_empty() {
+            return Err(invalid(
+                "mongodb_uri",
+                "must be set when store = \"mongodb\"",
+            ));
+        }
+        if !(3..=100_000).contains(&self.threadpool_tokens) {
+            // Two tokens are reserved (request_task slot holder, journal writer): at least one
+            // must remain for everything else.
+            return Err(invalid("threadpool_tokens", "must be between 3 and 100000"));
+        }
+        if !(1..=100_000).contains(&self.task_semaphore_size) {
+            return Err(invalid(
+                "task_semaphore_size",
+                "must be between 1 and 100000",
+            ));
+        }
+        if self.admission_queue > 10_000_000 {
+            return Err(invalid("admission_queue", "must be at most 10000000"));
+        }
+        if !(1..=10_000).contains(&self.request_task_batch) {
+            return Err(invalid("request_task_batch", "must be between 1 and 10000"));
+        }
+        if !self.admission_timeout_s.is_finite()
+            || self.admission_timeout_s <= 0.0
+            || self.admission_timeout_s > 3600.0
+        {
+            return Err(invalid(
+                "admission_timeout_s",
+                "must be a number of seconds in (0, 3600]",
+            ));
+        }
+        if let Some(max) = self.max_concurrent_requests {
+            let floor = self.threadpool_tokens + self.gate_capacity();
+            if max < floor {
+                return Err(invalid(
+                    "max_concurrent_requests",
+                    format!(
+                        "must be at least threadpool_tokens + gate capacity = {} + {} = {floor} \
+                         (a lower cap would make requests wait at the front door while tokens are free)",
+                        self.threadpool_tokens,
+                        self.gate_capacity()
+                    ),
+                ));
+            }
+        }
+        if self.listen_backlog == 0 {
+            return Err(invalid("listen_backlog", "must be at least 1"));
+        }
+        if let Some(n) = self.worker_threads
+            && !(1..=1024).contains(&n)
+        {
+            return Err(invalid("worker_threads", "must be between 1 and 1024"));
+        }
+        if self.api_body_limit_bytes < 1024 {
+            return Err(invalid("api_body_limit_bytes", "must be at least 1024"));
+        }
+        if self.pgn_body_limit_bytes < 1024 {
+            return Err(invalid("pgn_body_limit_bytes", "must be at least 1024"));
+        }
+        if self.pgn_inflated_limit_bytes < 1024 {
+            return Err(invalid("pgn_inflated_limit_bytes", "must be at least 1024"));
+        }
+        if !(1024..=1 << 40).contains(&self.nn_upload_limit_bytes) {
+            return Err(invalid(
+                "nn_upload_limit_bytes",
+                "must be between 1024 and 1099511627776 (1 TiB)",
+            ));
+        }
+        if !(1..=10_000).contains(&self.pgn_upload_concurrency) {
+            return Err(invalid(
+                "pgn_upload_concurrency",
+                "must be between 1 and 10000",
+            ));
+        }
+        for (key, value) in [
+            ("header_read_timeout_s", self.header_read_timeout_s),
+            ("body_read_timeout_s", self.body_read_timeout_s),
+            ("keepalive_timeout_s", self.keepalive_timeout_s),
+            ("auth_throttle_window_s", self.auth_throttle_window_s),
+        ] {
+            if !value.is_finite() || !(0.1..=86_400.0).contains(&value) {
+                return Err(invalid(key, "must be a number of seconds in [0.1, 86400]"));
+            }
+        }
+        for (key, value) in [
+            ("auth_throttle_per_user_ip", self.auth_throttle_per_user_ip),
+            ("auth_throttle_per_ip", self.auth_throttle_per_ip),
+            ("auth_throttle_per_user", self.auth_throttle_per_user),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if !self.shutdown_grace_s.is_finite()
+            || self.shutdown_grace_s < 0.0
+            || self.shutdown_grace_s > 3600.0
+        {
+            return Err(invalid(
+                "shutdown_grace_s",
+                "must be a number of seconds in [0, 3600]",
+            ));
+        }
+        if let Some(bad) = self
+            .trusted_proxies
+            .iter()
+            .find(|p| p.parse::<IpAddr>().is_err())
+        {
+            return Err(invalid(
+                "trusted_proxies",
+                format!("`{bad}` is not an IP address"),
+            ));
+        }
+        if !self.dead_task_timeout_s.is_finite() || self.dead_task_timeout_s < 1.0 {
+            return Err(invalid("dead_task_timeout_s", "must be at least 1 second"));
+        }
+        if !self.scavenge_interval_s.is_finite()
+            || !(0.1..=3600.0).contains(&self.scavenge_interval_s)
+        {
+            return Err(invalid(
+                "scavenge_interval_s",
+                "must be a number of seconds in [0.1, 3600]",
+            ));
+        }
+        if !self.limits_wait_s.is_finite() || !(0.0..=25.0).contains(&self.limits_wait_s) {
+            return Err(invalid(
+                "limits_wait_s",
+                "must be between 0 and 25 (inside the worker's 30 s timeout)",
+            ));
+        }
+        crate::limits::LimitDef::from_specs(&self.limits).map_err(|e| invalid("limits", e))?;
+        if self.flush_runs_per_tick == 0 {
+            return Err(invalid("flush_runs_per_tick", "must be at least 1"));
+        }
+        if !self.cache_keep_s.is_finite() || !(0.0..=86_400.0).contains(&self.cache_keep_s) {
+            return Err(invalid(
+                "cache_keep_s",
+                "must be a number of seconds in [0, 86400]",
+            ));
+        }
+        if !self.periodic_jobs && !self.debug_endpoints {
+            return Err(invalid(
+                "periodic_jobs",
+                "may be false only with debug_endpoints = true (tests run the jobs through \
+                 /debug/job/{name}); a server without its jobs never writes runs behind or \
+                 scavenges dead tasks",
+            ));
+        }
+        if !(0..=MAX_PGN_RETENTION_DAYS).contains(&self.pgn_retention_days) {
+            return Err(invalid(
+                "pgn_retention_days",
+                format!(
+                    "must be 0 (keep every PGN) or a number of days from 1 to \
+                     {MAX_PGN_RETENTION_DAYS}, not {}",
+                    self.pgn_retention_days
+                ),
+            ));
+        }
+        if let Some(url) = &self.nn_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid("nn_url", "must start with http:// or https://"));
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid("public_url", "must start with http:// or https://"));
+        }
+        if self.page_render_concurrency > 10_000 {
+            return Err(invalid(
+                "page_render_concurrency",
+                "must be at most 10000 (0: one per CPU core)",
+            ));
+        }
+        if !(0..=19).contains(&self.page_render_nice) {
+            return Err(invalid(
+                "page_render_nice",
+                "must be between 0 (the default priority) and 19 (the lowest)",
+            ));
+        }
+        if let Some(path) = &self.books_file
+            && path.as_os_str().is_empty()
+        {
+            return Err(invalid("books_file", "must not be empty when set"));
+        }
+        if let Some(path) = &self.nn_dir
+            && path.as_os_str().is_empty()
+        {
+            return Err(invalid("nn_dir", "must not be empty when set"));
+        }
+        if let Some(secret) = &self.secret
+            && secret.expose().len() < 32
+        {
+            return Err(invalid(
+                "secret",
+                "must be at least 32 characters (leave it unset to generate one)",
+            ));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+            return Err(invalid("log", format!("not a valid log filter: {e}")));
+        }
+        Ok(())
+    }
+}

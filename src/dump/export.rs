@@ -1,0 +1,217 @@
+//! `shoal export --fishtest DIR`: the store into a dump directory, one file per collection
+//! in canonical Extended JSON, read page by page.
+//!
+//! Must not: leave a half-written file under a collection's name, or write a file others
+//! can read (a dump holds password hashes and e-mail addresses).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use bson::Document;
+use indicatif::ProgressStyle;
+use serde_json::Value;
+
+use super::{
+    CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
+};
+use crate::store::bson_map::{self, PgnDoc};
+use crate::store::{Collection, Cond, Doc, Order, Query, Store, StoreError};
+
+/// Documents read per page (runs: fewer, they are large).
+const PAGE: u64 = 500;
+const RUN_PAGE: u64 = 20;
+
+/// Exports the store into `dir` (created if needed): one `<collection>.json` per collection
+/// in canonical Extended JSON, a JSON array with one document per line. Existing files of
+/// those names are replaced (each is written under a temporary name, then renamed).
+pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summary, DumpError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mut summary = Summary::default();
+    for name in DUMP_COLLECTIONS {
+        let path = dir.join(format!("{name}.json"));
+        let tmp = dir.join(format!(".{name}.json.tmp"));
+        // A leftover from an interrupted export would keep its old mode: start afresh.
+        let _ = std::fs::remove_file(&tmp);
+        let file = create_private(&tmp).map_err(io_err(&tmp))?;
+        let mut out = BufWriter::new(file);
+        let bar = progress(show_progress, 0, name);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>11} {pos} documents")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        let mut s = CollectionSummary::new(name);
+        let mut first = true;
+        let mut emit = |d: &Document| -> std::io::Result<()> {
+            out.write_all(if first { b"[\n" } else { b",\n" })?;
+            first = false;
+            bson_map::write_extjson(&mut out, d)?;
+            bar.inc(1);
+            Ok(())
+        };
+        match collection(name) {
+            Some(coll) => export_collection(store, coll, &mut s, &mut emit, &tmp)?,
+            None => export_pgns(store, &mut s, &mut emit, &tmp)?,
+        }
+        out.write_all(if first { b"[\n]\n" } else { b"\n]\n" })
+            .and_then(|()| out.flush())
+            .map_err(io_err(&tmp))?;
+        drop(out);
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        bar.finish_and_clear();
+        tracing::info!(collection = name, written = s.written, "exported");
+        summary.collections.push(s);
+    }
+    Ok(summary)
+}
+
+/// A new file only its owner can read: a dump holds password hashes (and any legacy
+/// plaintext passwords not yet re-hashed) and e-mail addresses.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+fn export_collection(
+    store: &dyn Store,
+    coll: Collection,
+    s: &mut CollectionSummary,
+    emit: &mut impl FnMut(&Document) -> std::io::Result<()>,
+    path: &Path,
+) -> Result<(), DumpError> {
+    let page = if coll == Collection::Runs {
+        RUN_PAGE
+    } else {
+        PAGE
+    };
+    let mut after: Option<String> = None;
+    let mut sessions = 0u64;
+    let mut hashed_only = 0u64;
+    loop {
+        let mut q = Query::new().sort("_id", Order::Asc).limit(page);
+        if let Some(last) = &after {
+            q = q.with(Cond::Gt("_id".into(), Value::String(last.clone())));
+        }
+        let docs = store.find(coll, &q)?;
+        let Some(last) = docs.last() else {
+            if hashed_only > 0 {
+                s.warnings.push(format!(
+                    "{hashed_only} users have only shoal's argon2id password hash, written to \
+                     Fishtest's password field: Fishtest cannot check it, so they need a new \
+                     password there"
+                ));
+            }
+            if sessions > 0 {
+                s.warnings.push(format!(
+                    "{sessions} login sessions of shoal's not exported (meaningless to Fishtest)"
+                ));
+            }
+            return Ok(());
+        };
+        after = last.get("_id").and_then(Value::as_str).map(str::to_string);
+        if after.is_none() {
+            return Err(StoreError::MissingId.into());
+        }
+        for d in &docs {
+            if coll == Collection::Kvstore && is_session(d) {
+                sessions = sessions.saturating_add(1);
+                continue;
+            }
+            let fishtest_user;
+            let d = if coll == Collection::Users {
+                let (user, hash_only) = for_fishtest_user(d);
+                if hash_only {
+                    hashed_only = hashed_only.saturating_add(1);
+                }
+                fishtest_user = user;
+                &fishtest_user
+            } else {
+                d
+            };
+            match bson_map::to_bson(coll, d) {
+                Ok(b) => {
+                    emit(&b).map_err(io_err(path))?;
+                    s.written = s.written.saturating_add(1);
+                }
+                Err(e) => s.skip(format!("{}: {e}", id_label(d))),
+            }
+        }
+    }
+}
+
+/// A user document as Fishtest's schema wants it: `password` is required and
+/// `password_hash` unknown to it, so a hash-only user gets the hash in `password` (which
+/// Fishtest cannot check: `true` is returned for the summary) and `password_hash` goes.
+fn for_fishtest_user(d: &Doc) -> (Doc, bool) {
+    let mut d = d.clone();
+    let hash = d.remove("password_hash");
+    let mut hash_only = false;
+    if !d.contains_key("password")
+        && let Some(hash) = hash
+    {
+        d.insert("password".into(), hash);
+        hash_only = true;
+    }
+    (d, hash_only)
+}
+
+/// A browser session's record (`accounts`, `sessions.rs`): shoal's own state, and a credential.
+fn is_session(d: &Doc) -> bool {
+    d.get("_id")
+        .and_then(Value::as_str)
+        .is_some_and(|id| id.starts_with("session:"))
+}
+
+fn id_label(d: &Doc) -> String {
+    d.get("_id")
+        .map_or_else(|| "?".to_string(), Value::to_string)
+}
+
+fn export_pgns(
+    store: &dyn Store,
+    s: &mut CollectionSummary,
+    emit: &mut impl FnMut(&Document) -> std::io::Result<()>,
+    path: &Path,
+) -> Result<(), DumpError> {
+    let mut after = None;
+    loop {
+        let page = store.pgn_scan(after.as_ref(), 100)?;
+        let Some((_, last)) = page.last() else {
+            return Ok(());
+        };
+        after = Some(last.handle.clone());
+        for (id, info) in &page {
+            let gz = read_pgn(store, info)?;
+            let doc = PgnDoc {
+                id: id.clone(),
+                run_task: info.run_task.clone(),
+                gz,
+            };
+            match bson_map::pgn_to_bson(&doc) {
+                Ok(b) => {
+                    emit(&b).map_err(io_err(path))?;
+                    s.written = s.written.saturating_add(1);
+                }
+                Err(e) => s.skip(format!("pgn {id}: {e}")),
+            }
+        }
+    }
+}
+
+fn read_pgn(store: &dyn Store, info: &crate::store::PgnInfo) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::with_capacity(usize::try_from(info.size).unwrap_or(0));
+    loop {
+        let offset = u64::try_from(out.len()).unwrap_or(u64::MAX);
+        let chunk = store.pgn_read(&info.handle, offset, 1 << 20)?;
+        if chunk.is_empty() {
+            return Ok(out);
+        }
+        out.extend(chunk);
+    }
+}
