@@ -281,3 +281,6 @@ pub const MSG_PENDING: &str = "Your account is pending approval.";
 pub fn retry_after_s(retry_after: std::time::Duration) -> u64 {
     retry_after.as_secs_f64().ceil().max(1.0) as u64
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,11 +2,12 @@
 //! user's stop (docs/fishtest-compatibility.md#run-controls).
 //!
 //! Owns: who may do each (the run's owner or an approver), the limits on what a non-approver
-//! may change, the states each is allowed from, and the action each logs. The messages of the
-//! refusals are Fishtest's, so the pages can show them as they are.
-//! Must not: call the other operations (scheduler, tasks, lifecycle, jobs, queries) or
-//! recovery; change a run on a secondary instance; hold a run's lock while the action log is
-//! written.
+//! may change, the states each is allowed from, and the action each logs. A refusal says what
+//! happened ([`super::RunDbError`], with the control in [`super::Op`]); the API edge words it
+//! as Fishtest does, for the pages too.
+//! Must not: word a refusal; call the other operations (scheduler, tasks, lifecycle, jobs,
+//! queries) or recovery; change a run on a secondary instance; hold a run's lock while the
+//! action log is written.
 
 use super::model::Run;
 use super::records::run_fields;

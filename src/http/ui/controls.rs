@@ -7,7 +7,8 @@
 //! 503, an anonymous visitor goes to `/login`, and the domain (`RunDb::approve_run`,
 //! `stop_run_by_user`, `purge_run`, `delete_run`, `modify_run`) decides who may do what and
 //! logs the action. Success → `/tests?done=<what>` (the dashboard shows [`done_message`]);
-//! a refusal is a page with the domain's message (403, 400 or 404), never a 500.
+//! a refusal is a page with the domain's refusal in the API edge's words (`http::error`: 403,
+//! 400 or 404), never a 500.
 //! Must not: decide permissions itself (the domain does, for the JSON API too).
 
 use std::sync::Arc;
