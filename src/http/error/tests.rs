@@ -12,30 +12,34 @@ fn reply(e: RunDbError) -> (StatusCode, String) {
     (e.status(), e.to_string())
 }
 
-fn run(op: Op) -> (String, Op) {
-    ("r1".to_string(), op)
-}
-
 #[test]
 fn each_refusal_has_fishtests_status_and_text() {
     let bad = StatusCode::BAD_REQUEST;
     let unauthorized = StatusCode::UNAUTHORIZED;
     let not_found = StatusCode::NOT_FOUND;
     let unknown = |op| {
-        let (run_id, op) = run(op);
-        reply(RunDbError::UnknownRun { run_id, op })
+        reply(RunDbError::UnknownRun {
+            run_id: "r1".into(),
+            op,
+        })
     };
     let finished = |op| {
-        let (run_id, op) = run(op);
-        reply(RunDbError::RunFinished { run_id, op })
+        reply(RunDbError::RunFinished {
+            run_id: "r1".into(),
+            op,
+        })
     };
     let not_yours = |op| {
-        let (run_id, op) = run(op);
-        reply(RunDbError::NotYours { run_id, op })
+        reply(RunDbError::NotYours {
+            run_id: "r1".into(),
+            op,
+        })
     };
     let too_old = |op| {
-        let (run_id, op) = run(op);
-        reply(RunDbError::RunTooOld { run_id, op })
+        reply(RunDbError::RunTooOld {
+            run_id: "r1".into(),
+            op,
+        })
     };
     let r = || "r1".to_string();
     let cases: Vec<((StatusCode, String), StatusCode, &str)> = vec![
