@@ -1,5 +1,6 @@
 //! The one mapping from errors to HTTP responses: [`ApiError`], its status codes, and the
-//! conversion of every domain error (run database, offload pool) into it.
+//! conversion of every domain error (run database, accounts, nets, offload pool) into it,
+//! with Fishtest's texts for the run database's refusals (the pages take them from here).
 //!
 //! Owns: which status each failure gets (400 validation, 401 credentials, 404 look-ups, 408
 //! slow bodies, 413 large bodies, 429 throttled logins with `Retry-After`, 503 busy or not
@@ -13,7 +14,9 @@ use crate::accounts::{AuthError, UserError};
 use crate::ledger::LedgerError;
 use crate::nets::NetError;
 use crate::offload::OffloadError;
-use crate::rundb::RunDbError;
+use crate::protocol::MAX_GAMES;
+use crate::rundb::create::MAX_ACTIVE_TASKS;
+use crate::rundb::{ChangeRefused, Op, RunDbError, STOP_RUN_CPU_HOURS};
 
 /// Errors a handler can return. The status codes are Fishtest's where it has one
 /// (docs/protocol.md#errors lists them all).
@@ -151,15 +154,119 @@ impl From<LedgerError> for ApiError {
     }
 }
 
+/// The run database's errors in Fishtest's words: each refusal's status and its exact text
+/// (Fishtest's clients and tests compare them), made here and nowhere else; the pages use
+/// them too (`ui::kit::error`). The store failing is a 500.
 impl From<RunDbError> for ApiError {
     fn from(e: RunDbError) -> Self {
+        use ApiError::{BadRequest, NotFound, Unauthorized};
         match e {
-            RunDbError::Invalid(m) => ApiError::BadRequest(m),
-            RunDbError::Unauthorized(m) => ApiError::Unauthorized(m),
-            RunDbError::NotFound(m) => ApiError::NotFound(m),
+            RunDbError::UnknownRun { run_id, op } => match op {
+                Op::Task | Op::WorkerStop => BadRequest(format!("Invalid run_id: {run_id}")),
+                Op::Approve => NotFound(format!("Run {run_id} not found!")),
+                Op::Purge => NotFound(format!("Unknown run {run_id}")),
+                Op::Modify | Op::Delete | Op::UserStop => NotFound("No run with this id".into()),
+            },
+            RunDbError::UnknownTask { run_id, task_id } => {
+                BadRequest(format!("Invalid task_id {task_id} for run_id {run_id}"))
+            }
+            RunDbError::TaskOfOtherWorker {
+                run_id,
+                task_id,
+                unique_key,
+            } => BadRequest(format!(
+                "Invalid unique key {unique_key} for task {run_id}/{task_id}"
+            )),
+            RunDbError::TaskOfOtherUser {
+                run_id,
+                task_id,
+                username,
+            } => BadRequest(format!(
+                "Invalid username {username} for task {run_id}/{task_id}"
+            )),
+            RunDbError::NotApprover => Unauthorized("Please login as approver".into()),
+            RunDbError::SelfApproval { run_id } => {
+                Unauthorized(format!("Run {run_id}: Self approval is disabled!"))
+            }
+            RunDbError::AlreadyApproved { run_id } => {
+                BadRequest(format!("Run {run_id} already approved!"))
+            }
+            RunDbError::RunFinished { run_id, op } => match op {
+                Op::Approve => BadRequest(format!("Run {run_id} is finished")),
+                Op::WorkerStop => {
+                    Unauthorized(format!("Stop_run: run {run_id} is already finished"))
+                }
+                _ => BadRequest(format!("Run {run_id} is already finished")),
+            },
+            RunDbError::RunDeleted { run_id } => {
+                BadRequest(format!("Run {run_id} is already deleted"))
+            }
+            RunDbError::RunNotFinished { .. } => BadRequest("Can only purge completed run".into()),
+            RunDbError::RunFailed { .. } => BadRequest("You cannot purge a failed run".into()),
+            RunDbError::RunTooOld { op, .. } => BadRequest(match op {
+                Op::Purge => "Run too old to be purged".into(),
+                _ => "Run too old to be modified".into(),
+            }),
+            RunDbError::NotYours { op, .. } => Unauthorized(match op {
+                Op::Purge => "Only approvers or the submitting user can purge the run.".into(),
+                Op::Modify => "Unable to modify another user's run!".into(),
+                _ => "Unable to modify another users run!".into(),
+            }),
+            RunDbError::TooFewCpuHours { username } => Unauthorized(format!(
+                "Stop_run: user {username} has fewer than {STOP_RUN_CPU_HOURS} CPU hours"
+            )),
+            RunDbError::BadArgs(e) => BadRequest(e.message),
+            RunDbError::BadChange(c) => BadRequest(change_refused(c)),
+            RunDbError::BadStats { reason, .. } => BadRequest(format!("stats: {reason}")),
+            RunDbError::MoreGamesThanTask {
+                run_id,
+                task_id,
+                reported,
+                size,
+            } => BadRequest(format!(
+                "Update_task: task {run_id}/{task_id}: {reported} games reported, but the task has only {size}"
+            )),
+            RunDbError::SpsaGamesNotAdded {
+                run_id,
+                task_id,
+                counted,
+                added,
+            } => BadRequest(format!(
+                "Update_task: task {run_id}/{task_id}: the spsa block counts {counted} games, but only {added} were added"
+            )),
+            RunDbError::TotalsOverflow { run_id, task_id } => BadRequest(format!(
+                "Update_task: task {run_id}/{task_id}: the run's totals would overflow"
+            )),
+            RunDbError::NotSpsa { run_id } => {
+                BadRequest(format!("Run {run_id} is not an SPSA run"))
+            }
+            RunDbError::Spsa(e) => BadRequest(format!("Request_spsa: {e}")),
+            RunDbError::NoDateBefore { days } => {
+                BadRequest(format!("no date {days} days before now"))
+            }
+            RunDbError::Invalid(m) => BadRequest(m),
+            RunDbError::Unauthorized(m) => Unauthorized(m),
             RunDbError::NotPrimary => ApiError::PrimaryRequired,
-            other => ApiError::Internal(other.to_string()),
+            e @ (RunDbError::Store(_) | RunDbError::Corrupt(..)) => {
+                ApiError::Internal(e.to_string())
+            }
         }
+    }
+}
+
+/// A modify form's refused value, in Fishtest's words.
+fn change_refused(c: ChangeRefused) -> String {
+    match c {
+        ChangeRefused::FixedGamesRaised => {
+            "Unable to modify number of games in a fixed game test!".into()
+        }
+        ChangeRefused::SpsaGames => "Unable to modify number of games for SPSA tests, SPSA hyperparams are based off the initial number of games".into(),
+        ChangeRefused::NegativeGames => "Number of games must be >= 0".into(),
+        ChangeRefused::WindowOutOfRange(_) => {
+            format!("max_active_tasks must be between 1 and {MAX_ACTIVE_TASKS}")
+        }
+        ChangeRefused::GamesNotMultiple => "Number of games must be a multiple of 1000".into(),
+        ChangeRefused::TooManyGames => format!("Number of games must be <= {MAX_GAMES}"),
     }
 }
 
@@ -174,3 +281,6 @@ pub const MSG_PENDING: &str = "Your account is pending approval.";
 pub fn retry_after_s(retry_after: std::time::Duration) -> u64 {
     retry_after.as_secs_f64().ceil().max(1.0) as u64
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,7 +12,7 @@ use super::model::WorkerInfo;
 use super::outcome::TaskReply;
 use super::records::run_fields;
 use super::transitions::PurgeOutcome;
-use super::{DbResult, RunDb, RunDbError, Ticket, create, secs_since};
+use super::{DbResult, Op, RunDb, RunDbError, Ticket, create, secs_since};
 use crate::accounts::User;
 
 /// Why [`RunDb::submit_run`] created nothing: a refused argument, or the run database's error.
@@ -34,7 +34,7 @@ impl RunDb {
     /// Creates a run from validated arguments; returns its id.
     pub fn create_run(&self, args: create::CreateArgs, user: &User) -> DbResult<String> {
         self.submit_run(args, user).map_err(|e| match e {
-            SubmitError::Args(e) => RunDbError::Invalid(e.to_string()),
+            SubmitError::Args(e) => RunDbError::BadArgs(e),
             SubmitError::Db(e) => e,
         })
     }
@@ -66,24 +66,28 @@ impl RunDb {
             return Err(RunDbError::NotPrimary);
         }
         if !approver.is_approver() {
-            return Err(RunDbError::Unauthorized("Please login as approver".into()));
+            return Err(RunDbError::NotApprover);
         }
-        let entry = self
-            .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(format!("Run {run_id} not found!")))?;
+        let entry = self.entry(run_id)?.ok_or_else(|| RunDbError::UnknownRun {
+            run_id: run_id.to_string(),
+            op: Op::Approve,
+        })?;
         let mut run = entry.run.lock();
         if run.args.username == approver.username {
-            return Err(RunDbError::Unauthorized(format!(
-                "Run {run_id}: Self approval is disabled!"
-            )));
+            return Err(RunDbError::SelfApproval {
+                run_id: run_id.to_string(),
+            });
         }
         if run.approved {
-            return Err(RunDbError::Invalid(format!(
-                "Run {run_id} already approved!"
-            )));
+            return Err(RunDbError::AlreadyApproved {
+                run_id: run_id.to_string(),
+            });
         }
         if run.finished || run.deleted {
-            return Err(RunDbError::Invalid(format!("Run {run_id} is finished")));
+            return Err(RunDbError::RunFinished {
+                run_id: run_id.to_string(),
+                op: Op::Approve,
+            });
         }
         run.approved = true;
         run.approver = approver.username.clone();
@@ -108,9 +112,10 @@ impl RunDb {
         let mut run = entry.run.lock();
         self.task_of(&run, task_id, wi)?;
         if run.finished {
-            return Err(RunDbError::Unauthorized(format!(
-                "Stop_run: run {run_id} is already finished"
-            )));
+            return Err(RunDbError::RunFinished {
+                run_id: run_id.to_string(),
+                op: Op::WorkerStop,
+            });
         }
         let short: String = message.chars().take(1024).collect();
         if hours < STOP_RUN_CPU_HOURS {
@@ -123,10 +128,9 @@ impl RunDb {
                 task_id,
                 &format!("{short} (not authorized)"),
             )?;
-            return Err(RunDbError::Unauthorized(format!(
-                "Stop_run: user {} has fewer than {STOP_RUN_CPU_HOURS} CPU hours",
-                wi.username
-            )));
+            return Err(RunDbError::TooFewCpuHours {
+                username: wi.username.clone(),
+            });
         }
         run.failed = true;
         run.failures += 1;
@@ -142,23 +146,32 @@ impl RunDb {
         if !self.cfg.primary {
             return Err(RunDbError::NotPrimary);
         }
-        let entry = self
-            .entry(run_id)?
-            .ok_or_else(|| RunDbError::NotFound(format!("Unknown run {run_id}")))?;
+        let entry = self.entry(run_id)?.ok_or_else(|| RunDbError::UnknownRun {
+            run_id: run_id.to_string(),
+            op: Op::Purge,
+        })?;
         let mut run = entry.run.lock();
         if run.args.username != user.username && !user.is_approver() {
-            return Err(RunDbError::Unauthorized(
-                "Only approvers or the submitting user can purge the run.".into(),
-            ));
+            return Err(RunDbError::NotYours {
+                run_id: run_id.to_string(),
+                op: Op::Purge,
+            });
         }
         if !run.finished {
-            return Err(RunDbError::Invalid("Can only purge completed run".into()));
+            return Err(RunDbError::RunNotFinished {
+                run_id: run_id.to_string(),
+            });
         }
         if run.failed {
-            return Err(RunDbError::Invalid("You cannot purge a failed run".into()));
+            return Err(RunDbError::RunFailed {
+                run_id: run_id.to_string(),
+            });
         }
         if secs_since(&run.start_time) > PURGE_WINDOW.as_secs_f64() {
-            return Err(RunDbError::Invalid("Run too old to be purged".into()));
+            return Err(RunDbError::RunTooOld {
+                run_id: run_id.to_string(),
+                op: Op::Purge,
+            });
         }
         let outcome = self.purge_locked(&entry, &mut run, crate::purge::MANUAL_PURGE)?;
         let f = run_fields(

@@ -21,7 +21,9 @@
 //!   the journal), a finished task's figures, the stored runs for the one-time rebuild;
 //! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
 //!   into Fishtest's JSON and messages);
-//! - this file: the struct and its fields, the errors and the settings; and the
+//! - `error.rs`: why an operation failed ([`RunDbError`]), said as what happened; the HTTP
+//!   layer words it as Fishtest does;
+//! - this file: the struct and its fields and the settings; and the
 //!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
 //!   [`books`], [`create`].
 //!
@@ -49,6 +51,7 @@ pub mod books;
 mod cache;
 mod control;
 pub mod create;
+mod error;
 mod jobs;
 pub mod journal;
 mod lifecycle;
@@ -76,11 +79,12 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::ledger::Ledger;
 pub use crate::protocol::WORKER_VERSION;
-use crate::store::{Date, SharedStore, StoreError};
+use crate::store::{Date, SharedStore};
 use books::Books;
 use cache::RunEntry;
 pub use cache::apply_patch;
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
+pub use error::{ChangeRefused, DbResult, Op, RunDbError};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
@@ -94,29 +98,6 @@ pub const DEAD_TASK: Duration = Duration::from_secs(360);
 /// How long a finished run stays cached after it was last loaded or written, by default
 /// (Fishtest's 300 s; `cache_keep_s`).
 pub const CACHE_KEEP: Duration = Duration::from_secs(300);
-
-/// Why an operation failed. `http` maps these to status codes.
-#[derive(Debug, thiserror::Error)]
-pub enum RunDbError {
-    /// 400: bad ids, mismatched worker, invalid arguments.
-    #[error("{0}")]
-    Invalid(String),
-    /// 401: credentials or permission.
-    #[error("{0}")]
-    Unauthorized(String),
-    /// 404: read-only lookups.
-    #[error("{0}")]
-    NotFound(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("corrupt run document {0}: {1}")]
-    Corrupt(String, String),
-    /// 503: a run mutation asked of a secondary instance (only the primary changes runs).
-    #[error("primary instance required")]
-    NotPrimary,
-}
-
-pub type DbResult<T> = Result<T, RunDbError>;
 
 /// Settings the run database needs.
 #[derive(Debug, Clone)]

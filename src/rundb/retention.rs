@@ -108,7 +108,7 @@ impl RetentionPass {
     pub fn new(days: u32, now: Date, after: Option<RunPosition>) -> DbResult<RetentionPass> {
         let cutoff = chrono::TimeDelta::try_days(i64::from(days))
             .and_then(|d| now.0.checked_sub_signed(d))
-            .ok_or_else(|| RunDbError::Invalid(format!("no date {days} days before now")))?;
+            .ok_or(RunDbError::NoDateBefore { days })?;
         Ok(RetentionPass {
             cutoff: Date(cutoff),
             done_up_to: after,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::cache::{RunEntry, to_doc};
 use super::model::{Run, Stats, Task, WorkerInfo};
-use super::{DbResult, RunDb, RunDbError, now};
+use super::{DbResult, Op, RunDb, RunDbError, now};
 
 /// What a purge did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,27 +33,36 @@ impl RunDb {
         task_id: usize,
         wi: &WorkerInfo,
     ) -> DbResult<&'a Task> {
-        let task = run.tasks.get(task_id).ok_or_else(|| {
-            RunDbError::Invalid(format!("Invalid task_id {task_id} for run_id {}", run.id))
-        })?;
+        let task = run
+            .tasks
+            .get(task_id)
+            .ok_or_else(|| RunDbError::UnknownTask {
+                run_id: run.id.clone(),
+                task_id,
+            })?;
         if task.worker_info.unique_key != wi.unique_key {
-            return Err(RunDbError::Invalid(format!(
-                "Invalid unique key {} for task {}/{task_id}",
-                wi.unique_key, run.id
-            )));
+            return Err(RunDbError::TaskOfOtherWorker {
+                run_id: run.id.clone(),
+                task_id,
+                unique_key: wi.unique_key.clone(),
+            });
         }
         if task.worker_info.username != wi.username {
-            return Err(RunDbError::Invalid(format!(
-                "Invalid username {} for task {}/{task_id}",
-                wi.username, run.id
-            )));
+            return Err(RunDbError::TaskOfOtherUser {
+                run_id: run.id.clone(),
+                task_id,
+                username: wi.username.clone(),
+            });
         }
         Ok(task)
     }
 
+    /// The cache entry of the run a worker's task-bound call names.
     pub(super) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
-        self.entry(run_id)?
-            .ok_or_else(|| RunDbError::Invalid(format!("Invalid run_id: {run_id}")))
+        self.entry(run_id)?.ok_or_else(|| RunDbError::UnknownRun {
+            run_id: run_id.to_string(),
+            op: Op::Task,
+        })
     }
 
     /// Fishtest's set_inactive_task: the task stops counting towards the run's load (workers,

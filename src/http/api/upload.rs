@@ -26,7 +26,6 @@ use crate::http::auth::{Login, credentials};
 use crate::http::middleware::BodyLimit;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::state::AppState;
-use crate::rundb::RunDbError;
 
 /// Where the splitter is in the top-level object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -406,21 +405,23 @@ async fn upload(
     let wi = call.wi;
     let stored = state
         .offload
-        .run(move || -> Result<(), RunDbError> {
+        .run(move || -> Result<(), ApiError> {
             // The turn goes with the work: it bounds the uploads being decoded, inflated and
             // stored, not the handlers waiting for them (a sender that goes away once its body
             // is read drops its handler, while this work runs on).
             let _turn = turn;
             let gz = base64::engine::general_purpose::STANDARD
                 .decode(&b64)
-                .map_err(|e| RunDbError::Invalid(format!("pgn is not valid base64: {e}")))?;
+                .map_err(|e| ApiError::BadRequest(format!("pgn is not valid base64: {e}")))?;
             drop(b64);
-            check_gzip(&gz, inflated_cap).map_err(RunDbError::Invalid)?;
-            db.upload_pgn(&run_id, task_id, &gz, &wi).map(|_| ())
+            check_gzip(&gz, inflated_cap).map_err(ApiError::BadRequest)?;
+            db.upload_pgn(&run_id, task_id, &gz, &wi)
+                .map(|_| ())
+                .map_err(ApiError::from)
         })
         .await
         .map_err(|e| ApiError::from(e).into_response())?;
-    stored.map_err(|e| ApiError::from(e).into_response())?;
+    stored.map_err(|e| e.into_response())?;
     Ok(ApiReply::ok(Map::new()))
 }
 

@@ -7,7 +7,8 @@
 //! 503, an anonymous visitor goes to `/login`, and the domain (`RunDb::approve_run`,
 //! `stop_run_by_user`, `purge_run`, `delete_run`, `modify_run`) decides who may do what and
 //! logs the action. Success → `/tests?done=<what>` (the dashboard shows [`done_message`]);
-//! a refusal is a page with the domain's message (403, 400 or 404), never a 500.
+//! a refusal is a page with the domain's refusal in the API edge's words (`http::error`: 403,
+//! 400 or 404), never a 500.
 //! Must not: decide permissions itself (the domain does, for the JSON API too).
 
 use std::sync::Arc;
@@ -21,9 +22,10 @@ use serde::Deserialize;
 
 use super::kit::{Input, Page, PageError, form_or_default, page};
 use crate::accounts::User;
+use crate::http::error::ApiError;
 use crate::http::run_id::RunId;
 use crate::http::state::AppState;
-use crate::rundb::{Approval, DbResult, RunChanges, RunDb, RunDbError};
+use crate::rundb::{Approval, RunChanges, RunDb, RunDbError};
 
 /// The `run-id` form of approve, stop, purge and delete.
 #[derive(Deserialize, Default)]
@@ -86,8 +88,8 @@ pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
 /// A control's refusal: the domain's message on the error page, a run that does not exist
 /// named as such (with the domain's words) rather than the plain 404 page.
 fn refusal(e: RunDbError) -> PageError {
-    match e {
-        RunDbError::NotFound(m) => PageError::refused(StatusCode::NOT_FOUND, "No such run", m),
+    match ApiError::from(e) {
+        ApiError::NotFound(m) => PageError::refused(StatusCode::NOT_FOUND, "No such run", m),
         e => e.into(),
     }
 }
@@ -101,7 +103,7 @@ async fn control<F>(
     act: F,
 ) -> Response
 where
-    F: FnOnce(&RunDb, &User) -> DbResult<String> + Send + 'static,
+    F: FnOnce(&RunDb, &User) -> Result<String, PageError> + Send + 'static,
 {
     let primary = state.primary;
     page(
@@ -114,7 +116,7 @@ where
             let Some(user) = ctx.user.clone() else {
                 return Page::redirect("/login");
             };
-            let code = act(db, &user).map_err(refusal)?;
+            let code = act(db, &user)?;
             Page::redirect(format!("/tests?done={code}"))
         },
     )
@@ -129,13 +131,15 @@ pub async fn approve(
 ) -> Response {
     let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.approve_run(&f.run_id, user).map(|()| {
-            if f.run_id.parse::<RunId>().is_ok() {
-                format!("approved&run={}", f.run_id)
-            } else {
-                "approved".into()
-            }
-        })
+        db.approve_run(&f.run_id, user)
+            .map(|()| {
+                if f.run_id.parse::<RunId>().is_ok() {
+                    format!("approved&run={}", f.run_id)
+                } else {
+                    "approved".into()
+                }
+            })
+            .map_err(refusal)
     })
     .await
 }
@@ -150,6 +154,7 @@ pub async fn stop(
     control(state, headers, f.csrf_token, move |db, user| {
         db.stop_run_by_user(&f.run_id, user)
             .map(|_| "stopped".into())
+            .map_err(refusal)
     })
     .await
 }
@@ -162,13 +167,15 @@ pub async fn purge(
 ) -> Response {
     let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.purge_run(&f.run_id, user).map(|outcome| {
-            if outcome.purged.is_empty() {
-                "purged-none".into()
-            } else {
-                "purged".into()
-            }
-        })
+        db.purge_run(&f.run_id, user)
+            .map(|outcome| {
+                if outcome.purged.is_empty() {
+                    "purged-none".into()
+                } else {
+                    "purged".into()
+                }
+            })
+            .map_err(refusal)
     })
     .await
 }
@@ -181,7 +188,9 @@ pub async fn delete(
 ) -> Response {
     let f = form_or_default(form);
     control(state, headers, f.csrf_token, move |db, user| {
-        db.delete_run(&f.run_id, user).map(|()| "deleted".into())
+        db.delete_run(&f.run_id, user)
+            .map(|()| "deleted".into())
+            .map_err(refusal)
     })
     .await
 }
@@ -224,8 +233,9 @@ pub async fn modify(
     let f = form_or_default(form);
     let token = f.csrf_token.clone();
     control(state, headers, token, move |db, user| {
-        let c = changes(&f).map_err(RunDbError::Invalid)?;
-        let outcome = db.modify_run(f.run.trim(), c, user)?;
+        // The form's own refusals read as the domain's (400 "Not done").
+        let c = changes(&f).map_err(|m| PageError::from(ApiError::BadRequest(m)))?;
+        let outcome = db.modify_run(f.run.trim(), c, user).map_err(refusal)?;
         Ok(match outcome.approval {
             Approval::Approved => "modified",
             Approval::Unapproved => "modified-unapproved",

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::kit::{Flash, Input, Layout, Page, PageError, PageResult, form_or_default, page};
 use super::session::Ctx;
+use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::limits::LimitView;
 use crate::rundb::{RunDb, RunDbError};
@@ -130,9 +131,13 @@ fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
 
 /// A refused change, in this page's words ("Forbidden", "Refused"); otherwise as any page.
 fn refusal(e: RunDbError) -> PageError {
-    match e {
-        RunDbError::Unauthorized(m) => PageError::refused(StatusCode::FORBIDDEN, "Forbidden", m),
-        RunDbError::Invalid(m) => PageError::refused(StatusCode::BAD_REQUEST, "Refused", m),
+    match ApiError::from(e) {
+        ApiError::Unauthorized(m) => PageError::refused(StatusCode::FORBIDDEN, "Forbidden", m),
+        ApiError::BadRequest(m) => PageError::refused(StatusCode::BAD_REQUEST, "Refused", m),
+        ApiError::Internal(detail) => PageError::Internal {
+            what: "set_limit",
+            detail,
+        },
         e => PageError::internal("set_limit", e),
     }
 }

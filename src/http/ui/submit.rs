@@ -24,9 +24,10 @@ use super::kit::{
 use super::session::Ctx;
 use super::submit_args::{FieldErrors, form_field, to_args};
 use super::submit_form::{BOUNDS, PRESETS, RunForm, THROUGHPUTS};
+use crate::http::error::ApiError;
 use crate::http::run_id::RunId;
 use crate::http::state::AppState;
-use crate::rundb::{RunDb, RunDbError, SubmitError};
+use crate::rundb::{RunDb, SubmitError};
 
 /// Shown once a run is created (Fishtest's words).
 pub const MSG_SUBMITTED: &str = "The test was submitted to the queue. Please wait for approval.";
@@ -235,13 +236,18 @@ pub async fn submit(
                         refused(FieldErrors::from([(field.to_string(), e.message)]), None)
                     }
                 }
-                Err(SubmitError::Db(RunDbError::NotPrimary)) => Err(PageError::NotPrimary),
-                Err(SubmitError::Db(
-                    e @ (RunDbError::Invalid(_)
-                    | RunDbError::Unauthorized(_)
-                    | RunDbError::NotFound(_)),
-                )) => refused(FieldErrors::new(), Some(e.to_string())),
-                Err(SubmitError::Db(e)) => Err(PageError::internal("run not submitted", e)),
+                // Refusals in the API edge's words (`http::error`).
+                Err(SubmitError::Db(e)) => match ApiError::from(e) {
+                    ApiError::PrimaryRequired => Err(PageError::NotPrimary),
+                    ApiError::BadRequest(m) | ApiError::Unauthorized(m) | ApiError::NotFound(m) => {
+                        refused(FieldErrors::new(), Some(m))
+                    }
+                    ApiError::Internal(detail) => Err(PageError::Internal {
+                        what: "run not submitted",
+                        detail,
+                    }),
+                    e => Err(PageError::internal("run not submitted", e)),
+                },
             }
         },
     )

@@ -5,7 +5,8 @@
 //! keep their JSON errors (`http::error`).
 //!
 //! A body returns `Result<Page, PageError>` and uses `?`: a domain error (`RunDbError`, a
-//! user-store error) converts through [`From`], a bad run id is the 404 page, and a failed
+//! user-store error) converts through [`From`] (the run database's through the API edge's
+//! texts, `http::error`, so a refusal reads the same on a page and in the JSON API), a bad run id is the 404 page, and a failed
 //! read is a 500 through [`OrInternal::or_internal`], which names what failed in the log.
 
 use std::fmt::Display;
@@ -13,6 +14,7 @@ use std::fmt::Display;
 use axum::http::StatusCode;
 
 use crate::accounts::UserError;
+use crate::http::error::ApiError;
 use crate::http::run_id::InvalidRunId;
 use crate::rundb::RunDbError;
 
@@ -60,20 +62,31 @@ impl PageError {
     }
 }
 
-/// The domain's refusals as pages: who may not (403), what is not possible (400), what does
-/// not exist (404), a secondary (503); the store failing is a 500.
+/// The run database's refusals as pages, in the words the API edge gives them
+/// (`http::error`): who may not (403), what is not possible (400), what does not exist (404),
+/// a secondary (503); the store failing is a 500.
 impl From<RunDbError> for PageError {
     fn from(e: RunDbError) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
+/// An API refusal as a page: 401 becomes 403 "Not allowed" (a page's visitor is logged in or
+/// sent to log in), 400 "Not done", 404 the plain 404 page; anything else is a 500.
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
         match e {
-            RunDbError::Unauthorized(m) => {
+            ApiError::Unauthorized(m) => {
                 PageError::refused(StatusCode::FORBIDDEN, "Not allowed", m)
             }
-            RunDbError::Invalid(m) => PageError::refused(StatusCode::BAD_REQUEST, "Not done", m),
-            RunDbError::NotFound(_) => PageError::NotFound,
-            RunDbError::NotPrimary => PageError::NotPrimary,
-            e @ (RunDbError::Store(_) | RunDbError::Corrupt(..)) => {
-                PageError::internal("page failed", e)
-            }
+            ApiError::BadRequest(m) => PageError::refused(StatusCode::BAD_REQUEST, "Not done", m),
+            ApiError::NotFound(_) => PageError::NotFound,
+            ApiError::PrimaryRequired => PageError::NotPrimary,
+            ApiError::Internal(detail) => PageError::Internal {
+                what: "page failed",
+                detail,
+            },
+            e => PageError::internal("page failed", e),
         }
     }
 }
