@@ -71,6 +71,11 @@ pub const KEYS: &[&str] = &[
     "periodic_jobs",
     "limits_wait_s",
     "limits",
+    "github_api_url",
+    "github_raw_url",
+    "github_token",
+    "github_timeout_s",
+    "github_official_repo",
 ];
 
 /// Which `Store` implementation backs the server.
@@ -165,6 +170,17 @@ pub struct Config {
     limits_wait_s: f64,
     /// Operator limits (`[[limits]]`, checked by `limits::LimitDef::from_specs`).
     pub limits: Vec<crate::limits::LimitSpec>,
+    /// GitHub's REST API (a stand-in's address in tests).
+    pub github_api_url: String,
+    /// Where GitHub serves raw files.
+    pub github_raw_url: String,
+    /// A GitHub token: 5,000 calls an hour instead of 60. A secret: never logged or printed.
+    pub github_token: Option<Secret>,
+    /// How long one GitHub call may take. Read through [`Config::github`].
+    github_timeout_s: f64,
+    /// The official repository, `owner/name`: the base of every test, and the root of the
+    /// fork network tests repositories must belong to.
+    pub github_official_repo: String,
 }
 
 impl Default for Config {
@@ -216,6 +232,11 @@ impl Default for Config {
             periodic_jobs: true,
             limits_wait_s: 10.0,
             limits: Vec::new(),
+            github_api_url: "https://api.github.com".into(),
+            github_raw_url: "https://raw.githubusercontent.com".into(),
+            github_token: None,
+            github_timeout_s: 5.0,
+            github_official_repo: "official-stockfish/Stockfish".into(),
         }
     }
 }
@@ -329,6 +350,17 @@ impl Config {
     /// `cache_keep_s`.
     pub fn cache_keep(&self) -> Duration {
         seconds(self.cache_keep_s)
+    }
+
+    /// The GitHub component's settings (`github_*`).
+    pub fn github(&self) -> crate::github::GithubConfig {
+        crate::github::GithubConfig {
+            api_url: self.github_api_url.clone(),
+            raw_url: self.github_raw_url.clone(),
+            token: self.github_token.clone(),
+            timeout: seconds(self.github_timeout_s),
+            official_repo: self.github_official_repo.clone(),
+        }
     }
 
     /// `scavenge_interval_s`.

@@ -223,6 +223,39 @@ impl Config {
                 "must be at least 32 characters (leave it unset to generate one)",
             ));
         }
+        for (key, url) in [
+            ("github_api_url", &self.github_api_url),
+            ("github_raw_url", &self.github_raw_url),
+        ] {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(key, "must start with http:// or https://"));
+            }
+        }
+        if !(self.github_timeout_s.is_finite()
+            && self.github_timeout_s >= 1.0
+            && self.github_timeout_s <= 120.0)
+        {
+            return Err(invalid(
+                "github_timeout_s",
+                "must be a number of seconds from 1 to 120",
+            ));
+        }
+        if crate::github::RepoName::from_full(&self.github_official_repo).is_none() {
+            return Err(invalid(
+                "github_official_repo",
+                "must be a GitHub repository as owner/name",
+            ));
+        }
+        if self
+            .github_token
+            .as_ref()
+            .is_some_and(|t| t.expose().trim().is_empty() || t.expose().len() > 1000)
+        {
+            return Err(invalid(
+                "github_token",
+                "must be a GitHub token (unset it to call GitHub without one)",
+            ));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
             return Err(invalid("log", format!("not a valid log filter: {e}")));
         }

@@ -1166,6 +1166,7 @@ fn secrets_and_passwords_never_show() {
     const SECRET: &str = "0123-very-secret-cookie-key-4567-89ab";
     const DB_PASSWORD: &str = "db-pa55word-xyz";
     const USER_PASSWORD: &str = "user-pa55word-xyz";
+    const GITHUB_TOKEN: &str = "github_pat_11AAAAsecret-token-xyz";
     let dir = tempfile::tempdir().expect("tempdir");
     let uri = format!("mongodb://fish:{DB_PASSWORD}@db.example.org:27017/fishtest");
 
@@ -1174,8 +1175,11 @@ fn secrets_and_passwords_never_show() {
     let env = [
         ("SHOAL_SECRET", SECRET),
         ("SHOAL_MONGODB_URI", uri.as_str()),
+        ("SHOAL_GITHUB_TOKEN", GITHUB_TOKEN),
     ];
     let (ok, out) = run_bin_all(&["check-config"], &env, dir.path());
+    assert!(out.contains("github_token = \"[REDACTED]\""), "{out}");
+    assert!(!out.contains(GITHUB_TOKEN), "{out}");
     assert!(ok, "{out}");
     assert!(
         out.contains("port = 8000"),
