@@ -6,13 +6,15 @@
 //! Files: `submit.rs` (a submission by branch name resolved, every problem against its
 //! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
-//! replies, pure), `error.rs` (`GithubError`, in words a developer can act on).
+//! replies, pure), `master.rs` (official master and its bench, refreshed by a job, kept in the
+//! store), `error.rs` (`GithubError`, in words a developer can act on).
 //!
 //! Must not: run on the event loop's hot paths or be awaited by anything in the worker API;
 //! log or print the token; reach into another component's state.
 
 mod client;
 mod error;
+mod master;
 pub mod parse;
 mod submit;
 
@@ -24,9 +26,11 @@ use serde_json::Value;
 pub use client::Quota;
 use client::{Client, Got};
 pub use error::GithubError;
+pub use master::{Master, MasterRefresh};
 pub use parse::RepoName;
 pub use submit::{BEHIND_WARNING, Field, Problem, Resolved, Side, Wanted};
 
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::secret::Secret;
 use crate::store::SharedStore;
@@ -105,6 +109,11 @@ pub struct Github {
     raw_url: String,
     official: RepoName,
     client: Client,
+    /// Official master as last refreshed (`master.rs`).
+    master: arc_swap::ArcSwapOption<Master>,
+    store: SharedStore,
+    offload: Offload,
+    ledger: Arc<Ledger>,
 }
 
 impl Github {
@@ -112,6 +121,7 @@ impl Github {
         cfg: &GithubConfig,
         store: SharedStore,
         offload: Offload,
+        ledger: Arc<Ledger>,
     ) -> Result<Github, GithubError> {
         let official = RepoName::from_full(&cfg.official_repo).ok_or_else(|| {
             GithubError::BadInput(format!("not a repository: {}", cfg.official_repo))
@@ -120,7 +130,16 @@ impl Github {
             api_url: cfg.api_url.trim_end_matches('/').to_string(),
             raw_url: cfg.raw_url.trim_end_matches('/').to_string(),
             official,
-            client: Client::new(cfg.timeout, cfg.token.clone(), store, offload)?,
+            client: Client::new(
+                cfg.timeout,
+                cfg.token.clone(),
+                Arc::clone(&store),
+                offload.clone(),
+            )?,
+            master: arc_swap::ArcSwapOption::empty(),
+            store,
+            offload,
+            ledger,
         })
     }
 

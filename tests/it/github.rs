@@ -25,7 +25,8 @@ fn github(fake: &FakeGithub, dir: &std::path::Path, timeout_s: u64) -> Github {
         timeout: Duration::from_secs(timeout_s),
         official_repo: OFFICIAL.into(),
     };
-    Github::new(&cfg, store, Offload::new(4)).expect("github")
+    let ledger = Arc::new(shoal::ledger::Ledger::new(Arc::clone(&store), true));
+    Github::new(&cfg, store, Offload::new(4), ledger).expect("github")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,4 +328,56 @@ async fn a_submission_by_branch_name_resolves_everything() {
         .unwrap_err();
     assert!(e[0].outage, "{e:?}");
     assert!(e[0].message.contains("HTTP 502"), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_master_is_refreshed_kept_and_logged() {
+    use shoal::github::MasterRefresh;
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+    assert_eq!(gh.master(), None);
+
+    let MasterRefresh::Changed(m) = gh.refresh_master().await.unwrap() else {
+        panic!("the first refresh is a change");
+    };
+    assert_eq!(m.sha, "3333333333333333333333333333333333333333");
+    assert_eq!(m.subject, "Fix a typo in the README");
+    assert_eq!(m.bench, Some(1947203));
+    assert_eq!(
+        m.bench_sha.as_deref(),
+        Some("2222222222222222222222222222222222222222")
+    );
+    assert_eq!(gh.refresh_master().await.unwrap(), MasterRefresh::Unchanged);
+
+    // Logged once, as a system event.
+    let store = harness::open_store(dir.path()).unwrap();
+    let actions = store
+        .find(
+            shoal::store::Collection::Actions,
+            &shoal::store::Query::new(),
+        )
+        .unwrap();
+    let logged: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| a.get("message").and_then(|m| m.as_str()))
+        .filter(|m| m.starts_with("official master"))
+        .collect();
+    assert_eq!(
+        logged,
+        vec!["official master 3333333333: Fix a typo in the README (Bench: 1947203)"]
+    );
+
+    // A restart starts from the stored master, before any call; GitHub down changes nothing.
+    drop(gh);
+    let gh = github(&fake, dir.path(), 1);
+    let g2 = Arc::new(gh);
+    let g = Arc::clone(&g2);
+    tokio::task::spawn_blocking(move || g.load_master_blocking())
+        .await
+        .unwrap();
+    assert_eq!(g2.master().map(|m| m.bench), Some(Some(1947203)));
+    fake.set_mode(Mode::ServerError);
+    assert!(g2.refresh_master().await.is_err());
+    assert_eq!(g2.master().map(|m| m.sha.clone()), Some(m.sha.clone()));
 }
