@@ -20,7 +20,6 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 
 use crate::accounts::{Accounts, ThrottleConfig, UserError};
-use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
 use crate::ledger::Ledger;
@@ -28,6 +27,7 @@ use crate::nets::Nets;
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::books::Books;
 use crate::rundb::{RunDb, RunDbConfig, RunDbError};
+use crate::scheduler::{Scheduler, SchedulerConfig, admission::GateConfig};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{SharedStore, StoreError};
 use crate::telemetry;
@@ -139,7 +139,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, ledger, accounts, nets) = offload
+    let (secret, rundb, scheduler, ledger, accounts, nets) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -171,15 +171,12 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             };
             let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
             let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
-            let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
-            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts), Arc::new(nets)))
+            let rundb = Arc::new(RunDb::open(store, pool.clone(), books, cfg, ledger.clone())?);
+            let sched_cfg = SchedulerConfig::of(&c);
+            let scheduler = Arc::new(Scheduler::open(rundb.clone(), sched_cfg, pool)?);
+            Ok((secret, rundb, scheduler, ledger, Arc::new(accounts), Arc::new(nets)))
         })
         .await??;
-    let gate = Gate::new(GateConfig::request_task(&config));
-    let batches = Arc::new(crate::admission::Batches::new(
-        &gate,
-        config.request_task_batch,
-    ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
     // Pages render on their own lane of lower-priority threads (offload::Lane).
     let page_renders = Arc::new(
@@ -201,9 +198,8 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             .map(|n| Arc::new(Semaphore::new(n))),
         config,
         offload,
-        gate,
-        batches,
         rundb,
+        scheduler,
         accounts,
         ledger,
         nets,
@@ -281,8 +277,8 @@ pub async fn serve(
     tracing::info!(
         primary = state.primary,
         tokens = state.config.threadpool_tokens,
-        gate_mode = state.gate.config().admission.mode(),
-        gate_capacity = state.gate.config().capacity,
+        gate_mode = state.scheduler.gate().config().admission.mode(),
+        gate_capacity = state.scheduler.gate().config().capacity,
         "listening on http://{addr}"
     );
 
@@ -408,6 +404,7 @@ pub struct Job {
 #[derive(Clone, Copy)]
 enum Work {
     Runs(fn(&RunDb) -> Result<(), RunDbError>),
+    Scheduler(fn(&Scheduler) -> Result<(), RunDbError>),
     Accounts(fn(&Accounts) -> Result<(), UserError>),
 }
 
@@ -458,7 +455,7 @@ pub const JOBS: &[Job] = &[
         name: "refresh_blocked_workers",
         first: Every::Secs(5),
         period: Every::Secs(5),
-        work: Work::Runs(|db| db.refresh_blocked()),
+        work: Work::Scheduler(|s| s.refresh_blocked()),
     },
     Job {
         name: "refresh_legacy_usernames",
@@ -470,7 +467,7 @@ pub const JOBS: &[Job] = &[
         name: "clean_worker_runs",
         first: Every::Secs(60),
         period: Every::Secs(300),
-        work: Work::Runs(|db| db.clean_worker_runs()),
+        work: Work::Scheduler(|s| s.clean_worker_runs()),
     },
     Job {
         name: "validate_data_structures",
@@ -485,9 +482,9 @@ pub const JOBS: &[Job] = &[
         name: "refresh_limits",
         first: Every::Secs(1),
         period: Every::Secs(1),
-        work: Work::Runs(|db| {
-            db.refresh_floating()?;
-            db.publish_limit_metrics();
+        work: Work::Scheduler(|s| {
+            s.refresh_floating()?;
+            s.publish_limit_metrics();
             Ok(())
         }),
     },
@@ -504,20 +501,9 @@ pub fn job(name: &str) -> Option<&'static Job> {
 pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError> {
     let started = Instant::now();
     let result = match job.work {
-        Work::Runs(work) => {
-            let db = state.rundb.clone();
-            match state.offload.run(move || work(&db)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
-        Work::Accounts(work) => {
-            let accounts = state.accounts.clone();
-            match state.offload.run(move || work(&accounts)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
+        Work::Runs(work) => offloaded(state, &state.rundb, work).await,
+        Work::Scheduler(work) => offloaded(state, &state.scheduler, work).await,
+        Work::Accounts(work) => offloaded(state, &state.accounts, work).await,
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());
@@ -525,6 +511,21 @@ pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError
         tracing::error!(job = job.name, error = %e, "periodic job failed");
     }
     result
+}
+
+/// A job's `work` on its `component`, in the offload pool.
+async fn offloaded<C, E>(
+    state: &AppState,
+    component: &Arc<C>,
+    work: fn(&C) -> Result<(), E>,
+) -> Result<(), AppError>
+where
+    C: Send + Sync + 'static,
+    E: Send + 'static,
+    AppError: From<E>,
+{
+    let component = component.clone();
+    Ok(state.offload.run(move || work(&component)).await??)
 }
 
 /// A periodic job of the primary: first run after its `first`, then every `period`, both with

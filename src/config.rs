@@ -103,7 +103,7 @@ pub struct Config {
     pub admission_queue: usize,
     admission_timeout_s: f64,
     /// request_task critical sections the slot holder serves between giving the slot back and
-    /// taking it again (see `admission::Batches`).
+    /// taking it again (see `scheduler::admission::Batches`).
     pub request_task_batch: usize,
     pub max_concurrent_requests: Option<usize>,
     pub listen_backlog: u32,

@@ -8,7 +8,6 @@
 //! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
 //!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
 //! - [`offload`]: the token pool, the only door to blocking threads.
-//! - [`admission`]: the two-phase gate in front of critical sections (request_task).
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
@@ -16,8 +15,11 @@
 //! - [`accounts`]: users, passwords and the credential cache, sessions, the login throttle and
 //!   the login policy; typed refusals ([`accounts::AuthError`]).
 //! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule).
-//! - [`rundb`]: runs, tasks and the worker protocol's rules; the run cache and journal (it
-//!   records into the [`ledger`] and takes checked [`accounts::User`]s).
+//! - [`rundb`]: the run core: runs, tasks and the worker protocol's rules; the run cache and
+//!   journal (it records into the [`ledger`] and takes checked [`accounts::User`]s).
+//! - [`scheduler`]: request_task's whole path: the admission gate and its batches, the
+//!   critical section and its memory, the limits' grants and waits, the blocked workers (over
+//!   the [`rundb`] run core).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
 //!   (and Fishtest's texts for its refusals). It holds the components side by side in
 //!   [`http::AppState`].
@@ -28,7 +30,6 @@
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
 pub mod accounts;
-pub mod admission;
 pub mod app;
 pub mod config;
 pub mod dump;
@@ -41,6 +42,7 @@ pub mod process;
 pub mod protocol;
 pub mod purge;
 pub mod rundb;
+pub mod scheduler;
 pub mod secret;
 pub mod sim;
 pub mod spsa;

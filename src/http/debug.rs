@@ -59,7 +59,7 @@ async fn sleep(State(state): State<Arc<AppState>>, Query(p): Query<SleepParams>)
 /// `ms` milliseconds. Refused callers get request_task's too-busy reply.
 async fn gate(State(state): State<Arc<AppState>>, Query(p): Query<SleepParams>) -> ApiResult {
     let ms = p.ms.min(60_000);
-    let permit = match state.gate.enter().await {
+    let permit = match state.scheduler.gate().enter().await {
         Ok(permit) => permit,
         Err(_) => {
             return Ok(ApiReply::json(

@@ -312,9 +312,9 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     assert_eq!(played, 1000);
     let stored = stored_run(&server, &run);
     assert!(stored.finished);
-    let tc = shoal::rundb::schedule::parse_tc(&stored.args.tc).expect("tc");
-    let hours =
-        1000.0 * shoal::rundb::schedule::tc_duration(&tc) * f64::from(stored.args.threads) / 3600.0;
+    let tc = shoal::scheduler::rules::parse_tc(&stored.args.tc).expect("tc");
+    let hours = 1000.0 * shoal::scheduler::rules::tc_duration(&tc) * f64::from(stored.args.threads)
+        / 3600.0;
     // Columns: #, Username, Last active, Games/Hour, CPU Hours, Games, Tests, Repository.
     let cells = wait_for_contributor(&server, "/contributors", "bob", 1000).await;
     assert_eq!(cells[4], (hours as u64).to_string(), "{cells:?}");

@@ -328,9 +328,9 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
     }
     // Every finished task's CPU time reached alice's total (kept in memory under the run lock,
     // written behind within a tick): games × game duration × threads.
-    let tc = shoal::rundb::schedule::parse_tc(&stored.args.tc).expect("tc");
-    let want =
-        2000.0 * shoal::rundb::schedule::tc_duration(&tc) * f64::from(stored.args.threads) / 3600.0;
+    let tc = shoal::scheduler::rules::parse_tc(&stored.args.tc).expect("tc");
+    let want = 2000.0 * shoal::scheduler::rules::tc_duration(&tc) * f64::from(stored.args.threads)
+        / 3600.0;
     let mut got = 0.0;
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {

@@ -10,7 +10,7 @@
 //! Must not: read the store or decide anything (display only).
 
 use crate::rundb::model::Run;
-use crate::rundb::schedule::{parse_tc, tc_duration, tc_ratio};
+use crate::scheduler::rules::{parse_tc, tc_duration, tc_ratio};
 use crate::stats::{EloModel, SprtRecord, SprtState, get_elo, nelo_pentanomial};
 
 /// The run's status label: `failed`, `finished`, `active`, `paused` or `pending`.

@@ -30,7 +30,7 @@ use crate::http::state::AppState;
 use crate::rundb::RunDb;
 use crate::rundb::books::Books;
 use crate::rundb::model::Run;
-use crate::rundb::schedule::hash_mib;
+use crate::scheduler::rules::hash_mib;
 
 /// What the modify form starts with (POSTed to `/tests/modify`).
 pub struct ModifyValues {

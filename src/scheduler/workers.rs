@@ -4,15 +4,17 @@
 //!
 //! Owns: the short-name rules ([`valid_short_name`], [`editable_name`], [`owner_of`]), who may
 //! change a worker (its owner or an approver), the record's shape ({worker_name, blocked,
-//! message, last_updated}), the `block_worker` action, and updating the scheduler's in-memory
-//! blocked set at once (the periodic `refresh_blocked` brings other instances along).
-//! Must not: call another operation; run on the event loop (store I/O); change anything when
-//! the caller may not.
+//! message, last_updated}), the `block_worker` action, the blocked set request_task checks
+//! (updated here at once; the periodic `refresh_blocked` brings other instances along), and
+//! the machines page's list of workers holding an active task (`active_machines`).
+//! Must not: call the run core's operations; run on the event loop (store I/O); change
+//! anything when the caller may not.
 
 use serde_json::{Value, json};
 
-use super::{DbResult, RunDb, RunDbError};
+use super::Scheduler;
 use crate::accounts::User;
+use crate::rundb::{DbResult, RunDbError};
 use crate::store::{Collection, Date, Doc, Query};
 
 /// The longest issue message kept (longer ones are cut, as Fishtest does).
@@ -49,7 +51,7 @@ impl WorkerRecord {
     }
 }
 
-/// What [`RunDb::set_worker`] did.
+/// What [`Scheduler::set_worker`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerChange {
     /// The blocked state changed (and was logged as `block_worker`).
@@ -115,11 +117,12 @@ pub fn normalize_message(message: &str) -> (String, bool) {
     (cut.trim_end().to_string(), truncated)
 }
 
-impl RunDb {
+impl Scheduler {
     /// A worker's record (`None`: never blocked nor described).
     pub fn worker_record(&self, name: &str) -> DbResult<Option<WorkerRecord>> {
         Ok(self
-            .store
+            .runs
+            .store()
             .get(Collection::Workers, name)?
             .as_ref()
             .and_then(WorkerRecord::of))
@@ -128,7 +131,8 @@ impl RunDb {
     /// Every worker record (the collection holds only workers someone blocked or described).
     pub fn worker_records(&self) -> DbResult<Vec<WorkerRecord>> {
         Ok(self
-            .store
+            .runs
+            .store()
             .find(Collection::Workers, &Query::new())?
             .iter()
             .filter_map(WorkerRecord::of)
@@ -139,8 +143,8 @@ impl RunDb {
     /// from first (one run's lock at a time, for a copy of its active tasks' worker fields).
     pub fn active_machines(&self) -> DbResult<Vec<Machine>> {
         let mut out = Vec::new();
-        for id in self.unfinished.read().clone() {
-            let Some(entry) = self.entry(&id)? else {
+        for id in self.runs.unfinished_ids() {
+            let Some(entry) = self.runs.entry(&id)? else {
                 continue;
             };
             let run = entry.run.lock();
@@ -197,10 +201,8 @@ impl RunDb {
         // scheduler's touch of a blocked worker's record (done under the read lock) cannot
         // write back a blocked state from before this change.
         let mut set = self.blocked.write();
-        let before = self
-            .store
-            .get(Collection::Workers, name)?
-            .unwrap_or_default();
+        let store = self.runs.store();
+        let before = store.get(Collection::Workers, name)?.unwrap_or_default();
         let was_blocked = before
             .get("blocked")
             .and_then(Value::as_bool)
@@ -211,7 +213,7 @@ impl RunDb {
         doc.insert("blocked".into(), json!(blocked));
         doc.insert("message".into(), json!(message));
         doc.insert("last_updated".into(), Date::now().to_value());
-        self.store.put(Collection::Workers, &doc)?;
+        store.put(Collection::Workers, &doc)?;
         if blocked {
             set.insert(name.to_string());
         } else {
@@ -226,7 +228,9 @@ impl RunDb {
                 "message".into(),
                 json!(if blocked { "blocked" } else { "unblocked" }),
             );
-            self.ledger.log_action("block_worker", &by.username, f)?;
+            self.runs
+                .ledger()
+                .log_action("block_worker", &by.username, f)?;
             tracing::info!(worker = name, blocked, by = %by.username, "worker block changed");
         }
         Ok(WorkerChange {

@@ -1,27 +1,27 @@
-//! The scheduler: request_task's critical section (docs/protocol.md#request_task) and its
-//! memory.
+//! request_task's critical section (docs/protocol.md#request_task) and the scheduler's memory.
 //!
-//! Owns: `Sched` (the worker -> task map and each worker's runs, persisted by
-//! `clean_worker_runs`), the blocked workers (`refresh_blocked`), the limits' checks (the
-//! per-address machine limit, configured limits, the run's window) and the grants the new
-//! task takes (released by `set_inactive`), and the choice of a run and the task created in
-//! it.
-//! The rules themselves are pure functions in `schedule.rs`.
-//! Must not: call the other operations (tasks, lifecycle, jobs, queries) or recovery; do work
-//! proportional to all tasks ever created; hold a run's lock while taking another's.
+//! Owns: `Sched` (the worker -> task map and each worker's runs, rebuilt at start from the
+//! active tasks and `kvstore`'s `worker_runs`, persisted by `clean_worker_runs`), the blocked
+//! workers' refresh (`refresh_blocked`), the limits' checks (the per-address machine limit,
+//! configured limits, the run's window) and the grants the new task takes (released by the
+//! run core's `set_inactive`), the choice of a run and the task created in it, and taking
+//! back a task nobody was told of (`withdraw_task`).
+//! The rules themselves are pure functions in `rules.rs`.
+//! Must not: call the run core's operations (tasks, lifecycle, control, jobs, queries); do
+//! work proportional to all tasks ever created; hold a run's lock while taking another's.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::cache::Prio;
-use super::model::{Stats, Task, WorkerInfo};
-use super::outcome::{Assignment, Refusal, TaskAssignment};
-use super::schedule::{self, Candidate, WorkerNeeds};
-use super::{DbResult, RunDb, RunDbError, Ticket, now, secs_since};
+use super::Scheduler;
+use super::rules::{self as schedule, Candidate, WorkerNeeds};
 use crate::accounts::User;
 use crate::limits::{Full, GrantRef, Holder};
+use crate::rundb::model::{Stats, Task, WorkerInfo};
+use crate::rundb::outcome::{Assignment, Refusal, TaskAssignment};
+use crate::rundb::{DbResult, Prio, RunDbError, Ticket, now, secs_since};
 use crate::store::{Collection, Cond, Doc, Query};
 
 /// Two workers with the same short name within this window are duplicates.
@@ -41,20 +41,16 @@ pub(super) struct Sched {
     pub(super) worker_runs: HashMap<String, WorkerRuns>,
 }
 
-impl RunDb {
+impl Scheduler {
     /// request_task's critical section (docs/protocol.md#request_task). The caller holds the
-    /// gate's slot.
-    pub fn request_task(
-        &self,
-        user: &User,
-        wi: WorkerInfo,
-    ) -> DbResult<(Assignment, Option<Ticket>)> {
-        self.request_task_reserved(user, wi, None)
+    /// gate's slot (or is a test or a benchmark, alone).
+    pub fn assign(&self, user: &User, wi: WorkerInfo) -> DbResult<(Assignment, Option<Ticket>)> {
+        self.assign_reserved(user, wi, None)
     }
 
     /// request_task for a caller that waited in a full key's queue and holds `reservation`
     /// (its units become the new task's, or go back to the next waiter).
-    pub fn request_task_reserved(
+    pub fn assign_reserved(
         &self,
         user: &User,
         wi: WorkerInfo,
@@ -83,14 +79,12 @@ impl RunDb {
         // concurrent unblock, which writes under the write lock, is not overwritten.)
         let blocked = self.blocked.read();
         if blocked.contains(&short) {
-            let mut doc = self
-                .store
-                .get(Collection::Workers, &short)?
-                .unwrap_or_default();
+            let store = self.runs.store();
+            let mut doc = store.get(Collection::Workers, &short)?.unwrap_or_default();
             doc.insert("_id".into(), json!(short));
             doc.insert("worker_name".into(), json!(short));
             doc.insert("last_updated".into(), now().to_value());
-            self.store.put(Collection::Workers, &doc)?;
+            store.put(Collection::Workers, &doc)?;
             drop(blocked);
             return Ok((
                 Assignment::Refused(Refusal::BlockedWorker { name: short }),
@@ -109,7 +103,7 @@ impl RunDb {
             .map(|(run_id, task_id)| Holder::Task(run_id.clone(), *task_id));
         let previous_entry = previous
             .as_ref()
-            .and_then(|(run_id, _)| self.cache.read().get(run_id).cloned());
+            .and_then(|(run_id, _)| self.runs.cached(run_id));
         if let (Some((_, task_id)), Some(entry)) = (&previous, previous_entry) {
             let task_id = *task_id;
             let run = entry.run.lock();
@@ -142,8 +136,8 @@ impl RunDb {
         // 4-5. Order the unfinished runs and take the first that fits.
         let worker_runs = sched.worker_runs.get(&short);
         let last_run = worker_runs.and_then(|w| w.last_run.clone());
-        let ids = self.unfinished.read().clone();
-        let cache = self.cache.read();
+        let ids = self.runs.unfinished_ids();
+        let cache = self.runs.cache_read();
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
         // Each candidate's run-keyed limits: `run_limits[index]`.
@@ -248,10 +242,10 @@ impl RunDb {
         run.tasks.push(task);
         run.workers += 1;
         run.cores += u64::from(wi.concurrency);
-        self.note_listed_change();
+        self.runs.note_listed_change();
         run.committed_games += num_games;
         run.total_games += num_games;
-        let ticket = match self.commit(&entry, &mut run, &[task_id], Prio::High) {
+        let ticket = match self.runs.commit(&entry, &mut run, &[task_id], Prio::High) {
             Ok(t) => t,
             Err(e) => {
                 // Not acknowledged: the task does not count.
@@ -268,7 +262,7 @@ impl RunDb {
         let assignment = TaskAssignment {
             run_id: run_id.clone(),
             args: run.args.clone(),
-            book_sri: self.books.get(&run.args.book).map(|b| b.sri.clone()),
+            book_sri: self.runs.books.get(&run.args.book).map(|b| b.sri.clone()),
             task_id,
             num_games,
             start: run.tasks[task_id].start,
@@ -281,14 +275,18 @@ impl RunDb {
         if let Some((old_run, old_task)) =
             sched.wtt.insert(short.clone(), (run_id.clone(), task_id))
             && (old_run != run_id || old_task != task_id)
-            && let Some(old_entry) = self.cache.read().get(&old_run).cloned()
+            && let Some(old_entry) = self.runs.cached(&old_run)
         {
             let mut old = old_entry.run.lock();
             if old.tasks.get(old_task).is_some_and(|t| t.active) {
-                self.set_inactive(&mut old, old_task);
-                self.task_action("failed_task", &old, old_task, "Stale active task")?;
+                self.runs.set_inactive(&mut old, old_task);
+                self.runs
+                    .task_action("failed_task", &old, old_task, "Stale active task")?;
                 stale_ticket =
-                    Some(self.commit(&old_entry, &mut old, &[old_task], Prio::Medium)?);
+                    Some(
+                        self.runs
+                            .commit(&old_entry, &mut old, &[old_task], Prio::Medium)?,
+                    );
             }
         }
         let wr = sched.worker_runs.entry(short).or_default();
@@ -307,7 +305,7 @@ impl RunDb {
     /// change is journalled; nobody awaits it. Logged, never an error: the task would
     /// otherwise be reaped by the dead-task scavenger.
     pub fn withdraw_task(&self, run_id: &str, task_id: usize) {
-        let entry = match self.run_entry(run_id) {
+        let entry = match self.runs.run_entry(run_id) {
             Ok(entry) => entry,
             Err(e) => {
                 tracing::warn!(run = run_id, task = task_id, error = %e, "cannot withdraw task");
@@ -318,8 +316,8 @@ impl RunDb {
         if !run.tasks.get(task_id).is_some_and(|t| t.active) {
             return;
         }
-        self.set_inactive(&mut run, task_id);
-        match self.commit(&entry, &mut run, &[task_id], Prio::Medium) {
+        self.runs.set_inactive(&mut run, task_id);
+        match self.runs.commit(&entry, &mut run, &[task_id], Prio::Medium) {
             Ok(ticket) => drop(ticket),
             Err(e) => {
                 tracing::warn!(run = run_id, task = task_id, error = %e, "withdrawn task not journalled")
@@ -335,7 +333,7 @@ impl RunDb {
 
     /// Re-reads the blocked workers.
     pub fn refresh_blocked(&self) -> DbResult<()> {
-        let docs = self.store.find(
+        let docs = self.runs.store().find(
             Collection::Workers,
             &Query::new().with(Cond::Eq("blocked".into(), json!(true))),
         )?;
@@ -350,7 +348,7 @@ impl RunDb {
 
     /// Persists `worker_runs` and forgets runs that are finished.
     pub fn clean_worker_runs(&self) -> DbResult<()> {
-        let unfinished: HashSet<String> = self.unfinished.read().iter().cloned().collect();
+        let unfinished: HashSet<String> = self.runs.unfinished_ids().into_iter().collect();
         let value = {
             let mut sched = self.sched.lock();
             let mut value = Map::new();
@@ -374,7 +372,47 @@ impl RunDb {
         let mut doc = Doc::new();
         doc.insert("_id".into(), json!("worker_runs"));
         doc.insert("value".into(), Value::Object(value));
-        self.store.put(Collection::Kvstore, &doc)?;
+        self.runs.store().put(Collection::Kvstore, &doc)?;
+        Ok(())
+    }
+
+    /// Start-up (primary): the memory rebuilt from the cached unfinished runs (each active
+    /// task in the worker -> task map, holding its grants again whatever the maxima) and from
+    /// `kvstore`'s `worker_runs`. Runs before anything can call the scheduler.
+    pub(super) fn rebuild(&self) -> DbResult<()> {
+        let mut sched = self.sched.lock();
+        let ids = self.runs.unfinished_ids();
+        let cache = self.runs.cache_read();
+        for id in &ids {
+            let Some(entry) = cache.get(id) else { continue };
+            let run = entry.run.lock();
+            self.rebuild_holders(&run);
+            for (i, t) in run.tasks.iter().enumerate() {
+                if t.active {
+                    sched
+                        .wtt
+                        .insert(t.worker_info.short_name(), (run.id.clone(), i));
+                }
+            }
+        }
+        drop(cache);
+        if let Some(doc) = self.runs.store().get(Collection::Kvstore, "worker_runs")?
+            && let Some(Value::Object(map)) = doc.get("value")
+        {
+            for (name, v) in map {
+                let mut wr = WorkerRuns::default();
+                if let Value::Object(runs) = v {
+                    for (k, val) in runs {
+                        if k == "last_run" {
+                            wr.last_run = val.as_str().map(String::from);
+                        } else {
+                            wr.runs.insert(k.clone());
+                        }
+                    }
+                }
+                sched.worker_runs.insert(name.clone(), wr);
+            }
+        }
         Ok(())
     }
 
@@ -432,167 +470,5 @@ impl Drop for ReleaseGuard<'_> {
         if let Some(h) = self.holder.take() {
             self.engine.release(&h);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use serde_json::json;
-
-    use super::*;
-    use crate::admission::{Admission, Batches, Gate, GateConfig, Service};
-    use crate::rundb::testkit::{Fixture, fixture, worker};
-
-    /// What an assignment is, independent of the run ids a database generated: the run's
-    /// index among the runs created, the task, its size and first game; or why none.
-    fn described(f: &Fixture, runs: &[String], a: &Assignment) -> String {
-        match a {
-            Assignment::Task(t) => {
-                let run = runs.iter().position(|r| *r == t.run_id);
-                let task =
-                    f.db.entry(&t.run_id)
-                        .expect("entry")
-                        .map(|e| e.run.lock().tasks[t.task_id].worker_info.unique_key.clone());
-                format!(
-                    "run {run:?} task {} games {} start {} worker {task:?}",
-                    t.task_id, t.num_games, t.start
-                )
-            }
-            other => format!("{other:?}"),
-        }
-    }
-
-    /// Three runs of different priorities and throughputs, approved.
-    fn runs(f: &Fixture) -> Vec<String> {
-        vec![
-            f.run(json!({"num_games": 2_000, "info": "a"}), true),
-            f.run(
-                json!({"num_games": 4_000, "priority": 1, "info": "b"}),
-                true,
-            ),
-            f.run(
-                json!({"num_games": 100_000, "throughput": 50, "info": "c"}),
-                true,
-            ),
-        ]
-    }
-
-    /// The workers of the sequence: 30 distinct ones, then some asking again (their stale
-    /// task is failed and they get a new one), and one with a taken name from a new key.
-    fn sequence() -> Vec<WorkerInfo> {
-        let mut seq: Vec<WorkerInfo> = (1..=30).map(worker).collect();
-        seq.extend([3, 7, 3, 12].map(worker));
-        let mut twin = worker(5);
-        twin.unique_key = "00000005-9999-4222-8333-000000000099".into();
-        seq.push(twin);
-        seq
-    }
-
-    struct Direct<'a>(&'a RunDb, User);
-
-    impl Service<WorkerInfo, Assignment> for Direct<'_> {
-        fn serve(&mut self, wi: WorkerInfo) -> Assignment {
-            self.0.request_task(&self.1, wi).expect("request_task").0
-        }
-        fn assigned(&self, a: &Assignment) -> bool {
-            matches!(a, Assignment::Task(_))
-        }
-        fn orphaned(&mut self, _: Assignment) {
-            unreachable!("every waiter waits here");
-        }
-    }
-
-    #[test]
-    fn batched_service_makes_the_same_assignments_as_one_caller_at_a_time() {
-        // One at a time, as without batches.
-        let one = fixture();
-        let one_runs = runs(&one);
-        let expected: Vec<String> = sequence()
-            .into_iter()
-            .map(|wi| {
-                let (a, _) = one.db.request_task(&one.other, wi).expect("request_task");
-                described(&one, &one_runs, &a)
-            })
-            .collect();
-        assert!(expected.iter().filter(|a| a.starts_with("run")).count() >= 30);
-        assert!(
-            expected.iter().any(|a| a.contains("DuplicateName")),
-            "{expected:?}"
-        );
-
-        // The same sequence handed in to a gate whose slot is held, then served in batches
-        // of at most 8 by whichever waiter gets the slot.
-        let batched = fixture();
-        let batched_runs = runs(&batched);
-        let gate = Gate::new(GateConfig {
-            name: "test",
-            slots: 1,
-            capacity: 100,
-            admission: Admission::Immediate,
-        });
-        let batches = Arc::new(Batches::new(&gate, 8));
-        let (mut pending, holder) = batched.rt.block_on(async {
-            let blocker = gate.enter().await.expect("the slot");
-            let mut pending = Vec::new();
-            let mut starter = None;
-            for wi in sequence() {
-                let place = gate.admit().await.expect("a place");
-                let (p, s) = place.hand_in(&batches, wi);
-                assert_eq!(
-                    s.is_some(),
-                    pending.is_empty(),
-                    "the first caller starts the holder"
-                );
-                pending.push(p);
-                starter = starter.or(s);
-            }
-            drop(blocker);
-            let holder = starter.expect("a starter").slot().await.expect("the slot");
-            (pending, holder)
-        });
-        // The holder serves on a thread that may block, as the pool's would.
-        let mut service = Direct(&batched.db, batched.other.clone());
-        assert_eq!(
-            holder.serve(&mut service, batched.rt.handle()),
-            sequence().len()
-        );
-        let got: Vec<String> = batched.rt.block_on(async {
-            let mut got = Vec::new();
-            for p in &mut pending {
-                let a = p.result().await.expect("a result");
-                got.push(described(&batched, &batched_runs, &a));
-            }
-            got
-        });
-        assert_eq!(got, expected);
-    }
-
-    #[test]
-    fn a_withdrawn_task_stops_counting_and_frees_its_run_window() {
-        let f = fixture();
-        let id = f.run(json!({"num_games": 2_000, "max_active_tasks": 1}), true);
-        let (a, _) =
-            f.db.request_task(&f.other, worker(1))
-                .expect("request_task");
-        let Assignment::Task(t) = a else {
-            panic!("a task: {a:?}")
-        };
-        // The window is full: a second worker gets no task.
-        let (b, _) =
-            f.db.request_task(&f.other, worker(2))
-                .expect("request_task");
-        assert!(!matches!(b, Assignment::Task(_)), "{b:?}");
-        f.db.withdraw_task(&id, t.task_id);
-        let run = f.checked(&id);
-        assert!(!run.tasks[t.task_id].active);
-        assert_eq!(run.workers, 0);
-        // Withdrawing twice changes nothing more.
-        f.db.withdraw_task(&id, t.task_id);
-        let (c, _) =
-            f.db.request_task(&f.other, worker(2))
-                .expect("request_task");
-        assert!(matches!(c, Assignment::Task(_)), "{c:?}");
     }
 }
