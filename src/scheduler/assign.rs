@@ -1,45 +1,33 @@
-//! request_task's critical section (docs/protocol.md#request_task) and the scheduler's memory.
+//! request_task's critical section (docs/protocol.md#request_task), in its steps: a blocked
+//! worker (`blocked_refusal`), a duplicate name (`check_name`), the worker-keyed limits, the
+//! choice of a run (`choose`), the task's size and grants and creation under the run's lock
+//! (`grant`), the worker's memory (`remember`); and taking back a task nobody was told of
+//! (`withdraw_task`).
 //!
-//! Owns: `Sched` (the worker -> task map and each worker's runs, rebuilt at start from the
-//! active tasks and `kvstore`'s `worker_runs`, persisted by `clean_worker_runs`), the blocked
-//! workers' refresh (`refresh_blocked`), the limits' checks (the per-address machine limit,
-//! configured limits, the run's window) and the grants the new task takes (released by the
-//! run core's `set_inactive`), the choice of a run and the task created in it, and taking
-//! back a task nobody was told of (`withdraw_task`).
-//! The rules themselves are pure functions in `rules.rs`.
+//! Owns: the limits' checks (the per-address machine limit, configured limits, the run's
+//! window) and the grants the new task takes (released by the run core's `set_inactive`),
+//! and the task created in the chosen run.
+//! The rules themselves are pure functions in `rules.rs`; the memory is `memory.rs`'s.
 //! Must not: call the run core's operations (tasks, lifecycle, control, jobs, queries); do
 //! work proportional to all tasks ever created; hold a run's lock while taking another's.
 
-use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::Scheduler;
+use super::memory::Sched;
 use super::rules::{self as schedule, Candidate, WorkerNeeds};
 use crate::accounts::User;
 use crate::limits::{Full, GrantRef, Holder};
-use crate::rundb::model::{Stats, Task, WorkerInfo};
+use crate::rundb::model::{Run, Stats, Task, WorkerInfo};
 use crate::rundb::outcome::{Assignment, Refusal, TaskAssignment};
-use crate::rundb::{DbResult, Prio, RunDbError, Ticket, now, secs_since};
-use crate::store::{Collection, Cond, Doc, Query};
+use crate::rundb::{DbResult, Prio, RunDbError, RunEntry, Ticket, now, secs_since};
+use crate::store::Collection;
 
 /// Two workers with the same short name within this window are duplicates.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
-
-#[derive(Default)]
-pub(super) struct WorkerRuns {
-    pub(super) runs: HashSet<String>,
-    pub(super) last_run: Option<String>,
-}
-
-/// The scheduler's memory (primary only).
-#[derive(Default)]
-pub(super) struct Sched {
-    /// short worker name -> (run id, task id) of its latest task.
-    pub(super) wtt: HashMap<String, (String, usize)>,
-    pub(super) worker_runs: HashMap<String, WorkerRuns>,
-}
 
 impl Scheduler {
     /// request_task's critical section (docs/protocol.md#request_task). The caller holds the
@@ -68,6 +56,7 @@ impl Scheduler {
         result
     }
 
+    /// The section's steps, in the order of docs/protocol.md#request_task.
     fn request_task_inner(
         &self,
         user: &User,
@@ -75,29 +64,81 @@ impl Scheduler {
         reservation: Option<u64>,
     ) -> DbResult<(Assignment, Option<Ticket>)> {
         let short = wi.short_name();
-        // 1. Blocked worker. (The read lock is held while the record is touched, so a
-        // concurrent unblock, which writes under the write lock, is not overwritten.)
-        let blocked = self.blocked.read();
-        if blocked.contains(&short) {
-            let store = self.runs.store();
-            let mut doc = store.get(Collection::Workers, &short)?.unwrap_or_default();
-            doc.insert("_id".into(), json!(short));
-            doc.insert("worker_name".into(), json!(short));
-            doc.insert("last_updated".into(), now().to_value());
-            store.put(Collection::Workers, &doc)?;
-            drop(blocked);
-            return Ok((
-                Assignment::Refused(Refusal::BlockedWorker { name: short }),
-                None,
-            ));
+        // 1. Blocked worker.
+        if let Some(refusal) = self.blocked_refusal(&short)? {
+            return Ok((Assignment::Refused(refusal), None));
         }
-        drop(blocked);
         let mut sched = self.sched.lock();
-        // 2. Duplicate name. (Also notes whether this very worker still holds an active task
-        // from this address: that task is failed as stale below, so it must not count
-        // against the machine limit.)
+        // 2. Duplicate name; the worker's own stale task, credited below.
+        let credit = match self.check_name(&sched, &short, &wi) {
+            Ok(credit) => credit,
+            Err(refusal) => return Ok((Assignment::Refused(refusal), None)),
+        };
+        // 3. The limits keyed by the worker: the machine limit (active tasks per address,
+        // the user's machine_limit), then the configured ones. The worker's own stale task
+        // is credited: it is failed below.
+        let worker_grants = self.worker_grants(&wi, &short, Some(user.machine_limit));
+        if let Some(full) = self.first_full(&worker_grants, credit.as_ref(), reservation) {
+            self.limits.count_rejection(full.limit, &full.key);
+            return Ok((Assignment::Refused(self.refusal(full, user)), None));
+        }
+        // 4-5. Order the unfinished runs and take the first that fits.
+        let Some(entry) = self.choose(&sched, &short, &wi) else {
+            return Ok((Assignment::NoTask, None));
+        };
+        // 6-7. Size the task and create it under the run's lock, with every grant.
+        let asked = Asked {
+            user,
+            wi: &wi,
+            worker_grants,
+            credit: credit.as_ref(),
+            reservation,
+        };
+        let (assignment, ticket) = match self.grant(&entry, asked)? {
+            Ok(granted) => granted,
+            Err(not) => return Ok((not, None)),
+        };
+        // 8. After the run's lock: the worker's map entry, a stale task, the worker's runs.
+        let stale_ticket = self.remember(&mut sched, short, &assignment)?;
+        drop(sched);
+        // The stale task's change is journalled too; nobody awaits it (it acknowledges
+        // nothing to anyone).
+        drop(stale_ticket);
+        Ok((Assignment::Task(Box::new(assignment)), Some(ticket)))
+    }
+
+    /// Step 1: a blocked worker is refused, its record touched. (The blocked set's read lock
+    /// is held while the record is touched, so a concurrent unblock, which writes under the
+    /// write lock, is not overwritten.)
+    fn blocked_refusal(&self, short: &str) -> DbResult<Option<Refusal>> {
+        let blocked = self.blocked.read();
+        if !blocked.contains(short) {
+            return Ok(None);
+        }
+        let store = self.runs.store();
+        let mut doc = store.get(Collection::Workers, short)?.unwrap_or_default();
+        doc.insert("_id".into(), json!(short));
+        doc.insert("worker_name".into(), json!(short));
+        doc.insert("last_updated".into(), now().to_value());
+        store.put(Collection::Workers, &doc)?;
+        drop(blocked);
+        Ok(Some(Refusal::BlockedWorker {
+            name: short.to_string(),
+        }))
+    }
+
+    /// Step 2: refuses a duplicate name (another key's task under this name, active and
+    /// heard from within [`DUPLICATE_WINDOW`]); else the credit for this very worker's still
+    /// active task from this address, which is failed as stale in step 8 and so must not
+    /// count against the machine limit.
+    fn check_name(
+        &self,
+        sched: &Sched,
+        short: &str,
+        wi: &WorkerInfo,
+    ) -> Result<Option<Holder>, Refusal> {
         let mut own_stale_task = false;
-        let previous = sched.wtt.get(&short).cloned();
+        let previous = sched.wtt.get(short).cloned();
         let credit = previous
             .as_ref()
             .map(|(run_id, task_id)| Holder::Task(run_id.clone(), *task_id));
@@ -116,25 +157,21 @@ impl Scheduler {
                     && t.worker_info.unique_key != wi.unique_key
                     && ago <= DUPLICATE_WINDOW.as_secs_f64()
                 {
-                    let refusal = Refusal::DuplicateName {
-                        name: short,
+                    return Err(Refusal::DuplicateName {
+                        name: short.to_string(),
                         seconds_ago: ago.max(0.0) as u64,
-                    };
-                    return Ok((Assignment::Refused(refusal), None));
+                    });
                 }
             }
         }
-        // 3. The limits keyed by the worker: the machine limit (active tasks per address,
-        // the user's machine_limit), then the configured ones. The worker's own stale task
-        // is credited: it is failed below.
-        let credit = credit.filter(|_| own_stale_task);
-        let worker_grants = self.worker_grants(&wi, &short, Some(user.machine_limit));
-        if let Some(full) = self.first_full(&worker_grants, credit.as_ref(), reservation) {
-            self.limits.count_rejection(full.limit, &full.key);
-            return Ok((Assignment::Refused(self.refusal(full, user)), None));
-        }
-        // 4-5. Order the unfinished runs and take the first that fits.
-        let worker_runs = sched.worker_runs.get(&short);
+        Ok(credit.filter(|_| own_stale_task))
+    }
+
+    /// Steps 4-5: a snapshot of each cached unfinished run (one run's lock at a time, under
+    /// the cache's read lock), ordered by the rules, the first that fits the worker and whose
+    /// run-keyed limits are not full.
+    fn choose(&self, sched: &Sched, short: &str, wi: &WorkerInfo) -> Option<Arc<RunEntry>> {
+        let worker_runs = sched.worker_runs.get(short);
         let last_run = worker_runs.and_then(|w| w.last_run.clone());
         let ids = self.runs.unfinished_ids();
         let cache = self.runs.cache_read();
@@ -188,29 +225,26 @@ impl Scheduler {
                 .is_some_and(|r| self.run_full(r, wi.concurrency))
         };
         let (choice, _) = schedule::choose_with(candidates, &needs, limited);
-        let Some(choice) = choice else {
-            return Ok((Assignment::NoTask, None));
-        };
-        let entry = entries[choice.index].clone();
+        choice.map(|c| entries[c.index].clone())
+    }
 
-        // 7. Create the task under the run lock.
+    /// Steps 6-7, under the chosen run's lock: the task's size, every grant at once, the task
+    /// created and journalled. `Ok(Err(_))`: no task after all (the run needs no more games,
+    /// or a limit filled up).
+    fn grant(&self, entry: &RunEntry, asked: Asked<'_>) -> DbResult<Granted> {
+        let Asked {
+            user,
+            wi,
+            worker_grants,
+            credit,
+            reservation,
+        } = asked;
         let mut run = entry.run.lock();
         let remaining = run.remaining_games();
         if run.finished || remaining == 0 {
-            return Ok((Assignment::RunNoLongerNeedsGames, None));
+            return Ok(Err(Assignment::RunNoLongerNeedsGames));
         }
-        let Some(tc) = schedule::parse_tc(&run.args.tc) else {
-            return Err(RunDbError::Corrupt(run.id.clone(), "bad tc".into()));
-        };
-        let sprt = run.args.sprt.is_some();
-        let num_games = schedule::task_games(
-            &tc,
-            wi.concurrency,
-            run.args.threads,
-            run.batch_games(),
-            remaining,
-            sprt,
-        );
+        let num_games = task_size(&run, wi.concurrency, remaining)?;
         let task_id = run.tasks.len();
         // Every grant at once, under the run's lock (so the window counts exactly this run's
         // active tasks); released by `set_inactive` however the task ends, or by the guard if
@@ -218,11 +252,11 @@ impl Scheduler {
         let mut grants = worker_grants;
         grants.extend(self.run_grants(&run, wi.concurrency));
         let holder = Holder::Task(run.id.clone(), task_id);
-        if let Err(full) =
-            self.limits
-                .acquire(holder.clone(), &grants, credit.as_ref(), reservation)
+        if let Err(full) = self
+            .limits
+            .acquire(holder.clone(), &grants, credit, reservation)
         {
-            return Ok((Assignment::Refused(self.refusal(full, user)), None));
+            return Ok(Err(Assignment::Refused(self.refusal(full, user))));
         }
         let mut granted = ReleaseGuard {
             engine: &self.limits,
@@ -245,7 +279,7 @@ impl Scheduler {
         self.runs.note_listed_change();
         run.committed_games += num_games;
         run.total_games += num_games;
-        let ticket = match self.runs.commit(&entry, &mut run, &[task_id], Prio::High) {
+        let ticket = match self.runs.commit(entry, &mut run, &[task_id], Prio::High) {
             Ok(t) => t,
             Err(e) => {
                 // Not acknowledged: the task does not count.
@@ -258,9 +292,8 @@ impl Scheduler {
             }
         };
         granted.keep();
-        let run_id = run.id.clone();
         let assignment = TaskAssignment {
-            run_id: run_id.clone(),
+            run_id: run.id.clone(),
             args: run.args.clone(),
             book_sri: self.runs.books.get(&run.args.book).map(|b| b.sri.clone()),
             task_id,
@@ -268,13 +301,23 @@ impl Scheduler {
             start: run.tasks[task_id].start,
             stats: run.tasks[task_id].stats,
         };
-        drop(run);
+        Ok(Ok((assignment, ticket)))
+    }
 
-        // 8. After the run lock: the worker's map entry, a stale task, the worker's runs.
+    /// Step 8, after the run's lock: the worker's map entry; the worker's previous task, if
+    /// still active, failed as stale (its ticket returned, for nobody to await); the run
+    /// noted among the worker's runs.
+    fn remember(
+        &self,
+        sched: &mut Sched,
+        short: String,
+        task: &TaskAssignment,
+    ) -> DbResult<Option<Ticket>> {
+        let (run_id, task_id) = (&task.run_id, task.task_id);
         let mut stale_ticket = None;
         if let Some((old_run, old_task)) =
             sched.wtt.insert(short.clone(), (run_id.clone(), task_id))
-            && (old_run != run_id || old_task != task_id)
+            && (old_run != *run_id || old_task != task_id)
             && let Some(old_entry) = self.runs.cached(&old_run)
         {
             let mut old = old_entry.run.lock();
@@ -291,12 +334,8 @@ impl Scheduler {
         }
         let wr = sched.worker_runs.entry(short).or_default();
         wr.runs.insert(run_id.clone());
-        wr.last_run = Some(run_id);
-        drop(sched);
-        // The stale task's change is journalled too; nobody awaits it (it acknowledges
-        // nothing to anyone).
-        drop(stale_ticket);
-        Ok((Assignment::Task(Box::new(assignment)), Some(ticket)))
+        wr.last_run = Some(run_id.clone());
+        Ok(stale_ticket)
     }
 
     /// Takes back a task whose worker left before it was told about it (request_task's caller
@@ -329,100 +368,6 @@ impl Scheduler {
             "task withdrawn: its worker left before the reply"
         );
         metrics::counter!("shoal_request_task_withdrawn_total").increment(1);
-    }
-
-    /// Re-reads the blocked workers.
-    pub fn refresh_blocked(&self) -> DbResult<()> {
-        let docs = self.runs.store().find(
-            Collection::Workers,
-            &Query::new().with(Cond::Eq("blocked".into(), json!(true))),
-        )?;
-        let set = docs
-            .iter()
-            .filter_map(|d| d.get("worker_name").and_then(Value::as_str))
-            .map(String::from)
-            .collect();
-        *self.blocked.write() = set;
-        Ok(())
-    }
-
-    /// Persists `worker_runs` and forgets runs that are finished.
-    pub fn clean_worker_runs(&self) -> DbResult<()> {
-        let unfinished: HashSet<String> = self.runs.unfinished_ids().into_iter().collect();
-        let value = {
-            let mut sched = self.sched.lock();
-            let mut value = Map::new();
-            sched.worker_runs.retain(|_, w| {
-                w.runs.retain(|r| unfinished.contains(r));
-                !w.runs.is_empty()
-            });
-            for (name, w) in &sched.worker_runs {
-                let mut m = Map::new();
-                for r in &w.runs {
-                    m.insert(r.clone(), json!(true));
-                }
-                if let Some(l) = &w.last_run {
-                    m.insert("last_run".into(), json!(l));
-                }
-                value.insert(name.clone(), Value::Object(m));
-            }
-            sched.wtt.retain(|_, (run, _)| unfinished.contains(run));
-            value
-        };
-        let mut doc = Doc::new();
-        doc.insert("_id".into(), json!("worker_runs"));
-        doc.insert("value".into(), Value::Object(value));
-        self.runs.store().put(Collection::Kvstore, &doc)?;
-        Ok(())
-    }
-
-    /// Start-up (primary): the memory rebuilt from the cached unfinished runs (each active
-    /// task in the worker -> task map, holding its grants again whatever the maxima) and from
-    /// `kvstore`'s `worker_runs`. Runs before anything can call the scheduler.
-    pub(super) fn rebuild(&self) -> DbResult<()> {
-        let mut sched = self.sched.lock();
-        let ids = self.runs.unfinished_ids();
-        let cache = self.runs.cache_read();
-        for id in &ids {
-            let Some(entry) = cache.get(id) else { continue };
-            let run = entry.run.lock();
-            self.rebuild_holders(&run);
-            for (i, t) in run.tasks.iter().enumerate() {
-                if t.active {
-                    sched
-                        .wtt
-                        .insert(t.worker_info.short_name(), (run.id.clone(), i));
-                }
-            }
-        }
-        drop(cache);
-        if let Some(doc) = self.runs.store().get(Collection::Kvstore, "worker_runs")?
-            && let Some(Value::Object(map)) = doc.get("value")
-        {
-            for (name, v) in map {
-                let mut wr = WorkerRuns::default();
-                if let Value::Object(runs) = v {
-                    for (k, val) in runs {
-                        if k == "last_run" {
-                            wr.last_run = val.as_str().map(String::from);
-                        } else {
-                            wr.runs.insert(k.clone());
-                        }
-                    }
-                }
-                sched.worker_runs.insert(name.clone(), wr);
-            }
-        }
-        Ok(())
-    }
-
-    /// Number of active tasks per remote address (for tests and metrics).
-    pub fn connections(&self, addr: &str) -> u32 {
-        let held = self
-            .limit_ids
-            .machine
-            .map_or(0, |m| self.limits.held_by_key(m, addr));
-        u32::try_from(held).unwrap_or(u32::MAX)
     }
 
     /// The first of `grants` that does not fit (a reservation's own key is not full to it).
@@ -471,4 +416,34 @@ impl Drop for ReleaseGuard<'_> {
             self.engine.release(&h);
         }
     }
+}
+
+/// What the grant step needs of the steps before it.
+struct Asked<'a> {
+    user: &'a User,
+    wi: &'a WorkerInfo,
+    /// The grants keyed by the worker (step 3), to take with the run's.
+    worker_grants: Vec<GrantRef<'a>>,
+    /// The worker's own stale task (step 2), not counted against its limits.
+    credit: Option<&'a Holder>,
+    reservation: Option<u64>,
+}
+
+/// A task created, with its journal ticket; or, when none was after all, the answer.
+type Granted = Result<(TaskAssignment, Ticket), Assignment>;
+
+/// Step 6: the task's games (docs/protocol.md#request_task, task sizing). Err: the run's time
+/// control does not parse.
+fn task_size(run: &Run, concurrency: u32, remaining: u64) -> DbResult<u64> {
+    let Some(tc) = schedule::parse_tc(&run.args.tc) else {
+        return Err(RunDbError::Corrupt(run.id.clone(), "bad tc".into()));
+    };
+    Ok(schedule::task_games(
+        &tc,
+        concurrency,
+        run.args.threads,
+        run.batch_games(),
+        remaining,
+        run.args.sprt.is_some(),
+    ))
 }

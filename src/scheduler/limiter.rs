@@ -83,6 +83,15 @@ pub(super) fn ctx<'a>(wi: &'a WorkerInfo, short: &'a str, run: Option<&'a str>) 
 }
 
 impl Scheduler {
+    /// Number of active tasks per remote address (for tests and metrics).
+    pub fn connections(&self, addr: &str) -> u32 {
+        let held = self
+            .limit_ids
+            .machine
+            .map_or(0, |m| self.limits.held_by_key(m, addr));
+        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+
     /// The grants keyed by the worker: the machine limit (against `machine_limit`, the user's)
     /// first, then the configured limits in order.
     pub(super) fn worker_grants<'a>(

@@ -12,9 +12,9 @@
 //! 4. refused by a full configured limit: a bounded wait in that key's queue, then another
 //!    pass with the reservation ([`batches::Waiting`]).
 //!
-//! Owns: `Sched` (the worker -> task map and each worker's runs), the blocked workers
-//! (`workers.rs`), the limits' ids and grants, the maxima approvers set and the floating
-//! limits' refresh (`limiter.rs`), the gate and its batches.
+//! Owns: `Sched` (the worker -> task map and each worker's runs, `memory.rs`), the blocked
+//! workers (`workers.rs`), the limits' ids and grants, the maxima approvers set and the
+//! floating limits' refresh (`limiter.rs`), the gate and its batches.
 //! The run core ([`crate::rundb`]) owns the runs, their cache and journal, and ends tasks:
 //! its `set_inactive` releases a task's grants in the limits engine, which both hold. The
 //! core never calls the scheduler: what the scheduler remembers of a task it finds stale at
@@ -24,7 +24,8 @@
 //! Lock order: this module is the only place where it crosses a module line. `sched` (here)
 //! -> the run cache, read (`rundb`) -> one run's lock -> what the run core takes under it
 //! (`arch`, the limits engine, the ledger's, `unfinished`, the journal, the store); never two
-//! run locks at once. The blocked set's lock is taken alone, before `sched`. Nothing is held
+//! run locks at once. The blocked set's lock (held across its store read and write) is
+//! never held with `sched`: request_task drops it before taking `sched`. Nothing is held
 //! across an `.await`: the critical section is blocking code on the slot holder's thread.
 //! Must not: know HTTP (Fishtest's texts are the handler's); do work proportional to all tasks
 //! ever created on request_task's path; run blocking code on the event loop.
@@ -33,6 +34,7 @@ pub mod admission;
 mod assign;
 pub mod batches;
 mod limiter;
+mod memory;
 pub mod rules;
 #[cfg(test)]
 mod tests;
@@ -53,8 +55,8 @@ use crate::rundb::outcome::{Assignment, Refusal};
 use crate::rundb::{DbResult, RunDb, RunDbError, Ticket};
 use admission::{Batches, Gate, GateConfig, Rejected};
 pub use assign::DUPLICATE_WINDOW;
-use assign::Sched;
 use batches::{Reserved, SchedBatches, Waiting};
+use memory::Sched;
 
 /// The scheduler's settings.
 #[derive(Debug, Clone)]

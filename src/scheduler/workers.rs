@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::Scheduler;
 use crate::accounts::User;
 use crate::rundb::{DbResult, RunDbError};
-use crate::store::{Collection, Date, Doc, Query};
+use crate::store::{Collection, Cond, Date, Doc, Query};
 
 /// The longest issue message kept (longer ones are cut, as Fishtest does).
 pub const MESSAGE_MAX_CHARS: usize = 500;
@@ -118,6 +118,21 @@ pub fn normalize_message(message: &str) -> (String, bool) {
 }
 
 impl Scheduler {
+    /// Re-reads the blocked workers.
+    pub fn refresh_blocked(&self) -> DbResult<()> {
+        let docs = self.runs.store().find(
+            Collection::Workers,
+            &Query::new().with(Cond::Eq("blocked".into(), json!(true))),
+        )?;
+        let set = docs
+            .iter()
+            .filter_map(|d| d.get("worker_name").and_then(Value::as_str))
+            .map(String::from)
+            .collect();
+        *self.blocked.write() = set;
+        Ok(())
+    }
+
     /// A worker's record (`None`: never blocked nor described).
     pub fn worker_record(&self, name: &str) -> DbResult<Option<WorkerRecord>> {
         Ok(self
