@@ -1,3 +1,7 @@
+//! The gate's and the batches' unit tests: places, slots, timeouts, cancellation, the queue
+//! served in order by one holder, waiters gone or orphaned, a panicking section, and the
+//! gate's invariants under random traffic.
+
 use super::*;
 use proptest::prelude::*;
 use tokio::runtime::Handle;
