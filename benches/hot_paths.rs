@@ -3,7 +3,8 @@
 //!
 //! Run with `cargo bench --bench hot_paths`. It builds a real run database on a temporary
 //! SQLite store (200 approved runs, 10,000 active tasks), then times calls of the same
-//! `RunDb` methods the HTTP handlers call, and prints percentiles. Numbers, not assertions:
+//! `RunDb` and `Scheduler` methods the HTTP handlers call (request_task: the critical section
+//! the slot holder runs, `Scheduler::assign`), and prints percentiles. Numbers, not assertions:
 //! BENCHMARKS.md records them. It allocates with the server's allocator (mimalloc).
 //!
 //! `SHOAL_BENCH_MONGODB_URI=mongodb://HOST:PORT` runs the same benchmarks on the MongoDB
@@ -29,6 +30,7 @@ use shoal::rundb::create::CreateArgs;
 use shoal::rundb::model::Stats;
 use shoal::rundb::outcome::{Assignment, TaskReply};
 use shoal::rundb::{RunDb, RunDbConfig};
+use shoal::scheduler::{Scheduler, SchedulerConfig};
 use shoal::secret::SecretUri;
 use shoal::store::SharedStore;
 use shoal::store::mongo::MongoStore;
@@ -57,11 +59,12 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
-/// A run database and the users of its store, on a fresh temporary SQLite store (the
-/// directory lives as long as this; it derefs to the run database), or on a fresh MongoDB
-/// database when `SHOAL_BENCH_MONGODB_URI` is set.
+/// A run database, its scheduler and the users of its store, on a fresh temporary SQLite
+/// store (the directory lives as long as this; it derefs to the run database), or on a fresh
+/// MongoDB database when `SHOAL_BENCH_MONGODB_URI` is set.
 struct Db {
-    runs: RunDb,
+    scheduler: Scheduler,
+    runs: Arc<RunDb>,
     users: Users,
     _dir: tempfile::TempDir,
 }
@@ -100,15 +103,20 @@ fn open_db_blocking(offload: &Offload, cfg: RunDbConfig) -> Arc<Db> {
     };
     let ledger = Arc::new(Ledger::new(store.clone(), cfg.primary));
     let users = Users::new(store.clone());
-    let runs = RunDb::open(
-        store,
-        offload.clone(),
-        Books::shipped().expect("books"),
-        cfg,
-        ledger,
-    )
-    .expect("rundb");
+    let runs = Arc::new(
+        RunDb::open(
+            store,
+            offload.clone(),
+            Books::shipped().expect("books"),
+            cfg,
+            ledger,
+        )
+        .expect("rundb"),
+    );
+    let sched_cfg = SchedulerConfig::of(&shoal::config::Config::default());
+    let scheduler = Scheduler::open(runs.clone(), sched_cfg, offload.clone()).expect("scheduler");
     Arc::new(Db {
+        scheduler,
         runs,
         users,
         _dir: dir,
@@ -195,7 +203,10 @@ fn bench_request_task(dbs: &[(&str, &Db)]) {
     }
     for n in 0..ACTIVE_TASKS {
         for (k, (_, db)) in dbs.iter().enumerate() {
-            let (reply, _) = db.request_task(&users[k], worker(n)).expect("request_task");
+            let (reply, _) = db
+                .scheduler
+                .assign(&users[k], worker(n))
+                .expect("request_task");
             assert!(matches!(reply, Assignment::Task(_)), "{reply:?}");
         }
     }
@@ -211,7 +222,7 @@ fn bench_request_task(dbs: &[(&str, &Db)]) {
             let (_, db) = dbs[i];
             let w = worker(ACTIVE_TASKS + n);
             let t = Instant::now();
-            let (reply, _) = db.request_task(&users[i], w).expect("request_task");
+            let (reply, _) = db.scheduler.assign(&users[i], w).expect("request_task");
             samples[i].push(t.elapsed());
             assert!(matches!(reply, Assignment::Task(_)));
         }
@@ -322,7 +333,7 @@ fn bench_big_flush(db: &Db) {
     let (user, approver) = bench_users(db);
     let id = approved_run(db, &user, &approver, "big", 3_200_000, 100);
     for n in 0..BIG_RUN_TASKS {
-        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+        let (reply, _) = db.scheduler.assign(&user, worker(n)).expect("request_task");
         assert!(matches!(&reply, Assignment::Task(t) if t.run_id == id));
     }
     db.flush(true).expect("flush");
@@ -353,7 +364,7 @@ fn bench(db: &Db) {
     }
     let mut tasks = Vec::with_capacity(ACTIVE_TASKS);
     for n in 0..ACTIVE_TASKS {
-        let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+        let (reply, _) = db.scheduler.assign(&user, worker(n)).expect("request_task");
         let Assignment::Task(t) = reply else {
             panic!("no task: {reply:?}");
         };
@@ -370,7 +381,7 @@ fn bench(db: &Db) {
     for n in 0..SAMPLES {
         let w = worker(ACTIVE_TASKS + n);
         let t = Instant::now();
-        let (reply, _) = db.request_task(&user, w).expect("request_task");
+        let (reply, _) = db.scheduler.assign(&user, w).expect("request_task");
         samples.push(t.elapsed());
         assert!(matches!(reply, Assignment::Task(_)));
     }

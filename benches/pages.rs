@@ -127,6 +127,7 @@ fn main() {
         let config = Config::from_sources(None, "bench", env).expect("config");
         let state = shoal::app::build_state(config).await.expect("state");
         let db = state.rundb.clone();
+        let scheduler = state.scheduler.clone();
         let accounts = state.accounts.clone();
         let started = Instant::now();
         let (first_run, tasks) = state
@@ -160,7 +161,7 @@ fn main() {
                 }
                 let mut tasks = Vec::with_capacity(ACTIVE_TASKS);
                 for n in 0..ACTIVE_TASKS {
-                    let (reply, _) = db.request_task(&user, worker(n)).expect("request_task");
+                    let (reply, _) = scheduler.assign(&user, worker(n)).expect("request_task");
                     let Assignment::Task(t) = reply else {
                         panic!("no task: {reply:?}");
                     };

@@ -8,7 +8,6 @@
 //! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
 //!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
 //! - [`offload`]: the token pool, the only door to blocking threads.
-//! - [`admission`]: the two-phase gate in front of critical sections (request_task).
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend
 //!   and the MongoDB one (Fishtest's own database), and the mapping to Fishtest's documents.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
@@ -20,14 +19,19 @@
 //!   the login policy; typed refusals ([`accounts::AuthError`]).
 //! - [`nets`]: the net directory and the `nns` records (uploads, downloads, the name rule, the
 //!   import of Fishtest's net files).
-//! - [`rundb`]: runs, tasks and the worker protocol's rules; the run cache and journal (it
-//!   records into the [`ledger`] and takes checked [`accounts::User`]s).
+//! - [`rundb`]: the run core: runs, tasks and the worker protocol's rules; the run cache and
+//!   journal (it records into the [`ledger`] and takes checked [`accounts::User`]s).
+//! - [`scheduler`]: request_task's whole path: the admission gate and its batches, the
+//!   critical section and its memory, the limits' grants and waits, the blocked workers (over
+//!   the [`rundb`] run core).
+//! - [`github`]: what shoal asks GitHub: a branch resolved to its commit, benches, nets, the
+//!   fork check, diffs, official master, the quota (never on the worker API's paths).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
 //!   (and Fishtest's texts for its refusals). It holds the components side by side in
 //!   [`http::AppState`].
 //! - [`app`]: start-up, serving, orderly shutdown; the primary's periodic jobs.
 //! - [`dump`]: `shoal import` / `shoal export`: a Fishtest dump directory into the store and
-//!   back, streamed (the net files: [`nets::import`]).
+//!   back, streamed (and the net files of a Fishtest net directory).
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
 //!   internals (it uses [`protocol`] and [`process`], never [`rundb`] or [`app`]).
 //!
@@ -37,12 +41,12 @@
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
 pub mod accounts;
-pub mod admission;
 pub mod app;
 pub mod config;
 pub mod dump;
 pub mod github;
 pub mod http;
+pub mod jobs;
 pub mod ledger;
 pub mod limits;
 pub mod nets;
@@ -51,6 +55,7 @@ pub mod process;
 pub mod protocol;
 pub mod purge;
 pub mod rundb;
+pub mod scheduler;
 pub mod secret;
 pub mod sim;
 pub mod spsa;

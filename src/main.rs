@@ -291,7 +291,7 @@ fn main() -> ExitCode {
         } => dump_command(config.as_ref(), |store, config, progress| {
             let mut summary = shoal::dump::import(store, &fishtest, merge, progress)?;
             let dir = config.nets_dir();
-            summary.nets = Some(shoal::nets::import::import_nets(
+            summary.nets = Some(shoal::dump::import_nets(
                 store,
                 nets.as_deref(),
                 &dir,

@@ -13,7 +13,7 @@ use super::UserError;
 use crate::store::{Date, Doc};
 
 /// Active tasks per address a user gets unless set otherwise (`machine_limit`).
-pub const DEFAULT_MACHINE_LIMIT: u32 = 16;
+pub use crate::config::DEFAULT_MACHINE_LIMIT;
 /// The group whose members approve runs and accounts.
 pub const APPROVERS: &str = "group:approvers";
 

@@ -4,16 +4,9 @@
 //! Owns: start-up (data directory, secret, store, pool, gate, listener with the configured
 //! backlog) and the shutdown sequence: stop accepting and answer 503 to new requests, let
 //! in-flight requests finish within `shutdown_grace_s`, close the store, with a log line at
-//! each step; the primary's periodic jobs (the one table [`JOBS`], run by their periodic
-//! tasks and, on request, by `POST /debug/job/{name}`, both through [`run_job`]).
+//! each step; starting the primary's periodic jobs ([`crate::jobs`]).
 //! Must not: contain request logic (that is `http`), or block the runtime: start-up's blocking
 //! steps (files, opening the store) go through the offload pool like everything else.
-//!
-//! Files:
-//! - `mod.rs`: start-up ([`build_state`]), serving and the shutdown sequence ([`serve`]).
-//! - `jobs.rs`: the periodic jobs ([`JOBS`], [`run_job`]) and PGN retention's pass.
-
-mod jobs;
 
 use std::future::Future;
 use std::io::Write as _;
@@ -26,7 +19,6 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 
 use crate::accounts::{Accounts, ThrottleConfig, UserError};
-use crate::admission::{Gate, GateConfig};
 use crate::config::{Config, StoreKind};
 use crate::http::{self, AppState};
 use crate::ledger::Ledger;
@@ -34,12 +26,12 @@ use crate::nets::Nets;
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::books::Books;
 use crate::rundb::{RunDb, RunDbConfig, RunDbError};
+use crate::scheduler::{Scheduler, SchedulerConfig, admission::GateConfig};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{SharedStore, StoreError};
 use crate::telemetry;
 
-use jobs::spawn_jobs;
-pub use jobs::{JOBS, Job, job, run_job};
+pub use crate::jobs::{JOBS, Job, JobContext, job, run_job};
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +140,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, ledger, accounts, nets) = offload
+    let (secret, rundb, scheduler, ledger, accounts, nets) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -180,15 +172,12 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             };
             let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
             let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
-            let rundb = RunDb::open(store, pool, books, cfg, ledger.clone())?;
-            Ok((secret, Arc::new(rundb), ledger, Arc::new(accounts), Arc::new(nets)))
+            let rundb = Arc::new(RunDb::open(store, pool.clone(), books, cfg, ledger.clone())?);
+            let sched_cfg = SchedulerConfig::of(&c);
+            let scheduler = Arc::new(Scheduler::open(rundb.clone(), sched_cfg, pool)?);
+            Ok((secret, rundb, scheduler, ledger, Arc::new(accounts), Arc::new(nets)))
         })
         .await??;
-    let gate = Gate::new(GateConfig::request_task(&config));
-    let batches = Arc::new(crate::admission::Batches::new(
-        &gate,
-        config.request_task_batch,
-    ));
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
     // Pages render on their own lane of lower-priority threads (offload::Lane).
     let page_renders = Arc::new(
@@ -202,17 +191,25 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         .pgn_retention_days()
         .filter(|_| config.is_primary())
         .map(|days| Arc::new(crate::rundb::retention::PgnRetention::new(days)));
+    let jobs = Arc::new(crate::jobs::JobContext {
+        config: Arc::clone(&config),
+        offload: offload.clone(),
+        rundb: Arc::clone(&rundb),
+        scheduler: Arc::clone(&scheduler),
+        accounts: Arc::clone(&accounts),
+        pgn_retention: pgn_retention.clone(),
+    });
     Ok(Arc::new(AppState {
         dashboard: Default::default(),
+        jobs,
         primary: config.is_primary(),
         request_cap: config
             .max_concurrent_requests
             .map(|n| Arc::new(Semaphore::new(n))),
         config,
         offload,
-        gate,
-        batches,
         rundb,
+        scheduler,
         accounts,
         ledger,
         nets,
@@ -282,7 +279,7 @@ pub async fn serve(
 
     system_event(&state, format!("start shoal@{}", addr.port())).await;
     let jobs = if state.primary {
-        spawn_jobs(&state)
+        crate::jobs::spawn_jobs(&state.jobs)
     } else {
         Vec::new()
     };
@@ -290,8 +287,8 @@ pub async fn serve(
     tracing::info!(
         primary = state.primary,
         tokens = state.config.threadpool_tokens,
-        gate_mode = state.gate.config().admission.mode(),
-        gate_capacity = state.gate.config().capacity,
+        gate_mode = state.scheduler.gate().config().admission.mode(),
+        gate_capacity = state.scheduler.gate().config().capacity,
         "listening on http://{addr}"
     );
 

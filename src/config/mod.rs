@@ -86,14 +86,13 @@ pub enum StoreKind {
     Mongodb,
 }
 
-/// SQLite's `synchronous` pragma. `normal` (with WAL) survives a killed process; `full` also
-/// survives a power cut at the cost of one fsync per commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SqliteSync {
-    Normal,
-    Full,
-}
+/// A new user's `machine_limit` (Fishtest's 16), and the built-in machine limit's default.
+/// The settings hold it because both the accounts and the limits' defaults read it.
+pub const DEFAULT_MACHINE_LIMIT: u32 = 16;
+
+/// The `sqlite_synchronous` setting's values belong to the SQLite store, which the settings
+/// name (never the reverse).
+pub use crate::store::sqlite::SqliteSync;
 
 /// The validated configuration. Field names are the settings keys.
 ///
@@ -116,7 +115,7 @@ pub struct Config {
     pub admission_queue: usize,
     admission_timeout_s: f64,
     /// request_task critical sections the slot holder serves between giving the slot back and
-    /// taking it again (see `admission::Batches`).
+    /// taking it again (see `scheduler::admission::Batches`).
     pub request_task_batch: usize,
     pub max_concurrent_requests: Option<usize>,
     pub listen_backlog: u32,
@@ -334,8 +333,7 @@ impl Config {
 
     /// The limits: the built-ins, then `[[limits]]` in order (validated at load).
     pub fn limit_defs(&self) -> Vec<crate::limits::LimitDef> {
-        let mut defs =
-            crate::limits::LimitDef::builtins(u64::from(crate::accounts::DEFAULT_MACHINE_LIMIT));
+        let mut defs = crate::limits::LimitDef::builtins(u64::from(DEFAULT_MACHINE_LIMIT));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
         defs
     }

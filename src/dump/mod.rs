@@ -8,7 +8,7 @@
 //! whole. Import upserts by `_id` (PGNs by their ObjectId), so importing twice adds nothing;
 //! into a store that holds data it refuses unless told to merge.
 //!
-//! `--nets DIR` ([`crate::nets::import::import_nets`]) moves the net files of Fishtest's net
+//! `--nets DIR` ([`import_nets`]) moves the net files of Fishtest's net
 //! directory (`nn-<12 hex>.nnue.gz`) into shoal's (`nn_dir`), each checked first
 //! (`crate::nets`: a readable gzip whose decoded SHA-256 matches its name, streamed); the
 //! summary lists what moved, what was refused and why, nets recorded without a file, and files
@@ -25,11 +25,13 @@
 //! - `summary.rs`: what an import or export did ([`Summary`], [`NetsSummary`]), printed.
 //! - `read.rs`: a dump file read document by document.
 //! - `import.rs`: a dump directory into the store ([`import`]).
+//! - `nets.rs`: a Fishtest net directory's files moved into shoal's ([`import_nets`]).
 //! - `export.rs`: the store into a dump directory ([`export`]).
 //! - `tests.rs`: unit tests.
 
 mod export;
 mod import;
+mod nets;
 mod read;
 mod summary;
 
@@ -41,6 +43,7 @@ use crate::store::{Collection, StoreError};
 
 pub use export::export;
 pub use import::import;
+pub use nets::import_nets;
 pub use read::read_file;
 pub use summary::{CollectionSummary, NetsSummary, Summary};
 

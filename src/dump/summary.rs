@@ -89,7 +89,7 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// What [`import_nets`](crate::nets::import::import_nets) found and did. File names are those
+/// What [`import_nets`](super::import_nets) found and did. File names are those
 /// of the source directory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NetsSummary {

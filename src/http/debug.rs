@@ -59,7 +59,7 @@ async fn sleep(State(state): State<Arc<AppState>>, Query(p): Query<SleepParams>)
 /// `ms` milliseconds. Refused callers get request_task's too-busy reply.
 async fn gate(State(state): State<Arc<AppState>>, Query(p): Query<SleepParams>) -> ApiResult {
     let ms = p.ms.min(60_000);
-    let permit = match state.gate.enter().await {
+    let permit = match state.scheduler.gate().enter().await {
         Ok(permit) => permit,
         Err(_) => {
             return Ok(ApiReply::json(
@@ -127,13 +127,13 @@ async fn pgn_retention(State(state): State<Arc<AppState>>) -> ApiResult {
     ))
 }
 
-/// Runs the periodic job `name` once (the same `app::run_job` the periodic task calls: in
+/// Runs the periodic job `name` once (the same `jobs::run_job` the periodic task calls: in
 /// the pool, timed in `shoal_job_seconds`) and answers `{"job": name, "ok": true}`; a job
 /// that fails answers 500 `{"job", "ok": false, "error"}` with the failure's text. An unknown
 /// name is a 404 that names the jobs there are; a secondary runs no job (503).
 async fn run_job(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> ApiResult {
-    let Some(job) = crate::app::job(&name) else {
-        let names: Vec<&str> = crate::app::JOBS.iter().map(|j| j.name).collect();
+    let Some(job) = crate::jobs::job(&name) else {
+        let names: Vec<&str> = crate::jobs::JOBS.iter().map(|j| j.name).collect();
         let mut reply = ApiReply::error(
             StatusCode::NOT_FOUND,
             format!(
@@ -149,7 +149,7 @@ async fn run_job(State(state): State<Arc<AppState>>, Path(name): Path<String>) -
     if !state.primary {
         return Err(ApiError::PrimaryRequired);
     }
-    match crate::app::run_job(&state, job).await {
+    match crate::jobs::run_job(&state.jobs, job).await {
         Ok(()) => Ok(ApiReply::json(json!({"job": job.name, "ok": true}))),
         Err(e) => {
             let mut reply = ApiReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());

@@ -244,8 +244,17 @@ impl From<RunDbError> for ApiError {
             RunDbError::NoDateBefore { days } => {
                 BadRequest(format!("no date {days} days before now"))
             }
-            RunDbError::Invalid(m) => BadRequest(m),
-            RunDbError::Unauthorized(m) => Unauthorized(m),
+            RunDbError::NotAWorkerName { name } => {
+                BadRequest(format!("{name:?} is not a worker name"))
+            }
+            RunDbError::NotWorkerOwner { .. } => {
+                Unauthorized("Only owners and approvers can block/unblock".into())
+            }
+            RunDbError::LimitsNeedApprover { .. } => {
+                Unauthorized("Only approvers may change limits".into())
+            }
+            RunDbError::UnknownLimit { name } => BadRequest(format!("No limit named {name}")),
+            RunDbError::BadLimitMax { reason, .. } => BadRequest(reason),
             RunDbError::NotPrimary => ApiError::PrimaryRequired,
             e @ (RunDbError::Store(_) | RunDbError::Corrupt(..)) => {
                 ApiError::Internal(e.to_string())

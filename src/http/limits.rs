@@ -4,10 +4,10 @@
 //! Owns: `rate_layer` (scopes `api` and `ui`, keyed by the client's address), the checks of
 //! the named scopes (`request_task`, `create_run`, `login`) that handlers call once they know
 //! the user's name, the 429 answers (JSON with `Retry-After` under `/api`, a small page
-//! elsewhere), `Waiting` (a queued request_task that gives its reservation back however it
-//! ends) and the JSON view of every limit.
-//! Must not: decide who holds what (that is `crate::limits` and `rundb`), block the loop (the
-//! engine's lock is held for a few map operations), or read the store.
+//! elsewhere) and the JSON view of every limit. (request_task's wait in a full key's queue is
+//! the scheduler's: `crate::scheduler::batches`.)
+//! Must not: decide who holds what (that is `crate::limits` and `crate::scheduler`), block the
+//! loop (the engine's lock is held for a few map operations), or read the store.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,13 +17,11 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tokio::time::timeout_at;
 
 use crate::http::api::call::client_addr;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::state::AppState;
-use crate::limits::engine::WaitTicket;
-use crate::limits::{Engine, Grant, Holder, KeyCtx, RateLimited, Scope};
+use crate::limits::{KeyCtx, RateLimited, Scope};
 
 fn retry_s(r: &RateLimited) -> u64 {
     r.retry_after.as_secs_f64().ceil().max(1.0) as u64
@@ -65,7 +63,10 @@ pub fn page_429(r: &RateLimited) -> Response {
 
 /// Counts a call of `scope` against its rate limits.
 pub fn check(state: &AppState, scope: &Scope, ctx: &KeyCtx<'_>) -> Result<(), RateLimited> {
-    state.rundb.limits().rate_check(scope, ctx, Instant::now())
+    state
+        .scheduler
+        .limits()
+        .rate_check(scope, ctx, Instant::now())
 }
 
 /// Scopes `api` (every `/api` path) and `ui` (every page; not `/healthz`, `/metrics`, static
@@ -84,7 +85,7 @@ pub async fn rate_layer(State(state): State<Arc<AppState>>, req: Request, next: 
     } else {
         Scope::Ui
     };
-    let engine = state.rundb.limits();
+    let engine = state.scheduler.limits();
     if !engine.has_rate(&scope) {
         return next.run(req).await;
     }
@@ -107,69 +108,6 @@ pub async fn rate_layer(State(state): State<Arc<AppState>>, req: Request, next: 
     }
 }
 
-/// A request_task queued in a full key: gives its reservation back however it ends (served
-/// and not used, timed out, or the client gone).
-pub struct Waiting {
-    engine: Arc<Engine>,
-    ticket: Option<WaitTicket>,
-}
-
-impl Waiting {
-    /// Queues for `grant`'s key.
-    pub fn new(engine: Arc<Engine>, grant: &Grant) -> Waiting {
-        let ticket = engine.wait(grant, 0);
-        Waiting {
-            engine,
-            ticket: Some(ticket),
-        }
-    }
-
-    /// Waits until `deadline` for a reservation.
-    pub async fn reserved(mut self, deadline: tokio::time::Instant) -> Option<u64> {
-        let ticket = self.ticket.as_mut()?;
-        match timeout_at(deadline, &mut ticket.rx).await {
-            Ok(Ok(r)) => {
-                self.ticket = None;
-                Some(r)
-            }
-            _ => None,
-        }
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if let Some(mut t) = self.ticket.take() {
-            // Out of the queue first: after this nothing more can be sent.
-            self.engine.cancel(&t);
-            if let Ok(r) = t.rx.try_recv() {
-                self.engine.release(&Holder::Reservation(r));
-            } else {
-                self.engine.count_rejection(t.limit, &t.key);
-            }
-        }
-    }
-}
-
-/// A reservation a served waiter carries into its next pass: given back when dropped, however
-/// the pass ended (a no-op once the scheduler turned it into a task or gave it back itself).
-pub struct Reserved {
-    engine: Arc<Engine>,
-    id: u64,
-}
-
-impl Reserved {
-    pub fn new(engine: Arc<Engine>, id: u64) -> Reserved {
-        Reserved { engine, id }
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        self.engine.release(&Holder::Reservation(self.id));
-    }
-}
-
 /// `GET /api/limits`: every limit with its keys (max, holders, waiters, rejected) and, for
 /// floating limits, the refresh state.
 #[utoipa::path(
@@ -182,10 +120,10 @@ impl Drop for Reserved {
         envelope adds `duration`", body = Object))
 )]
 pub async fn api_limits(State(state): State<Arc<AppState>>) -> ApiResult {
-    let db = state.rundb.clone();
+    let scheduler = state.scheduler.clone();
     let view = state
         .offload
-        .run(move || db.limits().view(Instant::now()))
+        .run(move || scheduler.limits().view(Instant::now()))
         .await?;
     let limits = serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(ApiReply::json(json!({ "limits": limits })))

@@ -2,8 +2,8 @@
 //!
 //! Owns: routes, status codes, request parsing and reply shapes. It is the only module that
 //! knows HTTP. Handlers run on the event loop and send every blocking step (store, locks, CPU
-//! work) through `state.offload`; request_task-style critical sections enter `state.gate`
-//! first and take their pool token only once inside.
+//! work) through `state.offload`; request_task's critical section is the scheduler's
+//! (`state.scheduler.request_task`: its gate first, its pool token only once inside).
 //! Must not: call the store or any blocking function outside `Offload::run`, hold a lock
 //! across an `.await`, or build a JSON reply without [`reply::ApiReply`] (which guarantees
 //! `duration`).

@@ -17,8 +17,8 @@ use super::state::AppState;
 
 /// `GET /healthz`: 200 with a small status object.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
-    let gate = state.gate.snapshot();
-    let batches = state.batches.refresh();
+    let gate = state.scheduler.gate().snapshot();
+    let batches = state.scheduler.batches().refresh();
     ApiReply::json(json!({
         "status": if state.draining.load(Ordering::Acquire) { "draining" } else { "ok" },
         "primary": state.primary,
@@ -30,13 +30,13 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
             "waiting": state.offload.waiting(),
         },
         "gate": {
-            "mode": state.gate.config().admission.mode(),
-            "capacity": state.gate.config().capacity,
+            "mode": state.scheduler.gate().config().admission.mode(),
+            "capacity": state.scheduler.gate().config().capacity,
             "running": gate.running,
             "queued": gate.queued,
             "admitted": gate.admitted,
             "rejected": gate.rejected,
-            "max_batch": state.batches.max_batch(),
+            "max_batch": state.scheduler.batches().max_batch(),
             "handed_in": batches.queued,
             "assignments_per_second": batches.per_second,
         },
@@ -46,7 +46,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiReply {
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     // Close the scheduler's current second, so an idle gate reads 0 assignments/s.
-    state.batches.refresh();
+    state.scheduler.batches().refresh();
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

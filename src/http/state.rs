@@ -9,14 +9,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Semaphore;
 
 use crate::accounts::Accounts;
-use crate::admission::Gate;
 use crate::config::Config;
-use crate::http::api::batches::SchedBatches;
 use crate::http::ui::dashboard_cache::DashboardCache;
 use crate::ledger::Ledger;
 use crate::nets::Nets;
 use crate::offload::Offload;
 use crate::rundb::RunDb;
+use crate::scheduler::Scheduler;
 
 /// Everything handlers share. Cheap to clone through `Arc`.
 pub struct AppState {
@@ -25,11 +24,11 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub primary: bool,
     pub offload: Offload,
-    pub gate: Gate,
-    /// request_task's jobs handed in to the gate, served in batches by the slot holder.
-    pub batches: Arc<SchedBatches>,
-    /// The run core: runs, tasks, the scheduler and its limits (it records into `ledger`).
+    /// The run core: runs, tasks, the run cache and journal (it records into `ledger`).
     pub rundb: Arc<RunDb>,
+    /// request_task's path (the gate, its batches, the critical section), the blocked
+    /// workers and the limits.
+    pub scheduler: Arc<Scheduler>,
     /// Users, sessions and the login throttle (the login policy).
     pub accounts: Arc<Accounts>,
     /// The action log, CPU hours and contributors (the run database writes to it too).
@@ -52,6 +51,8 @@ pub struct AppState {
     pub secret: Vec<u8>,
     /// Debug routes' bookkeeping.
     pub debug: DebugState,
+    /// What the periodic jobs run on (the same components, for `jobs::run_job`).
+    pub jobs: Arc<crate::jobs::JobContext>,
     /// PGN retention, on the primary when `pgn_retention_days` is set (`app` runs its passes).
     pub pgn_retention: Option<Arc<crate::rundb::retention::PgnRetention>>,
 }

@@ -12,9 +12,7 @@
 //! Files:
 //! - `mod.rs`: [`Nets`], the component the server holds.
 //! - `store.rs`: the net directory's layout, the name rule, the streamed content check.
-//! - `import.rs`: Fishtest's net files moved into the net directory (`shoal import --nets`).
 
-pub mod import;
 mod store;
 
 use std::collections::HashSet;

@@ -148,13 +148,21 @@ pub enum RunDbError {
     /// A retention pass asked for a date before the calendar's start.
     #[error("no date {days} days before now")]
     NoDateBefore { days: u32 },
-    /// Transitional, for the scheduler's files (`scheduler.rs`, `limiter.rs`, `workers.rs`)
-    /// until they say what happened: a refusal (400) whose text is already Fishtest's.
-    #[error("{0}")]
-    Invalid(String),
-    /// Transitional, as [`RunDbError::Invalid`]: a refused permission (401), text included.
-    #[error("{0}")]
-    Unauthorized(String),
+    /// A worker record named by something that is not a worker's name.
+    #[error("{name:?} is not a worker name")]
+    NotAWorkerName { name: String },
+    /// Blocking a worker: neither its owner nor an approver.
+    #[error("{username} may not block or unblock {worker}")]
+    NotWorkerOwner { worker: String, username: String },
+    /// Changing a limit: not an approver.
+    #[error("{username} may not change limits")]
+    LimitsNeedApprover { username: String },
+    /// No configured limit of that name.
+    #[error("no limit named {name}")]
+    UnknownLimit { name: String },
+    /// The limits engine refused the new max (its reason).
+    #[error("limit {name}: {reason}")]
+    BadLimitMax { name: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("corrupt run document {0}: {1}")]

@@ -1,10 +1,10 @@
 //! The periodic jobs over the unfinished runs: dead tasks scavenged, itp and nps/games per
 //! minute recomputed, invariants validated. (`app.rs` schedules them; the write-behind and the
-//! cache's eviction are in `cache.rs`, the scheduler's upkeep in `scheduler.rs`.)
+//! cache's eviction are in `cache.rs`; the scheduler's upkeep is `crate::scheduler`'s.)
 //!
 //! Owns: what each job changes in the runs, one run's lock at a time.
-//! Must not: call the other operations (scheduler, tasks, lifecycle, queries) or recovery;
-//! hold the cache's lock while taking a run's.
+//! Must not: call the other operations (tasks, lifecycle, queries), recovery or the
+//! scheduler; hold the cache's lock while taking a run's.
 
 use std::collections::HashMap;
 use std::sync::Arc;

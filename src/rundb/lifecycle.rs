@@ -45,7 +45,7 @@ impl RunDb {
         if !self.cfg.primary {
             return Err(RunDbError::NotPrimary.into());
         }
-        let run = create::build_run(args, &user.username, &self.books)?;
+        let run = create::build_run(args, &user.username, &self.books.load())?;
         let id = run.id.clone();
         let entry = RunEntry::new(run.clone());
         self.save_now(&entry, &run)?;

@@ -1,30 +1,38 @@
-//! The run database: runs, tasks and the rules of the worker protocol (docs/protocol.md).
+//! The run core: runs, tasks and the rules of the worker protocol's task-bound calls
+//! (docs/protocol.md), the run cache and the journal.
+//!
+//! request_task is not here: the scheduler ([`crate::scheduler`]) owns its whole path (the
+//! gate, the batches, the critical section and its memory, the blocked workers, the limits'
+//! grants) and works on the runs through what this module lends it as `pub(crate)`
+//! (`seam.rs`: the store, the ledger, the limits engine, the cache read-locked; and `entry`,
+//! `commit`, `note_listed_change`, `run_entry`, `set_inactive`, `task_action`). The run core
+//! never calls the scheduler.
 //!
 //! `RunDb` is one struct whose methods live in layers, one file each; a file calls only the
 //! layers below it (ARCHITECTURE.md, "Layers of rundb"), from the top:
 //!
-//! - `recovery.rs`: `RunDb::open`: the journal replayed over the stored runs, the cache and
-//!   the scheduler's memory rebuilt (start-up only);
-//! - the operations, which never call one another: `scheduler.rs` (request_task and its
-//!   memory: worker -> task map, worker runs, blocked workers; the limits' checks), `tasks.rs` (the
-//!   task-bound worker calls), `lifecycle.rs` (create, approve, a worker's stop, purge),
-//!   `control.rs` (the controls people use: modify, delete, a user's stop), `jobs.rs` (the
-//!   periodic jobs over runs), `retention.rs` (PGN retention: the store alone, no lock of
-//!   ours), `queries.rs` (what the HTTP layer and the UI read), `workers.rs` (the workers
-//!   people block);
-//! - `transitions.rs`: the changes several operations share (a task set inactive, a run
-//!   finished or purged) and the task-ownership check;
+//! - `recovery.rs`: `RunDb::open`: the journal replayed over the stored runs, the cache
+//!   rebuilt (start-up only; the scheduler rebuilds its memory after it);
+//! - the operations, which never call one another: `tasks.rs` (the task-bound worker calls),
+//!   `lifecycle.rs` (create, approve, a worker's stop, purge), `control.rs` (the controls
+//!   people use: modify, delete, a user's stop), `jobs.rs` (the periodic jobs over runs),
+//!   `retention.rs` (PGN retention: the store alone, no lock of ours), `queries.rs` (what the
+//!   HTTP layer and the UI read);
+//! - `transitions.rs`: the changes several operations (and the scheduler) share (a task set
+//!   inactive, its grants released; a run finished or purged) and the task-ownership check;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
 //! - `records.rs`: what the run database tells the ledger ([`crate::ledger`]: the action log,
 //!   CPU hours, contributors): a run's action fields, actions made under a run's lock (through
 //!   the journal), a finished task's figures, the stored runs for the one-time rebuild;
-//! - `outcome.rs`: the typed outcomes the worker operations return (the HTTP layer turns them
-//!   into Fishtest's JSON and messages);
+//! - `outcome.rs`: the typed outcomes the worker operations and request_task return (the
+//!   HTTP layer turns them into Fishtest's JSON and messages);
 //! - `error.rs`: why an operation failed ([`RunDbError`]), said as what happened; the HTTP
 //!   layer words it as Fishtest does;
-//! - this file: the struct and its fields and the settings; and the
-//!   building blocks that know nothing of `RunDb`: [`model`], [`schedule`], [`journal`],
+//! - `seam.rs`: what the scheduler borrows (above);
+//! - this file: the struct and its fields and the settings; and the building blocks that
+//!   know nothing of `RunDb`: [`model`], [`schedule`] (the pure rules of time controls, task
+//!   sizes, itp, run order and the arch filter, which the scheduler applies), [`journal`],
 //!   [`books`], [`create`].
 //!
 //! Users, sessions and logins are [`crate::accounts`]'s (the run database takes a checked
@@ -39,13 +47,14 @@
 //! awaits the returned [`Ticket`] before replying. Whole run documents are written behind, in
 //! batches, by [`RunDb::flush`]; on start the journal is replayed over the stored documents.
 //!
-//! Locks nest only as `sched` -> the run cache (read) -> one run's lock -> `arch`, `conns`,
-//! the ledger's (its pending CPU hours, its contributors table), `unfinished`, `last_sync`,
-//! the journal, the store; never two run locks at once; the cache is written only with no
-//! other lock held. ARCHITECTURE.md, "Lock order", has every lock and the one start-up exception (`load_unfinished`). None is held across an
-//! `.await` (everything here is blocking code run in the offload pool).
-//! Must not: know HTTP or a store backend; do work proportional to all tasks ever created on
-//! request_task's path.
+//! Locks nest only as (the scheduler's `sched`, `crate::scheduler`) -> the run cache (read)
+//! -> one run's lock -> `arch`, the limits engine, the ledger's (its pending CPU hours, its
+//! contributors table), `unfinished`, `last_sync`, the journal, the store; never two run
+//! locks at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock
+//! order", has every lock and the one start-up exception (`load_unfinished`). None is held
+//! across an `.await` (everything here is blocking code run in the offload pool).
+//! Must not: know HTTP or a store backend; call the scheduler; do work proportional to all
+//! tasks ever created on request_task's path.
 
 pub mod books;
 mod cache;
@@ -55,7 +64,6 @@ mod error;
 mod jobs;
 pub mod journal;
 mod lifecycle;
-mod limiter;
 pub mod model;
 pub mod outcome;
 pub mod queries;
@@ -63,33 +71,32 @@ mod records;
 mod recovery;
 pub mod retention;
 pub mod schedule;
-mod scheduler;
+mod seam;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod trajectory;
 mod transitions;
-pub mod workers;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
 use crate::ledger::Ledger;
+// The pure rules of time controls, task sizes and run order are the scheduler's; the run
+// core uses the time-control arithmetic, itp and the arch filter from there.
 pub use crate::protocol::WORKER_VERSION;
 use crate::store::{Date, SharedStore};
 use books::Books;
-use cache::RunEntry;
 pub use cache::apply_patch;
+pub(crate) use cache::{Prio, RunEntry};
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use error::{ChangeRefused, DbResult, Op, RunDbError};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
-pub use scheduler::DUPLICATE_WINDOW;
-use scheduler::Sched;
 pub use transitions::PurgeOutcome;
 
 /// A task silent for longer than this is dead.
@@ -130,19 +137,17 @@ impl Default for RunDbConfig {
 /// The run database.
 pub struct RunDb {
     store: SharedStore,
-    pub books: Books,
+    /// The opening books (swapped whole when the list is refreshed).
+    books: arc_swap::ArcSwap<Books>,
     cfg: RunDbConfig,
     journal: Arc<journal::Journal>,
     cache: RwLock<HashMap<String, Arc<RunEntry>>>,
     /// Ids of unfinished runs, in creation order.
     unfinished: RwLock<Vec<String>>,
-    sched: Mutex<Sched>,
     /// The limits engine: every active task holds its grants (the machine limit per address,
-    /// the run's window, configured limits) until `set_inactive` releases them.
+    /// the run's window, configured limits) until `set_inactive` releases them. The
+    /// scheduler takes the grants and owns every other use of the engine.
     limits: Arc<crate::limits::Engine>,
-    limit_ids: limiter::LimitIds,
-    /// Blocked short worker names, refreshed from the store.
-    blocked: RwLock<HashSet<String>>,
     /// The action log, the CPU-hour totals and the contributors table: told of every run
     /// change they record (`records.rs`), written behind by `flush`.
     ledger: Arc<Ledger>,
@@ -150,10 +155,10 @@ pub struct RunDb {
     listed_changes: std::sync::atomic::AtomicU64,
 }
 
-fn now() -> Date {
+pub(crate) fn now() -> Date {
     Date::now()
 }
 
-fn secs_since(d: &Date) -> f64 {
+pub(crate) fn secs_since(d: &Date) -> f64 {
     (chrono::Utc::now() - d.0).num_milliseconds() as f64 / 1000.0
 }

@@ -9,6 +9,9 @@
 
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
+use super::books::Books;
 use super::model::Run;
 use super::{DbResult, RunDb};
 use crate::store::{Collection, Cond, Date, Doc, Order, Query};
@@ -78,6 +81,16 @@ pub enum TaskList {
 }
 
 impl RunDb {
+    /// The opening books as they are now (a snapshot: a refresh swaps in a new list).
+    pub fn books(&self) -> Arc<Books> {
+        self.books.load_full()
+    }
+
+    /// Replaces the book list (a refresh from the official books repository).
+    pub fn set_books(&self, books: Books) {
+        self.books.store(Arc::new(books));
+    }
+
     /// One page of finished, undeleted runs, newest first. Unreadable documents are skipped
     /// (and logged).
     pub fn finished_runs(&self, f: &FinishedFilter) -> DbResult<Vec<Run>> {

@@ -70,7 +70,7 @@ impl RunDb {
     }
 
     /// Logs an action about a task (called with the run locked).
-    pub(super) fn task_action(
+    pub(crate) fn task_action(
         &self,
         action: &str,
         run: &Run,

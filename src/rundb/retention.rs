@@ -18,9 +18,10 @@
 //!
 //! Owns: the pass (its steps, their bounds, the walk's position), the log line and the
 //! `shoal_pgn_retention_*` series.
-//! Must not: take any lock of the run database (`sched`, the run cache, a run's lock, the
-//! journal): it works on the store alone, and the store checks, in the transaction that
-//! deletes a batch, that the run is still finished and old enough; delete anything but PGNs.
+//! Must not: take any lock of the run database or the scheduler (`sched`, the run cache, a
+//! run's lock, the journal): it works on the store alone, and the store checks, in the
+//! transaction that deletes a batch, that the run is still finished and old enough; delete
+//! anything but PGNs.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! Test fixtures shared by the run database's unit tests: a `RunDb` on a temporary SQLite
-//! store with three users, a restart on the same store, run arguments, and workers.
+//! Test fixtures shared by the run database's and the scheduler's unit tests: a `RunDb` and
+//! its `Scheduler` on a temporary SQLite store with three users, a restart on the same store,
+//! run arguments, and workers.
 //!
 //! Owns: nothing outside `#[cfg(test)]`.
 //! Must not: be used by non-test code.
@@ -16,12 +17,14 @@ use crate::rundb::create::CreateArgs;
 use crate::rundb::model::{Run, WorkerInfo};
 use crate::rundb::outcome::Assignment;
 use crate::rundb::{RunDb, RunDbConfig, Ticket};
+use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::store::{Collection, Cond, Doc, Query, SharedStore};
 
-/// Dropped in this order: the run database, then the runtime its journal writer runs
-/// on, then the store's directory.
+/// Dropped in this order: the scheduler, the run database, then the runtime its journal
+/// writer runs on, then the store's directory.
 pub(crate) struct Fixture {
-    pub(crate) db: RunDb,
+    pub(crate) sched: Arc<Scheduler>,
+    pub(crate) db: Arc<RunDb>,
     /// The store under `db`, kept for a restart on it.
     pub(crate) store: SharedStore,
     pub(crate) owner: User,
@@ -31,17 +34,23 @@ pub(crate) struct Fixture {
     pub(crate) dir: tempfile::TempDir,
 }
 
-/// A primary run database on `store`, recovered from what it holds; to be called inside the
-/// fixture's runtime (its journal writer is spawned there).
-fn open(store: &SharedStore) -> RunDb {
-    RunDb::open(
-        store.clone(),
-        Offload::new(4),
-        Books::shipped().expect("books"),
-        RunDbConfig::default(),
-        Arc::new(Ledger::new(store.clone(), true)),
-    )
-    .expect("rundb")
+/// A primary run database on `store`, recovered from what it holds, and its scheduler; to be
+/// called inside the fixture's runtime (its journal writer is spawned there).
+fn open(store: &SharedStore) -> (Arc<RunDb>, Arc<Scheduler>) {
+    let offload = Offload::new(4);
+    let db = Arc::new(
+        RunDb::open(
+            store.clone(),
+            offload.clone(),
+            Books::shipped().expect("books"),
+            RunDbConfig::default(),
+            Arc::new(Ledger::new(store.clone(), true)),
+        )
+        .expect("rundb"),
+    );
+    let cfg = SchedulerConfig::of(&crate::config::Config::default());
+    let sched = Scheduler::open(db.clone(), cfg, offload).expect("scheduler");
+    (db, Arc::new(sched))
 }
 
 pub(crate) use crate::store::testkit::temp_store;
@@ -54,13 +63,14 @@ pub(crate) fn fixture() -> Fixture {
         .build()
         .expect("runtime");
     let _in_rt = rt.enter();
-    let db = open(&store);
+    let (db, sched) = open(&store);
     let users = Users::new(store.clone());
     let owner = users.add("owner", "pw", "", false, None).expect("owner");
     let other = users.add("other", "pw", "", false, None).expect("other");
     let approver = users.add("boss", "pw", "", true, None).expect("boss");
     drop(_in_rt);
     Fixture {
+        sched,
         db,
         store,
         owner,
@@ -142,9 +152,11 @@ impl Fixture {
     /// and the journal.
     pub(crate) fn restart(&mut self) {
         let in_rt = self.rt.enter();
-        let fresh = open(&self.store);
+        let (db, sched) = open(&self.store);
         drop(in_rt);
-        self.db = fresh;
+        // The old scheduler goes first: it holds the old run database.
+        self.sched = sched;
+        self.db = db;
     }
 
     /// Waits for a change's journal entry; every ticket must resolve.
@@ -156,8 +168,8 @@ impl Fixture {
 
     pub(crate) fn request(&self, n: usize) -> Assignment {
         let (a, _) = self
-            .db
-            .request_task(&self.other, worker(n))
+            .sched
+            .assign(&self.other, worker(n))
             .expect("request_task");
         a
     }

@@ -58,7 +58,7 @@ impl RunDb {
     }
 
     /// The cache entry of the run a worker's task-bound call names.
-    pub(super) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
+    pub(crate) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
         self.entry(run_id)?.ok_or_else(|| RunDbError::UnknownRun {
             run_id: run_id.to_string(),
             op: Op::Task,
@@ -67,7 +67,7 @@ impl RunDb {
 
     /// Fishtest's set_inactive_task: the task stops counting towards the run's load (workers,
     /// cores, committed games, its address's task count) and its CPU hours go to its user.
-    pub(super) fn set_inactive(&self, run: &mut Run, task_id: usize) {
+    pub(crate) fn set_inactive(&self, run: &mut Run, task_id: usize) {
         let Some(task) = run.tasks.get_mut(task_id) else {
             return;
         };

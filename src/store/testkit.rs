@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::SharedStore;
 use super::sqlite::SqliteStore;
-use crate::config::SqliteSync;
+use crate::store::sqlite::SqliteSync;
 
 /// An empty SQLite store in a temporary directory; keep the directory until the store is dropped.
 pub(crate) fn temp_store() -> (tempfile::TempDir, SharedStore) {

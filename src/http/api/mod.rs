@@ -19,7 +19,6 @@ use axum::Router;
 use super::state::AppState;
 
 pub mod actions;
-pub mod batches;
 pub mod call;
 pub mod files;
 pub mod openapi;

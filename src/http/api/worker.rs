@@ -4,10 +4,13 @@
 //!
 //! Owns: each endpoint's path — validate on the loop ([`WorkerCall`]) -> log in (`auth`) ->
 //! domain work in the pool -> await the journal ticket (holding no token and no gate place)
-//! -> reply. request_task enters the admission gate after the login. beat and update_task
+//! -> reply. request_task hands the authenticated worker to the scheduler
+//! (`Scheduler::request_task`: the gate, the batches, the critical section, the limit wait)
+//! and turns its outcome into the reply. beat and update_task
 //! first try their work on the event loop (a credential-cache hit and `RunDb::try_beat` /
 //! `try_update_task`, which only try locks), counted in `shoal_loop_fast_path_total{route}`.
-//! Must not: contain scheduling rules (that is `rundb`) or reply without `ApiReply`.
+//! Must not: contain scheduling rules or plumbing (that is `crate::scheduler`) or reply
+//! without `ApiReply`.
 
 use std::sync::Arc;
 
@@ -17,7 +20,6 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 
-use super::batches::{SchedJob, Scheduler};
 use super::call::WorkerRequest;
 use super::call::{ClientAddr, Needs, WorkerCall, bad};
 use super::replies;
@@ -29,10 +31,11 @@ use crate::http::extract::ApiJson;
 use crate::http::limits;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::state::AppState;
-use crate::limits::{Grant, KeyCtx, Scope};
+use crate::limits::{KeyCtx, Scope};
 use crate::rundb::model::{Stats, WorkerInfo};
-use crate::rundb::outcome::{Assignment, Refusal, TaskReply};
+use crate::rundb::outcome::TaskReply;
 use crate::rundb::{RunDb, RunDbError, Ticket, WORKER_VERSION};
+use crate::scheduler::{Outcome, SchedError};
 use crate::spsa::SpsaReply;
 use replies::TOO_BUSY_INFO;
 
@@ -98,7 +101,7 @@ pub async fn request_version(
     Ok(ApiReply::json(json!({"version": WORKER_VERSION})))
 }
 
-/// POST /api/request_task: the gate, then the scheduler.
+/// POST /api/request_task: rate limits, credentials, then the scheduler.
 #[utoipa::path(
     post,
     path = "/api/request_task",
@@ -134,84 +137,13 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
         password: call.password.clone(),
     };
     let user = credentials(&state, login).await?;
-    let wait = state.config.limits_wait();
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut reservation = None;
-    loop {
-        let _held = reservation.map(|r| limits::Reserved::new(state.rundb.limits().clone(), r));
-        let Some((reply, ticket)) =
-            gated_request_task(&state, &user, call.wi.clone(), reservation).await?
-        else {
-            return Ok(ApiReply::json(
-                json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
-            ));
-        };
-        // Refused only by a full configured limit: wait in that key's queue (bounded, well
-        // inside the worker's 30 s timeout) rather than send the worker into its back-off.
-        if let Assignment::Refused(Refusal::Limit { limit, key, .. }) = &reply
-            && !wait.is_zero()
-            && tokio::time::Instant::now() < deadline
-        {
-            let engine = state.rundb.limits().clone();
-            let grant = Grant {
-                limit: *limit,
-                key: key.clone(),
-                units: engine.units(*limit, call.wi.concurrency),
-                max: None,
-            };
-            if let Some(r) = limits::Waiting::new(engine, &grant)
-                .reserved(deadline)
-                .await
-            {
-                reservation = Some(r);
-                continue;
-            }
-        }
-        return durable(replies::assignment(reply), ticket).await;
-    }
-}
-
-/// One pass through the gate and the scheduler's critical section; None: the gate refused
-/// (too busy).
-async fn gated_request_task(
-    state: &AppState,
-    user: &crate::accounts::User,
-    wi: WorkerInfo,
-    reservation: Option<u64>,
-) -> Result<Option<(Assignment, Option<Ticket>)>, ApiError> {
-    // Phase 1 of the gate before any pool token: a refused caller costs nothing (no token,
-    // no thread; docs/capacity.md).
-    let Ok(place) = state.gate.admit().await else {
-        return Ok(None);
-    };
-    // Phase 2: the job joins the queue (arrival order) and its caller waits for its result;
-    // the slot holder serves the queue in order.
-    let job = SchedJob::new(user.clone(), wi, reservation);
-    let (mut pending, starter) = place.hand_in(&state.batches, job);
-    if let Some(starter) = starter {
-        // Nobody was serving: this caller starts the holder, detached from its own request
-        // (its reply, like everyone's, goes out as soon as its own section is done).
-        let db = rundb(state);
-        let offload = state.offload.clone();
-        tokio::spawn(async move {
-            let Ok(holder) = starter.slot().await else {
-                return;
-            };
-            let runtime = tokio::runtime::Handle::current();
-            let mut scheduler = Scheduler::new(db);
-            // The slot holder takes the pool's reserved token: it never queues behind other
-            // traffic. The holder lives in the closure: the slot is held until it is done.
-            if let Err(e) = offload
-                .run_reserved(move || holder.serve(&mut scheduler, &runtime))
-                .await
-            {
-                tracing::error!(error = %e, "request_task's slot holder failed");
-            }
-        });
-    }
-    match pending.result().await {
-        Ok(result) => Ok(Some(result?)),
-        Err(e) => Err(ApiError::Internal(e.to_string())),
+    match state.scheduler.request_task(&user, call.wi).await {
+        Ok(Outcome::Served(reply, ticket)) => durable(replies::assignment(reply), ticket).await,
+        Ok(Outcome::TooBusy) => Ok(ApiReply::json(
+            json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
+        )),
+        Err(SchedError::Runs(e)) => Err(e.into()),
+        Err(SchedError::Lost(e)) => Err(ApiError::Internal(e.to_string())),
     }
 }
 

@@ -202,11 +202,40 @@ fn each_refusal_has_fishtests_status_and_text() {
             bad,
             "no date 9 days before now",
         ),
-        (reply(RunDbError::Invalid("as is".into())), bad, "as is"),
         (
-            reply(RunDbError::Unauthorized("as is".into())),
+            reply(RunDbError::NotAWorkerName { name: "x y".into() }),
+            bad,
+            "\"x y\" is not a worker name",
+        ),
+        (
+            reply(RunDbError::NotWorkerOwner {
+                worker: "bob-4cores-abcd".into(),
+                username: "eve".into(),
+            }),
             unauthorized,
-            "as is",
+            "Only owners and approvers can block/unblock",
+        ),
+        (
+            reply(RunDbError::LimitsNeedApprover {
+                username: "eve".into(),
+            }),
+            unauthorized,
+            "Only approvers may change limits",
+        ),
+        (
+            reply(RunDbError::UnknownLimit {
+                name: "nope".into(),
+            }),
+            bad,
+            "No limit named nope",
+        ),
+        (
+            reply(RunDbError::BadLimitMax {
+                name: "machine".into(),
+                reason: "max must be at least 1".into(),
+            }),
+            bad,
+            "max must be at least 1",
         ),
     ];
     for (got, status, text) in cases {

@@ -3,7 +3,7 @@
 //! new max).
 //!
 //! Owns: the page's rows and the form's parsing.
-//! Must not: decide who may edit (the domain's `RunDb::set_limit_max` does) or change
+//! Must not: decide who may edit (the scheduler's `Scheduler::set_limit_max` does) or change
 //! anything before the CSRF check (`page` does it first).
 
 use std::sync::Arc;
@@ -22,7 +22,8 @@ use super::session::Ctx;
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::limits::LimitView;
-use crate::rundb::{RunDb, RunDbError};
+use crate::rundb::RunDbError;
+use crate::scheduler::Scheduler;
 
 /// One key's row.
 pub struct KeyRow {
@@ -105,7 +106,7 @@ pub struct LimitsPage {
     pub limits: Vec<LimitRow>,
 }
 
-fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
+fn limits_page(scheduler: &Scheduler, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
     let Some(user) = ctx.user.as_ref() else {
         return Page::redirect("/login");
     };
@@ -120,7 +121,7 @@ fn limits_page(db: &RunDb, ctx: &Ctx, flash: Option<Flash>) -> PageResult {
     if let Some(f) = flash {
         l = l.flash(f);
     }
-    let limits = db
+    let limits = scheduler
         .limits()
         .view(Instant::now())
         .into_iter()
@@ -144,8 +145,9 @@ fn refusal(e: RunDbError) -> PageError {
 
 /// `GET /limits`.
 pub async fn view(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    page(&state, Input::get(&state, &headers), |db, ctx, _| {
-        limits_page(db, ctx, None)
+    let scheduler = state.scheduler.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        limits_page(&scheduler, ctx, None)
     })
     .await
 }
@@ -167,10 +169,11 @@ pub async fn set_max(
     form: Result<Form<MaxForm>, FormRejection>,
 ) -> Response {
     let f = form_or_default(form);
+    let scheduler = state.scheduler.clone();
     page(
         &state,
         Input::post(&state, &headers, f.csrf_token),
-        move |db, ctx, _| {
+        move |_, ctx, _| {
             let Some(user) = ctx.user.clone() else {
                 return Page::redirect("/login");
             };
@@ -181,9 +184,11 @@ pub async fn set_max(
                     "The max must be a whole number.",
                 ));
             };
-            let old = db.set_limit_max(&f.name, max, &user).map_err(refusal)?;
+            let old = scheduler
+                .set_limit_max(&f.name, max, &user)
+                .map_err(refusal)?;
             let note = format!("{}: max {old} -> {max}", f.name);
-            limits_page(db, ctx, Some(Flash::info(note)))
+            limits_page(&scheduler, ctx, Some(Flash::info(note)))
         },
     )
     .await

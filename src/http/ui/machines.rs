@@ -2,7 +2,7 @@
 //! version, run, last seen), searched (`q`, `my_workers`), sorted (`sort`, `order`) and paged
 //! (`page`, 500 a page).
 //!
-//! Must not: call the store (only `RunDb::active_machines`), or run outside [`page`].
+//! Must not: call the store (only `Scheduler::active_machines`), or run outside [`page`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use super::kit::time::ago;
 use super::kit::{Column, Href, Input, Layout, OrInternal, Page, Pager, page};
 use super::workers::{page_of, pager, query_text};
 use crate::http::state::AppState;
-use crate::rundb::workers::Machine;
+use crate::scheduler::workers::Machine;
 
 /// Machines a page of `/tests/machines` shows.
 pub const MACHINES_PAGE: usize = 500;
@@ -150,8 +150,9 @@ pub async fn machines(
         .and_then(|s| MACHINE_SORTS.iter().find(|(k, _, _)| k == s))
         .map_or(("last_active", true), |(k, _, d)| (*k, *d));
     let desc = order_param(params.get("order").map(String::as_str), default_desc);
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut machines = db.active_machines().or_internal("active machines")?;
+    let scheduler = state.scheduler.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
+        let mut machines = scheduler.active_machines().or_internal("active machines")?;
         sort_machines(&mut machines, sort, desc);
         let total = machines.len();
         let me = ctx.username();

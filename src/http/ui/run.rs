@@ -220,7 +220,7 @@ pub async fn view(
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let heading = page_title(&run);
-        let warnings = warnings(&run, &db.books);
+        let warnings = warnings(&run, &db.books());
         let (spsa, spsa_iter) = spsa_rows(&run);
         let p = RunPage {
             l: submitted_flash(Layout::new(ctx, &heading), &run, submitted),

@@ -108,7 +108,8 @@ fn render(
             active: active == Some(p.key),
         })
         .collect();
-    let mut names: Vec<&str> = db.books.0.keys().map(String::as_str).collect();
+    let books = db.books();
+    let mut names: Vec<&str> = books.0.keys().map(String::as_str).collect();
     names.sort_unstable();
     let books = choices(names.iter().map(|n| (*n, *n)), f.book.trim());
     let bounds = choices(

@@ -5,9 +5,9 @@
 //!
 //! Owns: reading that query and form, and the rows. Who may change a
 //! worker, and what a change does (the action log, request_task's blocked set), is the
-//! domain's (`RunDb::set_worker`).
-//! Must not: call the store (only `RunDb`), run outside [`page`], or change anything before
-//! the CSRF check.
+//! scheduler's (`Scheduler::set_worker`).
+//! Must not: call the store (only the `Scheduler`), run outside [`page`], or change anything
+//! before the CSRF check.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,8 +31,8 @@ use super::kit::{
 use super::session::Ctx;
 use crate::accounts::Users;
 use crate::http::state::AppState;
-use crate::rundb::RunDb;
-use crate::rundb::workers::{WorkerRecord, editable_name, owner_of, valid_short_name};
+use crate::scheduler::Scheduler;
+use crate::scheduler::workers::{WorkerRecord, editable_name, owner_of, valid_short_name};
 
 /// Worker records a page of `/workers/show` shows.
 pub const WORKERS_PAGE: usize = 25;
@@ -181,11 +181,11 @@ impl ListQuery {
 
 fn list_page(
     users: &Users,
-    db: &RunDb,
+    scheduler: &Scheduler,
     ctx: &Ctx,
     lq: &ListQuery,
 ) -> Result<WorkersPage, PageError> {
-    let records = db.worker_records().or_internal("worker records")?;
+    let records = scheduler.worker_records().or_internal("worker records")?;
     let needle = lq.q.to_lowercase();
     let mut records: Vec<WorkerRecord> = records
         .into_iter()
@@ -304,7 +304,8 @@ pub async fn worker_page(
     let lq = ListQuery::parse(&params);
     let flashes = done_flash(&params);
     let accounts = state.accounts.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let scheduler = state.scheduler.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let mut flash: Vec<Flash> = flashes;
         let mut edit = None;
         if name != "show" {
@@ -317,7 +318,9 @@ pub async fn worker_page(
                     return to_login(&name);
                 };
                 if owner_of(&name) == user.username || user.is_approver() {
-                    let record = db.worker_record(&name).or_internal("worker record")?;
+                    let record = scheduler
+                        .worker_record(&name)
+                        .or_internal("worker record")?;
                     edit = Some(EditForm {
                         name: name.clone(),
                         last_changed: ago(record.as_ref().and_then(|r| r.last_updated.as_ref())),
@@ -332,7 +335,7 @@ pub async fn worker_page(
                 }
             }
         }
-        let mut p = list_page(accounts.users(), db, ctx, &lq)?;
+        let mut p = list_page(accounts.users(), &scheduler, ctx, &lq)?;
         p.edit = edit;
         p.l.flashes = flash;
         Page::ok(&p)
@@ -365,17 +368,18 @@ pub async fn worker_post(
 ) -> Response {
     let f = form_or_default(form);
     let token = f.csrf_token.clone();
+    let scheduler = state.scheduler.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
-        move |db, ctx, _| {
+        move |_, ctx, _| {
             let Some(user) = ctx.user.clone() else {
                 return to_login(&name);
             };
             if f.submit != "Submit" {
                 return Page::redirect("/workers/show");
             }
-            let change = db.set_worker(&name, f.blocked.is_some(), &f.message, &user)?;
+            let change = scheduler.set_worker(&name, f.blocked.is_some(), &f.message, &user)?;
             let mut to = Href::new("/workers/show");
             if change.toggled {
                 let done = if change.blocked {

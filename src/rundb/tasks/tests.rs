@@ -100,10 +100,7 @@ impl Twins {
     fn request(&self, ids: &[String; 2], n: usize) -> (usize, u64) {
         let mut got = Vec::new();
         for (db, id) in [(&self.pool, &ids[0]), (&self.fast, &ids[1])] {
-            let (a, ticket) = db
-                .db
-                .request_task(&db.other, worker(n))
-                .expect("request_task");
+            let (a, ticket) = db.sched.assign(&db.other, worker(n)).expect("request_task");
             db.durable(ticket);
             let Assignment::Task(t) = a else {
                 panic!("no task: {a:?}");

@@ -221,8 +221,8 @@ fn backup_in_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SqliteSync;
     use crate::store::sqlite::SqliteStore;
+    use crate::store::sqlite::SqliteSync;
     use crate::store::{Doc, JournalEntry, Store};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};

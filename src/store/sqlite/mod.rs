@@ -49,7 +49,6 @@ use super::{
     Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
     RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id, run_index_fields,
 };
-use crate::config::SqliteSync;
 use query::{count_sql, select_sql};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
@@ -134,6 +133,15 @@ pub struct SqliteStore {
 
 fn table(coll: Collection) -> &'static str {
     coll.name()
+}
+
+/// SQLite's `synchronous` pragma. `normal` (with WAL) survives a killed process; `full` also
+/// survives a power cut at the cost of one fsync per commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSync {
+    Normal,
+    Full,
 }
 
 fn configure(conn: &Connection, sync: SqliteSync) -> rusqlite::Result<()> {

@@ -122,8 +122,8 @@ pub fn vacuum(data_dir: &Path) -> StoreResult<VacuumSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SqliteSync;
     use crate::store::Store;
+    use crate::store::sqlite::SqliteSync;
 
     fn mode(dir: &Path) -> i64 {
         let c = Connection::open(dir.join(DB_FILE)).expect("open");

@@ -1,18 +1,43 @@
 //! The primary's periodic jobs: the one table [`JOBS`], run by their periodic tasks and, on
 //! request, by `POST /debug/job/{name}`, both through [`run_job`]; and PGN retention's
-//! periodic pass.
+//! periodic pass. A job runs on the components in a [`JobContext`], so neither `app` (which
+//! starts the jobs) nor the HTTP layer (whose debug route runs one) is needed here.
 //!
-//! Must not: run a job's work on the event loop (each run is one offload pool job), or stop
-//! a job's task because one run failed (it is logged, and the job runs again next period).
+//! Must not: run a job's work on the event loop (each run is one offload pool job), stop a
+//! job's task because one run failed (it is logged, and the job runs again next period), or
+//! name `app` or `http`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::AppError;
 use crate::accounts::{Accounts, UserError};
 use crate::config::Config;
-use crate::http::AppState;
+use crate::offload::{Offload, OffloadError};
+use crate::rundb::retention::PgnRetention;
 use crate::rundb::{RunDb, RunDbError};
+use crate::scheduler::Scheduler;
+
+/// What the jobs run on: the components, the pool and the settings.
+pub struct JobContext {
+    pub config: Arc<Config>,
+    pub offload: Offload,
+    pub rundb: Arc<RunDb>,
+    pub scheduler: Arc<Scheduler>,
+    pub accounts: Arc<Accounts>,
+    /// PGN retention, when `pgn_retention_days` is set.
+    pub pgn_retention: Option<Arc<PgnRetention>>,
+}
+
+/// Why one run of a job failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("run database: {0}")]
+    Runs(#[from] RunDbError),
+    #[error("accounts: {0}")]
+    Accounts(#[from] UserError),
+    #[error("{0}")]
+    Offload(#[from] OffloadError),
+}
 
 /// When a periodic job runs: a fixed number of seconds, or `scavenge_interval_s`.
 #[derive(Debug, Clone, Copy)]
@@ -43,10 +68,11 @@ pub struct Job {
 #[derive(Clone, Copy)]
 enum Work {
     Runs(fn(&RunDb) -> Result<(), RunDbError>),
+    Scheduler(fn(&Scheduler) -> Result<(), RunDbError>),
     Accounts(fn(&Accounts) -> Result<(), UserError>),
 }
 
-/// The periodic jobs (ARCHITECTURE.md, "Background tasks"), the one list both the spawner
+/// The periodic jobs (docs/internals.md, "Background tasks"), the one list both the spawner
 /// ([`spawn_jobs`]) and the debug route run from. PGN retention, a pass of many pool jobs, is
 /// apart ([`spawn_pgn_retention`], `POST /debug/pgn_retention`).
 pub const JOBS: &[Job] = &[
@@ -93,7 +119,7 @@ pub const JOBS: &[Job] = &[
         name: "refresh_blocked_workers",
         first: Every::Secs(5),
         period: Every::Secs(5),
-        work: Work::Runs(|db| db.refresh_blocked()),
+        work: Work::Scheduler(|s| s.refresh_blocked()),
     },
     Job {
         name: "refresh_legacy_usernames",
@@ -105,7 +131,7 @@ pub const JOBS: &[Job] = &[
         name: "clean_worker_runs",
         first: Every::Secs(60),
         period: Every::Secs(300),
-        work: Work::Runs(|db| db.clean_worker_runs()),
+        work: Work::Scheduler(|s| s.clean_worker_runs()),
     },
     Job {
         name: "validate_data_structures",
@@ -120,9 +146,9 @@ pub const JOBS: &[Job] = &[
         name: "refresh_limits",
         first: Every::Secs(1),
         period: Every::Secs(1),
-        work: Work::Runs(|db| {
-            db.refresh_floating()?;
-            db.publish_limit_metrics();
+        work: Work::Scheduler(|s| {
+            s.refresh_floating()?;
+            s.publish_limit_metrics();
             Ok(())
         }),
     },
@@ -136,23 +162,12 @@ pub fn job(name: &str) -> Option<&'static Job> {
 /// Runs `job` once in the offload pool and records its time in `shoal_job_seconds`; a failure
 /// is logged and returned. What the periodic task does at each period, and what
 /// `POST /debug/job/{name}` does on request.
-pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError> {
+pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobError> {
     let started = Instant::now();
     let result = match job.work {
-        Work::Runs(work) => {
-            let db = state.rundb.clone();
-            match state.offload.run(move || work(&db)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
-        Work::Accounts(work) => {
-            let accounts = state.accounts.clone();
-            match state.offload.run(move || work(&accounts)).await {
-                Ok(r) => r.map_err(AppError::from),
-                Err(e) => Err(AppError::from(e)),
-            }
-        }
+        Work::Runs(work) => offloaded(state, &state.rundb, work).await,
+        Work::Scheduler(work) => offloaded(state, &state.scheduler, work).await,
+        Work::Accounts(work) => offloaded(state, &state.accounts, work).await,
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());
@@ -162,9 +177,24 @@ pub async fn run_job(state: &AppState, job: &'static Job) -> Result<(), AppError
     result
 }
 
+/// A job's `work` on its `component`, in the offload pool.
+async fn offloaded<C, E>(
+    state: &JobContext,
+    component: &Arc<C>,
+    work: fn(&C) -> Result<(), E>,
+) -> Result<(), JobError>
+where
+    C: Send + Sync + 'static,
+    E: Send + 'static,
+    JobError: From<E>,
+{
+    let component = component.clone();
+    Ok(state.offload.run(move || work(&component)).await??)
+}
+
 /// A periodic job of the primary: first run after its `first`, then every `period`, both with
 /// ±5% jitter, each run through [`run_job`].
-fn spawn_job(state: &Arc<AppState>, job: &'static Job) -> tokio::task::JoinHandle<()> {
+fn spawn_job(state: &Arc<JobContext>, job: &'static Job) -> tokio::task::JoinHandle<()> {
     let state = state.clone();
     tokio::spawn(async move {
         let jitter = |d: Duration| d.mul_f64(0.95 + 0.1 * rand::random::<f64>());
@@ -179,7 +209,7 @@ fn spawn_job(state: &Arc<AppState>, job: &'static Job) -> tokio::task::JoinHandl
 
 /// Starts every periodic job of the primary (none with `periodic_jobs = false`, a test
 /// setting: the tests run them with `POST /debug/job/{name}`).
-pub(super) fn spawn_jobs(state: &Arc<AppState>) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn_jobs(state: &Arc<JobContext>) -> Vec<tokio::task::JoinHandle<()>> {
     if !state.config.periodic_jobs {
         tracing::warn!("periodic_jobs = false: no periodic job runs (a test setting)");
         return Vec::new();
@@ -196,7 +226,7 @@ const PGN_RETENTION_PERIOD: Duration = Duration::from_secs(3600);
 /// PGN retention, when it is on: a pass after `PGN_RETENTION_FIRST`, then every
 /// `PGN_RETENTION_PERIOD` (±5%). A pass is many short steps, each a pool job of its own
 /// (`rundb::retention`); it takes none of the run database's locks.
-fn spawn_pgn_retention(state: &Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
+fn spawn_pgn_retention(state: &Arc<JobContext>) -> Option<tokio::task::JoinHandle<()>> {
     let retention = state.pgn_retention.clone()?;
     let state = state.clone();
     Some(tokio::spawn(async move {

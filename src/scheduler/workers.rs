@@ -4,16 +4,18 @@
 //!
 //! Owns: the short-name rules ([`valid_short_name`], [`editable_name`], [`owner_of`]), who may
 //! change a worker (its owner or an approver), the record's shape ({worker_name, blocked,
-//! message, last_updated}), the `block_worker` action, and updating the scheduler's in-memory
-//! blocked set at once (the periodic `refresh_blocked` brings other instances along).
-//! Must not: call another operation; run on the event loop (store I/O); change anything when
-//! the caller may not.
+//! message, last_updated}), the `block_worker` action, the blocked set request_task checks
+//! (updated here at once; the periodic `refresh_blocked` brings other instances along), and
+//! the machines page's list of workers holding an active task (`active_machines`).
+//! Must not: call the run core's operations; run on the event loop (store I/O); change
+//! anything when the caller may not.
 
 use serde_json::{Value, json};
 
-use super::{DbResult, RunDb, RunDbError};
+use super::Scheduler;
 use crate::accounts::User;
-use crate::store::{Collection, Date, Doc, Query};
+use crate::rundb::{DbResult, RunDbError};
+use crate::store::{Collection, Cond, Date, Doc, Query};
 
 /// The longest issue message kept (longer ones are cut, as Fishtest does).
 pub const MESSAGE_MAX_CHARS: usize = 500;
@@ -49,7 +51,7 @@ impl WorkerRecord {
     }
 }
 
-/// What [`RunDb::set_worker`] did.
+/// What [`Scheduler::set_worker`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerChange {
     /// The blocked state changed (and was logged as `block_worker`).
@@ -115,11 +117,27 @@ pub fn normalize_message(message: &str) -> (String, bool) {
     (cut.trim_end().to_string(), truncated)
 }
 
-impl RunDb {
+impl Scheduler {
+    /// Re-reads the blocked workers.
+    pub fn refresh_blocked(&self) -> DbResult<()> {
+        let docs = self.runs.store().find(
+            Collection::Workers,
+            &Query::new().with(Cond::Eq("blocked".into(), json!(true))),
+        )?;
+        let set = docs
+            .iter()
+            .filter_map(|d| d.get("worker_name").and_then(Value::as_str))
+            .map(String::from)
+            .collect();
+        *self.blocked.write() = set;
+        Ok(())
+    }
+
     /// A worker's record (`None`: never blocked nor described).
     pub fn worker_record(&self, name: &str) -> DbResult<Option<WorkerRecord>> {
         Ok(self
-            .store
+            .runs
+            .store()
             .get(Collection::Workers, name)?
             .as_ref()
             .and_then(WorkerRecord::of))
@@ -128,7 +146,8 @@ impl RunDb {
     /// Every worker record (the collection holds only workers someone blocked or described).
     pub fn worker_records(&self) -> DbResult<Vec<WorkerRecord>> {
         Ok(self
-            .store
+            .runs
+            .store()
             .find(Collection::Workers, &Query::new())?
             .iter()
             .filter_map(WorkerRecord::of)
@@ -139,8 +158,8 @@ impl RunDb {
     /// from first (one run's lock at a time, for a copy of its active tasks' worker fields).
     pub fn active_machines(&self) -> DbResult<Vec<Machine>> {
         let mut out = Vec::new();
-        for id in self.unfinished.read().clone() {
-            let Some(entry) = self.entry(&id)? else {
+        for id in self.runs.unfinished_ids() {
+            let Some(entry) = self.runs.entry(&id)? else {
                 continue;
             };
             let run = entry.run.lock();
@@ -183,24 +202,23 @@ impl RunDb {
         by: &User,
     ) -> DbResult<WorkerChange> {
         if !editable_name(name) {
-            return Err(RunDbError::Invalid(format!(
-                "{name:?} is not a worker name"
-            )));
+            return Err(RunDbError::NotAWorkerName {
+                name: name.to_string(),
+            });
         }
         if owner_of(name) != by.username && !by.is_approver() {
-            return Err(RunDbError::Unauthorized(
-                "Only owners and approvers can block/unblock".into(),
-            ));
+            return Err(RunDbError::NotWorkerOwner {
+                worker: name.to_string(),
+                username: by.username.clone(),
+            });
         }
         let (message, truncated) = normalize_message(message);
         // The blocked set's write lock is held across the record's read and write, so the
         // scheduler's touch of a blocked worker's record (done under the read lock) cannot
         // write back a blocked state from before this change.
         let mut set = self.blocked.write();
-        let before = self
-            .store
-            .get(Collection::Workers, name)?
-            .unwrap_or_default();
+        let store = self.runs.store();
+        let before = store.get(Collection::Workers, name)?.unwrap_or_default();
         let was_blocked = before
             .get("blocked")
             .and_then(Value::as_bool)
@@ -211,7 +229,7 @@ impl RunDb {
         doc.insert("blocked".into(), json!(blocked));
         doc.insert("message".into(), json!(message));
         doc.insert("last_updated".into(), Date::now().to_value());
-        self.store.put(Collection::Workers, &doc)?;
+        store.put(Collection::Workers, &doc)?;
         if blocked {
             set.insert(name.to_string());
         } else {
@@ -226,7 +244,9 @@ impl RunDb {
                 "message".into(),
                 json!(if blocked { "blocked" } else { "unblocked" }),
             );
-            self.ledger.log_action("block_worker", &by.username, f)?;
+            self.runs
+                .ledger()
+                .log_action("block_worker", &by.username, f)?;
             tracing::info!(worker = name, blocked, by = %by.username, "worker block changed");
         }
         Ok(WorkerChange {

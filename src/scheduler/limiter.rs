@@ -1,5 +1,5 @@
-//! The run database's side of the limits engine (`crate::limits`): which grants a task takes,
-//! and the inputs of the floating limits' computations.
+//! The scheduler's side of the limits engine (`crate::limits`): which grants a task takes,
+//! the maxima approvers set, and the inputs of the floating limits' computations.
 //!
 //! Owns: `LimitIds` (the engine's ids of the built-ins and of the limits keyed by the worker
 //! or by the run, fixed at start), a task's grants (`worker_grants`, `run_grants`: the
@@ -10,7 +10,7 @@
 //! has no window), the holders rebuilt from the active tasks at start (`rebuild_holders`),
 //! and `refresh_floating` (the built-in computations fed from the cached runs, their results
 //! or failures handed to the engine).
-//! Must not: call the operations or recovery; take `sched`; hold a run's lock while calling
+//! Must not: call the run core's operations; take `sched`; hold a run's lock while calling
 //! the engine in a way that takes another run's (the engine is a leaf lock).
 
 use std::borrow::Cow;
@@ -18,12 +18,13 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::model::{Run, WorkerInfo};
-use super::{DbResult, RunDb, RunDbError};
+use super::Scheduler;
 use crate::accounts::User;
 use crate::limits::compute::{self, RunLoad};
 use crate::limits::def::{MACHINE, SPSA_CORES, WINDOW};
 use crate::limits::{Engine, GrantRef, Holder, KeyCtx, KeyKind, LimitId, Source};
+use crate::rundb::model::{Run, WorkerInfo};
+use crate::rundb::{DbResult, RunDbError};
 use crate::store::{Collection, Doc};
 
 /// The `kvstore` document with the maxima approvers set.
@@ -81,7 +82,16 @@ pub(super) fn ctx<'a>(wi: &'a WorkerInfo, short: &'a str, run: Option<&'a str>) 
     }
 }
 
-impl RunDb {
+impl Scheduler {
+    /// Number of active tasks per remote address (for tests and metrics).
+    pub fn connections(&self, addr: &str) -> u32 {
+        let held = self
+            .limit_ids
+            .machine
+            .map_or(0, |m| self.limits.held_by_key(m, addr));
+        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+
     /// The grants keyed by the worker: the machine limit (against `machine_limit`, the user's)
     /// first, then the configured limits in order.
     pub(super) fn worker_grants<'a>(
@@ -204,17 +214,25 @@ impl RunDb {
     /// settings.toml) and logged as a `set_limit` action. Returns the old max.
     pub fn set_limit_max(&self, name: &str, max: u64, by: &User) -> DbResult<u64> {
         if !by.is_approver() {
-            return Err(RunDbError::Unauthorized(
-                "Only approvers may change limits".into(),
-            ));
+            return Err(RunDbError::LimitsNeedApprover {
+                username: by.username.clone(),
+            });
         }
         let id = self
             .limits
             .id(name)
-            .ok_or_else(|| RunDbError::Invalid(format!("No limit named {name}")))?;
-        let old = self.limits.set_max(id, max).map_err(RunDbError::Invalid)?;
-        let mut value = self
-            .store
+            .ok_or_else(|| RunDbError::UnknownLimit {
+                name: name.to_string(),
+            })?;
+        let old = self
+            .limits
+            .set_max(id, max)
+            .map_err(|reason| RunDbError::BadLimitMax {
+                name: name.to_string(),
+                reason,
+            })?;
+        let store = self.runs.store();
+        let mut value = store
             .get(Collection::Kvstore, LIMITS_DOC)?
             .and_then(|d| d.get("value").and_then(Value::as_object).cloned())
             .unwrap_or_default();
@@ -222,20 +240,22 @@ impl RunDb {
         let mut doc = Doc::new();
         doc.insert("_id".into(), json!(LIMITS_DOC));
         doc.insert("value".into(), Value::Object(value));
-        self.store.put(Collection::Kvstore, &doc)?;
+        store.put(Collection::Kvstore, &doc)?;
         let mut fields = Map::new();
         fields.insert("limit".into(), json!(name));
         fields.insert(
             "message".into(),
             json!(format!("{name}: max {old} -> {max}")),
         );
-        self.ledger.log_action("set_limit", &by.username, fields)?;
+        self.runs
+            .ledger()
+            .log_action("set_limit", &by.username, fields)?;
         Ok(old)
     }
 
     /// Start-up: the maxima approvers set (a limit no longer configured is ignored).
     pub(super) fn load_limit_maxima(&self) -> DbResult<()> {
-        let Some(doc) = self.store.get(Collection::Kvstore, LIMITS_DOC)? else {
+        let Some(doc) = self.runs.store().get(Collection::Kvstore, LIMITS_DOC)? else {
             return Ok(());
         };
         let Some(map) = doc.get("value").and_then(Value::as_object) else {
@@ -249,11 +269,6 @@ impl RunDb {
             }
         }
         Ok(())
-    }
-
-    /// The limits engine (views, rate checks, waiting, edits).
-    pub fn limits(&self) -> &std::sync::Arc<Engine> {
-        &self.limits
     }
 
     /// Runs the due floating refreshes: the inputs are read from the cached runs (each run's
@@ -272,7 +287,7 @@ impl RunDb {
                 Source::SpsaCoreCap => compute::spsa_core_cap(&loads).map(|v| (None, v)),
                 Source::FairShare => compute::fair_share(&loads, default_max).map(|v| (None, v)),
                 Source::WriteBehindLag => {
-                    compute::write_behind_lag(self.write_behind_lag(), default_max)
+                    compute::write_behind_lag(self.runs.write_behind_lag(), default_max)
                         .map(|v| (Some(v), Vec::new()))
                 }
             };
@@ -299,9 +314,9 @@ impl RunDb {
     }
 
     fn run_loads(&self) -> Vec<RunLoad> {
-        let ids = self.unfinished.read().clone();
+        let ids = self.runs.unfinished_ids();
         let entries: Vec<_> = {
-            let cache = self.cache.read();
+            let cache = self.runs.cache_read();
             ids.iter().filter_map(|id| cache.get(id).cloned()).collect()
         };
         entries

@@ -10,7 +10,7 @@ use std::path::Path;
 use indicatif::ProgressStyle;
 use serde_json::Value;
 
-use crate::dump::{DumpError, NetsSummary, io_err, progress};
+use super::{DumpError, NetsSummary, io_err, progress};
 use crate::nets;
 use crate::store::{Collection, Query, Store};
 
