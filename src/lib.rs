@@ -29,7 +29,9 @@
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
 //!   (and Fishtest's texts for its refusals). It holds the components side by side in
 //!   [`http::AppState`].
-//! - [`app`]: start-up, serving, orderly shutdown; the primary's periodic jobs.
+//! - [`jobs`]: the primary's periodic jobs, one table, run on a [`jobs::JobContext`] of
+//!   components (by their periodic tasks, and by `POST /debug/job/{name}`).
+//! - [`app`]: start-up, serving, orderly shutdown; it starts the [`jobs`].
 //! - [`dump`]: `shoal import` / `shoal export`: a Fishtest dump directory into the store and
 //!   back, streamed (and the net files of a Fishtest net directory).
 //! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
