@@ -10,8 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+
 use crate::accounts::{Accounts, UserError};
 use crate::config::Config;
+use crate::github::{Github, GithubError};
 use crate::offload::{Offload, OffloadError};
 use crate::rundb::retention::PgnRetention;
 use crate::rundb::{RunDb, RunDbError};
@@ -24,6 +27,7 @@ pub struct JobContext {
     pub rundb: Arc<RunDb>,
     pub scheduler: Arc<Scheduler>,
     pub accounts: Arc<Accounts>,
+    pub github: Arc<Github>,
     /// PGN retention, when `pgn_retention_days` is set.
     pub pgn_retention: Option<Arc<PgnRetention>>,
 }
@@ -37,6 +41,8 @@ pub enum JobError {
     Accounts(#[from] UserError),
     #[error("{0}")]
     Offload(#[from] OffloadError),
+    #[error("GitHub: {0}")]
+    Github(#[from] GithubError),
 }
 
 /// When a periodic job runs: a fixed number of seconds, or `scavenge_interval_s`.
@@ -70,6 +76,9 @@ enum Work {
     Runs(fn(&RunDb) -> Result<(), RunDbError>),
     Scheduler(fn(&Scheduler) -> Result<(), RunDbError>),
     Accounts(fn(&Accounts) -> Result<(), UserError>),
+    /// Network work: awaited on the event loop (it only waits for GitHub's replies; the
+    /// store calls it makes go through the pool).
+    Github(fn(Arc<Github>) -> BoxFuture<'static, Result<(), GithubError>>),
 }
 
 /// The periodic jobs (docs/internals.md, "Background tasks"), the one list both the spawner
@@ -152,6 +161,12 @@ pub const JOBS: &[Job] = &[
             Ok(())
         }),
     },
+    Job {
+        name: "refresh_official_master",
+        first: Every::Secs(60),
+        period: Every::Secs(900),
+        work: Work::Github(|gh| Box::pin(async move { gh.refresh_master().await.map(|_| ()) })),
+    },
 ];
 
 /// The periodic job called `name`.
@@ -168,6 +183,9 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
         Work::Runs(work) => offloaded(state, &state.rundb, work).await,
         Work::Scheduler(work) => offloaded(state, &state.scheduler, work).await,
         Work::Accounts(work) => offloaded(state, &state.accounts, work).await,
+        Work::Github(work) => work(Arc::clone(&state.github))
+            .await
+            .map_err(JobError::from),
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());

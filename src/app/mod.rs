@@ -56,6 +56,8 @@ pub enum AppError {
     Accounts(#[from] UserError),
     #[error("{0}")]
     Books(#[from] crate::rundb::books::BooksError),
+    #[error("GitHub: {0}")]
+    Github(#[from] crate::github::GithubError),
 }
 
 /// Opens the configured store backend.
@@ -140,7 +142,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, scheduler, ledger, accounts, nets) = offload
+    let (secret, rundb, scheduler, ledger, accounts, nets, github) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -172,10 +174,18 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             };
             let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
             let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
+            let github = Arc::new(crate::github::Github::new(
+                &c.github(),
+                store.clone(),
+                pool.clone(),
+                ledger.clone(),
+            )?);
+            github.load_master_blocking();
             let rundb = Arc::new(RunDb::open(store, pool.clone(), books, cfg, ledger.clone())?);
             let sched_cfg = SchedulerConfig::of(&c);
             let scheduler = Arc::new(Scheduler::open(rundb.clone(), sched_cfg, pool)?);
-            Ok((secret, rundb, scheduler, ledger, Arc::new(accounts), Arc::new(nets)))
+            let (accounts, nets) = (Arc::new(accounts), Arc::new(nets));
+            Ok((secret, rundb, scheduler, ledger, accounts, nets, github))
         })
         .await??;
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
@@ -197,6 +207,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         rundb: Arc::clone(&rundb),
         scheduler: Arc::clone(&scheduler),
         accounts: Arc::clone(&accounts),
+        github: Arc::clone(&github),
         pgn_retention: pgn_retention.clone(),
     });
     Ok(Arc::new(AppState {
@@ -213,6 +224,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         accounts,
         ledger,
         nets,
+        github,
         metrics,
         draining: Default::default(),
         started: Instant::now(),

@@ -82,7 +82,8 @@ pub(super) struct Client {
     http: reqwest::Client,
     token: Option<Secret>,
     timeout_s: u64,
-    quota: Mutex<Option<Quota>>,
+    /// The quota as the last API reply stated it, and when.
+    quota: Mutex<Option<(Quota, std::time::Instant)>>,
     kept: Mutex<HashMap<String, Kept>>,
     store: SharedStore,
     offload: Offload,
@@ -113,7 +114,20 @@ impl Client {
     }
 
     pub(super) fn quota(&self) -> Option<Quota> {
-        self.quota.lock().clone()
+        self.quota.lock().as_ref().map(|(q, _)| q.clone())
+    }
+
+    /// The quota if a reply stated it less than `max_age` ago.
+    pub(super) fn quota_within(&self, max_age: Duration) -> Option<Quota> {
+        self.quota
+            .lock()
+            .as_ref()
+            .filter(|(_, at)| at.elapsed() < max_age)
+            .map(|(q, _)| q.clone())
+    }
+
+    pub(super) fn set_quota(&self, q: Quota) {
+        *self.quota.lock() = Some((q, std::time::Instant::now()));
     }
 
     /// GET `url` (`accept`: the media type). `api`: whether it counts against the quota (and
@@ -157,7 +171,7 @@ impl Client {
             if let Some(q) = &quota
                 && q.resource == "core"
             {
-                *self.quota.lock() = Some(q.clone());
+                self.set_quota(q.clone());
             }
             if status == StatusCode::NOT_MODIFIED
                 && let Some(k) = &kept

@@ -1,5 +1,5 @@
 //! What can go wrong talking to GitHub, said so that a developer at the form knows what
-//! happened and what to do (the `Display` texts are shown next to the field).
+//! happened (the `Display` texts are shown next to the field; the form adds what to do).
 //!
 //! Must not: carry a token or a full request with its headers.
 
@@ -10,14 +10,10 @@ pub enum GithubError {
     #[error("{0}")]
     BadInput(String),
     /// The connection failed (after the one retry).
-    #[error(
-        "GitHub could not be reached ({0}); give the SHAs, benches and nets under \"Advanced\" to submit anyway"
-    )]
+    #[error("GitHub could not be reached ({0})")]
     Unreachable(String),
     /// No answer within `github_timeout_s`.
-    #[error(
-        "GitHub did not answer within {0} s; try again, or give the SHAs, benches and nets under \"Advanced\""
-    )]
+    #[error("GitHub did not answer within {0} s")]
     Timeout(u64),
     /// GitHub's 422 "No commit found" (or a 404 for a commit): no such branch, tag or SHA.
     #[error("GitHub knows no branch, tag or commit \"{reference}\" in {repo}")]
@@ -27,12 +23,10 @@ pub enum GithubError {
     NoRepository(String),
     /// The quota is used up (403 or 429 with no calls remaining); `reset` is when it refills
     /// (Unix seconds) if GitHub said.
-    #[error("GitHub's rate limit is used up{}; try again then, or give the SHAs, benches and nets under \"Advanced\"", reset_text(*.reset))]
+    #[error("GitHub's rate limit is used up{}", reset_text(*.reset))]
     RateLimited { reset: Option<i64> },
     /// A 5xx after the one retry.
-    #[error(
-        "GitHub answered with an error (HTTP {0}); try again later, or give the SHAs, benches and nets under \"Advanced\""
-    )]
+    #[error("GitHub answered with an error (HTTP {0})")]
     Server(u16),
     /// Another refusal (4xx) with GitHub's own message.
     #[error("GitHub refused the request (HTTP {status}: {message})")]

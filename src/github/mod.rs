@@ -153,6 +153,16 @@ impl Github {
         self.client.quota()
     }
 
+    /// The quota, asked of GitHub (`GET /rate_limit`, which costs none) unless a reply stated
+    /// it less than `max_age` ago: a page or `/api/rate_limit` never makes shoal ask GitHub
+    /// more than once per `max_age`, however often it is loaded.
+    pub async fn quota_within(&self, max_age: Duration) -> Result<Quota, GithubError> {
+        if let Some(q) = self.client.quota_within(max_age) {
+            return Ok(q);
+        }
+        self.refresh_quota().await
+    }
+
     /// Asks GitHub for the quota now (`GET /rate_limit`, which costs none).
     pub async fn refresh_quota(&self) -> Result<Quota, GithubError> {
         let url = format!("{}/rate_limit", self.api_url);
@@ -168,7 +178,7 @@ impl Github {
         };
         let limit = u64::try_from(limit).unwrap_or(0);
         let remaining = u64::try_from(remaining).unwrap_or(0);
-        Ok(Quota {
+        let q = Quota {
             limit,
             remaining,
             used: num("used")
@@ -176,7 +186,9 @@ impl Github {
                 .unwrap_or(limit.saturating_sub(remaining)),
             reset,
             resource: "core".into(),
-        })
+        };
+        self.client.set_quota(q.clone());
+        Ok(q)
     }
 
     /// A branch, tag or SHA of `repo` resolved to its commit.

@@ -47,6 +47,9 @@ pub enum ApiError {
     /// 503: a bounded resource (PGN upload slots) stayed busy; retry later.
     #[error("{0}")]
     Busy(String),
+    /// 503: a service shoal asks (GitHub) could not answer; the text says why.
+    #[error("{0}")]
+    Unavailable(String),
     /// 503 on a secondary instance for the primary-only worker paths.
     #[error("primary instance required")]
     PrimaryRequired,
@@ -67,6 +70,7 @@ impl ApiError {
             ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PrimaryRequired => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -35,6 +35,8 @@ pub struct AppState {
     pub ledger: Arc<Ledger>,
     /// The net directory and the nets' records.
     pub nets: Arc<Nets>,
+    /// What shoal asks GitHub (never awaited by the worker API).
+    pub github: Arc<crate::github::Github>,
     pub metrics: PrometheusHandle,
     /// Set when shutdown begins: new requests on open connections get an empty 503.
     pub draining: AtomicBool,

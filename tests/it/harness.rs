@@ -264,6 +264,10 @@ pub fn cli(data_dir: &Path) -> Command {
     cmd
 }
 
+/// Where test servers find "GitHub" unless told otherwise: the discard port on loopback,
+/// which nothing listens on, so a call fails at once as GitHub being unreachable.
+pub const NO_GITHUB: &str = "http://127.0.0.1:9";
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_shoal")
 }
@@ -293,6 +297,11 @@ impl TestServer {
             .env("SHOAL_DATA_DIR", &data_dir)
             .env("SHOAL_LOG", "info")
             .env("SHOAL_SHUTDOWN_GRACE_S", "5")
+            // No test reaches the internet: GitHub is a closed port unless a test starts
+            // its stand-in (`fake_github.rs`) and points these at it.
+            .env("SHOAL_GITHUB_API_URL", NO_GITHUB)
+            .env("SHOAL_GITHUB_RAW_URL", NO_GITHUB)
+            .env("SHOAL_GITHUB_TIMEOUT_S", "2")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if !opts.production {

@@ -1,5 +1,5 @@
 //! The primary's periodic jobs, each run on request (`POST /debug/job/{name}`, the same
-//! `app::run_job` the periodic task calls) on a server whose jobs do not run by themselves
+//! `jobs::run_job` the periodic task calls) on a server whose jobs do not run by themselves
 //! (`periodic_jobs = false`): for each job a state where it has something to do, and its
 //! effect, exactly. Each test also checks that the job had not run before the call and ran
 //! once for it (`shoal_job_seconds_count`), so no effect can come from anywhere else.
@@ -658,4 +658,51 @@ async fn an_unknown_job_is_a_404_and_changes_nothing() {
     // (A known job on the same state does write it.)
     run_job(&server, "flush_buffers").await;
     assert_eq!(stored_run(&server, &run).tasks.len(), 1);
+}
+
+#[tokio::test]
+async fn refresh_official_master_reads_master_and_its_bench_from_github() {
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let server = server_on(
+        no_jobs()
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url()),
+    )
+    .await;
+    assert_eq!(job_runs(&server, "refresh_official_master").await, 0.0);
+    assert_eq!(server.metric("shoal_github_master_bench", &[]).await, 0.0);
+    run_job(&server, "refresh_official_master").await;
+    assert_eq!(job_runs(&server, "refresh_official_master").await, 1.0);
+    // Official master's newest commit states no bench: the newest one that does counts.
+    assert_eq!(
+        server.metric("shoal_github_master_bench", &[]).await,
+        1947203.0
+    );
+    let logged = stored_actions(&server, "system_event", 2).await;
+    let messages: Vec<&str> = logged
+        .iter()
+        .filter_map(|a| a["message"].as_str())
+        .filter(|m| m.starts_with("official master"))
+        .collect();
+    assert_eq!(
+        messages,
+        vec!["official master 3333333333: Fix a typo in the README (Bench: 1947203)"]
+    );
+    // Unchanged master: nothing more is logged.
+    run_job(&server, "refresh_official_master").await;
+    assert_eq!(job_runs(&server, "refresh_official_master").await, 2.0);
+    stored_actions(&server, "system_event", 2).await;
+
+    // GitHub failing: the job fails, says why, and the known master stays.
+    fake.set_mode(crate::fake_github::Mode::ServerError);
+    let (status, v) = server
+        .post_json("/debug/job/refresh_official_master", &json!({}))
+        .await;
+    assert_eq!(status, 500, "{v}");
+    assert_eq!(v["ok"], false);
+    assert!(v["error"].as_str().unwrap().contains("HTTP 502"), "{v}");
+    assert_eq!(
+        server.metric("shoal_github_master_bench", &[]).await,
+        1947203.0
+    );
 }

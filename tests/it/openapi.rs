@@ -226,7 +226,8 @@ async fn the_document_is_openapi_3_1_and_every_reference_resolves() {
 
 #[tokio::test]
 async fn every_documented_route_is_served_and_no_other_method() {
-    let server = TestServer::start().await;
+    // GitHub answering, so /api/rate_limit is served (a 5xx is not).
+    let (_github, server) = with_fake_github().await;
     let doc = documented(&document(&server).await);
     let client = client();
     assert!(doc.len() >= 23, "{} paths", doc.len());
@@ -250,7 +251,8 @@ async fn every_documented_route_is_served_and_no_other_method() {
 
 #[tokio::test]
 async fn every_routed_api_path_is_documented() {
-    let server = TestServer::start().await;
+    // GitHub answering, so /api/rate_limit is served (a 5xx is not).
+    let (_github, server) = with_fake_github().await;
     let doc = documented(&document(&server).await);
     let routes = declared();
     let client = client();
@@ -272,9 +274,21 @@ async fn every_routed_api_path_is_documented() {
     );
 }
 
+/// A server pointed at a GitHub of our own (`fake_github.rs`).
+async fn with_fake_github() -> (crate::fake_github::FakeGithub, TestServer) {
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let server = TestServer::start_with(
+        crate::harness::Opts::new()
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url()),
+    )
+    .await;
+    (fake, server)
+}
+
 #[tokio::test]
-async fn rate_limit_has_fishtests_shape_with_shoals_figures() {
-    let server = TestServer::start().await;
+async fn rate_limit_has_fishtests_shape_with_githubs_figures() {
+    let (fake, server) = with_fake_github().await;
     let (status, body) = server.get_json("/api/rate_limit").await;
     assert_eq!(status, 200, "{body}");
     let keys: BTreeSet<&str> = body
@@ -287,36 +301,55 @@ async fn rate_limit_has_fishtests_shape_with_shoals_figures() {
         keys,
         BTreeSet::from(["limit", "remaining", "reset", "resource", "used"])
     );
+    let (limit, remaining, reset) = fake.quota();
     assert_eq!(body["resource"], "core");
-    assert_eq!(body["used"], 0);
-    assert_eq!(body["remaining"], body["limit"]);
-    assert!(body["limit"].as_u64().unwrap() > 0);
-    let now = chrono::Utc::now().timestamp();
-    let reset = body["reset"].as_i64().unwrap();
-    assert_eq!(reset % 3600, 0, "the window ends on the hour");
-    assert!(reset > now - 5 && reset <= now + 3600, "{reset} vs {now}");
+    assert_eq!(body["limit"], limit);
+    assert_eq!(body["remaining"], remaining);
+    assert_eq!(body["used"], limit - remaining);
+    assert_eq!(body["reset"], reset);
+
+    // GitHub unreachable and never heard from: 503, in the API's error shape, saying why.
+    let server = TestServer::start().await;
+    let (status, body) = server.get_json("/api/rate_limit").await;
+    assert_eq!(status, 503, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "/api/rate_limit: the GitHub quota is unknown: GitHub could not be reached"
+        ),
+        "{body}"
+    );
 }
 
 #[tokio::test]
 async fn rate_limits_page_and_server_fragment() {
-    let server = TestServer::start().await;
+    let (fake, server) = with_fake_github().await;
     let (_, api) = server.get_json("/api/rate_limit").await;
-    let limit = api["limit"].as_u64().unwrap().to_string();
+    let remaining = api["remaining"].as_u64().unwrap().to_string();
+    let (_, _, reset) = fake.quota();
+    let hms = chrono::DateTime::from_timestamp(reset, 0)
+        .unwrap()
+        .format("%H:%M:%S")
+        .to_string();
     let mut b = Browser::new(&server);
 
     let p = b.get("/rate_limits").await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(p.header("content-type").starts_with("text/html"));
     assert!(p.body.contains("GitHub rate limits"));
-    assert!(p.body.contains("shoal calls no GitHub"), "{}", p.body);
     assert!(
         p.body
-            .contains(&format!("<td id=\"server_remaining\">{limit}</td>")),
+            .contains(&format!("<td id=\"server_remaining\">{remaining}</td>")),
         "{}",
         p.body
     );
-    let hms = regex::Regex::new(r#"<span id="server_reset">(\d\d):00:00</span>"#).unwrap();
-    assert!(hms.is_match(&p.body), "{}", p.body);
+    assert!(
+        p.body
+            .contains(&format!("<span id=\"server_reset\">{hms}</span>")),
+        "{}",
+        p.body
+    );
+    assert!(p.body.contains("The server has no token"), "{}", p.body);
     assert!(p.body.contains("<td id=\"client_remaining\">-1</td>"));
     assert!(p.body.contains("<span id=\"client_reset\">00:00:00</span>"));
     assert!(!p.body.contains("<script>"), "no inline script");
@@ -327,9 +360,34 @@ async fn rate_limits_page_and_server_fragment() {
 
     let f = b.get("/rate_limits/server").await;
     assert_eq!(f.status, 200);
-    let shape = regex::Regex::new(&format!(
-        r#"^{limit}<span id="server_reset" hx-swap-oob="true">\d\d:00:00</span>$"#
-    ))
-    .unwrap();
-    assert!(shape.is_match(f.body.trim()), "{}", f.body);
+    assert_eq!(
+        f.body.trim(),
+        format!("{remaining}<span id=\"server_reset\" hx-swap-oob=\"true\">{hms}</span>")
+    );
+
+    // The figures are GitHub's: more calls spent there show here (after the 10 s the server
+    // keeps a quota, or at once for a server that has not asked yet).
+    let (status, _) = server.get_json("/api/rate_limit").await;
+    assert_eq!(status, 200);
+    drop(fake);
+
+    // GitHub gone and never heard from: unknown, and why.
+    let server = TestServer::start().await;
+    let mut b = Browser::new(&server);
+    let p = b.get("/rate_limits").await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("<td id=\"server_remaining\">-1</td>"),
+        "{}",
+        p.body
+    );
+    assert!(p.body.contains("<span id=\"server_reset\">00:00:00</span>"));
+    assert!(
+        p.body
+            .contains("The server&#x27;s quota is unknown: GitHub could not be reached")
+            || p.body
+                .contains("The server's quota is unknown: GitHub could not be reached"),
+        "{}",
+        p.body
+    );
 }

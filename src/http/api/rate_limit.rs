@@ -1,28 +1,27 @@
 //! `GET /api/rate_limit`: the server's GitHub quota in Fishtest's shape (GitHub's `core`
-//! resource: `limit`, `used`, `remaining`, `reset`, `resource`), with shoal's own figures.
+//! resource: `limit`, `used`, `remaining`, `reset`, `resource`), as GitHub last stated it to
+//! the `github` component, asked again (which costs no quota) when older than
+//! [`QUOTA_MAX_AGE`]. The `/rate_limits` page shows the same figures.
 //!
-//! shoal never calls GitHub (a submitter gives the resolved commits, their subjects and the
-//! nets), so its quota is never spent: `used` is 0, `remaining` equals `limit`, and `reset` is
-//! the next full hour, as GitHub's hourly window would be. The `/rate_limits` page shows the
-//! same figures ([`GithubQuota::now`]).
-//!
-//! Owns: the figures and the route.
-//! Must not: call GitHub or anything else outside the process.
+//! Owns: the shape and the route.
+//! Must not: ask GitHub more than once per [`QUOTA_MAX_AGE`], however often it is called.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::github::Quota;
 use crate::http::reply::{ApiError, BareJson};
 use crate::http::state::AppState;
 
-/// The hourly quota GitHub grants an authenticated caller on its `core` resource, which
-/// Fishtest's server spends; shoal reports it whole.
-pub const NOMINAL_LIMIT: u64 = 5000;
+/// How old a quota may be before GitHub is asked again.
+pub const QUOTA_MAX_AGE: Duration = Duration::from_secs(10);
 
 /// The GitHub quota as Fishtest's `/api/rate_limit` reports it (GitHub's `core` resource as
 /// GitHub sends it: no `duration`).
@@ -30,38 +29,29 @@ pub const NOMINAL_LIMIT: u64 = 5000;
 pub struct GithubQuota {
     /// Calls allowed per hour.
     pub limit: u64,
-    /// Calls made this hour (shoal makes none).
+    /// Calls made this hour.
     pub used: u64,
     /// Calls left this hour.
     pub remaining: u64,
     /// When the hour's window ends, in Unix seconds.
     pub reset: i64,
     /// Always `core`.
-    pub resource: &'static str,
+    pub resource: String,
+}
+
+impl From<Quota> for GithubQuota {
+    fn from(q: Quota) -> Self {
+        GithubQuota {
+            limit: q.limit,
+            used: q.used,
+            remaining: q.remaining,
+            reset: q.reset,
+            resource: q.resource,
+        }
+    }
 }
 
 impl GithubQuota {
-    /// shoal's figures at Unix time `now`: nothing used, the window ending at the next hour.
-    pub fn at(now: i64) -> Self {
-        let reset = now
-            .div_euclid(3600)
-            .checked_add(1)
-            .and_then(|h| h.checked_mul(3600))
-            .unwrap_or(now);
-        GithubQuota {
-            limit: NOMINAL_LIMIT,
-            used: 0,
-            remaining: NOMINAL_LIMIT,
-            reset,
-            resource: "core",
-        }
-    }
-
-    /// shoal's figures now.
-    pub fn now() -> Self {
-        Self::at(chrono::Utc::now().timestamp())
-    }
-
     /// The reset time as the `/rate_limits` page shows it: `HH:MM:SS`, UTC.
     pub fn reset_hms(&self) -> String {
         chrono::DateTime::from_timestamp(self.reset, 0)
@@ -79,12 +69,21 @@ pub fn router() -> Router<Arc<AppState>> {
     get,
     path = "/api/rate_limit",
     tag = "read",
-    responses((status = 200, description = "The server's GitHub quota (shoal calls no GitHub: \
-        nothing is ever used; no `duration`)", body = GithubQuota))
+    responses(
+        (status = 200, description = "The server's GitHub quota as GitHub last stated it \
+            (no `duration`)", body = GithubQuota),
+        (status = 503, description = "GitHub could not be asked and never stated it",
+            body = crate::http::api::schema::ErrorReply)
+    )
 )]
-pub async fn rate_limit() -> Result<Response, ApiError> {
-    // A clock read and a small object: nothing here can block.
-    Ok(BareJson::of(&GithubQuota::now())?.into_response())
+pub async fn rate_limit(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    // Awaiting GitHub here holds no token and no lock: it is a network wait on the loop.
+    match state.github.quota_within(QUOTA_MAX_AGE).await {
+        Ok(q) => Ok(BareJson::of(&GithubQuota::from(q))?.into_response()),
+        Err(e) => Err(ApiError::Unavailable(format!(
+            "the GitHub quota is unknown: {e}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -92,12 +91,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_window_ends_at_the_next_hour() {
-        let q = GithubQuota::at(7200 + 59);
-        assert_eq!(q.reset, 10800);
-        assert_eq!(q.remaining, q.limit);
-        assert_eq!(q.used, 0);
+    fn the_reset_time_reads_as_utc() {
+        let q = GithubQuota {
+            limit: 5000,
+            used: 1,
+            remaining: 4999,
+            reset: 10800,
+            resource: "core".into(),
+        };
         assert_eq!(q.reset_hms(), "03:00:00");
-        assert_eq!(GithubQuota::at(3600).reset, 7200);
     }
 }

@@ -2,13 +2,15 @@
 //! as a fragment: the remaining calls, then an out-of-band `server_reset` span with the reset
 //! time, `HH:MM:SS` UTC).
 //!
-//! shoal calls no GitHub, so the server's figures are its own ([`GithubQuota`], the same as
-//! `/api/rate_limit`): nothing is ever used. The page says so. The browser's own quota, which
-//! Fishtest's page asks GitHub for from the browser, is shown unknown (`-1`, `00:00:00`): shoal's
-//! pages never send the browser to GitHub.
+//! The server's figures are GitHub's, as it last stated them to the `github` component
+//! (asked again, at no cost, when older than [`QUOTA_MAX_AGE`]; the same as
+//! `/api/rate_limit`); unknown (`-1`, `00:00:00`, and why) when GitHub could not be asked.
+//! The browser's own quota, which Fishtest's page asks GitHub for from the browser, is shown
+//! unknown: shoal's pages never send the browser to GitHub.
 //!
 //! Owns: those two handlers and their templates.
-//! Must not: call GitHub, or render outside the pool (`page`).
+//! Must not: render outside the pool (`page`), or ask GitHub more than once per
+//! [`QUOTA_MAX_AGE`].
 
 use std::sync::Arc;
 
@@ -18,36 +20,63 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::kit::{Input, Layout, Page, page};
-use crate::http::api::rate_limit::GithubQuota;
+use crate::http::api::rate_limit::{GithubQuota, QUOTA_MAX_AGE};
 use crate::http::state::AppState;
+
+/// The server's figures as shown: GitHub's, or unknown with the reason.
+pub struct Shown {
+    pub remaining: String,
+    pub reset: String,
+    pub q: Option<GithubQuota>,
+    pub why_unknown: Option<String>,
+}
+
+async fn shown(state: &AppState) -> Shown {
+    match state.github.quota_within(QUOTA_MAX_AGE).await {
+        Ok(q) => {
+            let q = GithubQuota::from(q);
+            Shown {
+                remaining: q.remaining.to_string(),
+                reset: q.reset_hms(),
+                q: Some(q),
+                why_unknown: None,
+            }
+        }
+        Err(e) => Shown {
+            remaining: "-1".into(),
+            reset: "00:00:00".into(),
+            q: None,
+            why_unknown: Some(e.to_string()),
+        },
+    }
+}
 
 #[derive(Template)]
 #[template(path = "rate_limits.html")]
 pub struct RateLimitsPage {
     pub l: Layout,
-    pub q: GithubQuota,
-    pub reset: String,
+    pub s: Shown,
+    pub token: bool,
 }
 
 #[derive(Template)]
 #[template(
-    source = "{{ q.remaining }}<span id=\"server_reset\" hx-swap-oob=\"true\">{{ reset }}</span>",
+    source = "{{ s.remaining }}<span id=\"server_reset\" hx-swap-oob=\"true\">{{ s.reset }}</span>",
     ext = "html"
 )]
 pub struct ServerFragment {
-    pub q: GithubQuota,
-    pub reset: String,
+    pub s: Shown,
 }
 
 /// GET /rate_limits.
 pub async fn rate_limits(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    page(&state, Input::get(&state, &headers), |_, ctx, _| {
-        let q = GithubQuota::now();
-        let reset = q.reset_hms();
+    let s = shown(&state).await;
+    let token = state.config.github_token.is_some();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         Page::ok(&RateLimitsPage {
             l: Layout::new(ctx, "GitHub rate limits"),
-            q,
-            reset,
+            s,
+            token,
         })
     })
     .await
@@ -55,10 +84,9 @@ pub async fn rate_limits(State(state): State<Arc<AppState>>, headers: HeaderMap)
 
 /// GET /rate_limits/server: the fragment.
 pub async fn server(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    page(&state, Input::get(&state, &headers), |_, _, _| {
-        let q = GithubQuota::now();
-        let reset = q.reset_hms();
-        Page::ok(&ServerFragment { q, reset })
+    let s = shown(&state).await;
+    page(&state, Input::get(&state, &headers), move |_, _, _| {
+        Page::ok(&ServerFragment { s })
     })
     .await
 }
