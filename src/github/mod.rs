@@ -6,13 +6,14 @@
 //! Files: `submit.rs` (a submission by branch name resolved, every problem against its
 //! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
-//! replies, pure), `master.rs` (official master and its bench, refreshed by a job, kept in the
+//! replies, pure), `diffs.rs` (a run's diff fetched once and kept with it), `master.rs` (official master and its bench, refreshed by a job, kept in the
 //! store), `error.rs` (`GithubError`, in words a developer can act on).
 //!
 //! Must not: run on the event loop's hot paths or be awaited by anything in the worker API;
 //! log or print the token; reach into another component's state.
 
 mod client;
+mod diffs;
 mod error;
 mod master;
 pub mod parse;
@@ -25,6 +26,7 @@ use serde_json::Value;
 
 pub use client::Quota;
 use client::{Client, Got};
+pub use diffs::{MAX_DIFF_BYTES, StoredDiff};
 pub use error::GithubError;
 pub use master::{Master, MasterRefresh};
 pub use parse::RepoName;

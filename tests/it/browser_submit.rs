@@ -58,12 +58,19 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
         .await
         .expect("click");
     wait_for_answer(&c, "Submit test").await;
-    set(&c, "tests-repo", "https://github.com/alice/Stockfish").await;
-    set(&c, "test-branch", "my-patch").await;
+    set(&c, "tests_repo", "https://github.com/alice/Stockfish").await;
+    set(&c, "new_tag", "my-patch").await;
+    // The commits given by hand: the "Advanced" part, folded until opened.
+    c.find(Locator::Css("details.advanced > summary"))
+        .await
+        .expect("the advanced part")
+        .click()
+        .await
+        .expect("open it");
     set(&c, "resolved_new", &sha('b')).await;
     set(&c, "resolved_base", "not a sha").await;
-    set(&c, "test-signature", "2050111").await;
-    set(&c, "base-signature", "2050811").await;
+    set(&c, "new_signature", "2050111").await;
+    set(&c, "base_signature", "2050811").await;
     set(&c, "run-info", "Simplify the king danger term").await;
     submit(&c, "form.run-form").await;
 
@@ -78,7 +85,7 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
         .await
         .expect("the error next to the field");
     assert!(error.text().await.expect("text").contains("40-digit"));
-    assert_eq!(value_of(&c, "test-branch").await, "my-patch");
+    assert_eq!(value_of(&c, "new_tag").await, "my-patch");
     assert_eq!(value_of(&c, "resolved_base").await, "not a sha");
     screenshot(&c, "submit_refused").await;
 

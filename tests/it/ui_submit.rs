@@ -118,14 +118,14 @@ async fn filled_form(b: &mut Browser<'_>) -> Vec<(String, String)> {
         &form_fields(&page.body),
         &[
             (
-                "tests-repo",
+                "tests_repo",
                 "https://github.com/official-stockfish/Stockfish",
             ),
-            ("test-branch", "patch"),
+            ("new_tag", "patch"),
             ("resolved_new", &sha('b')),
             ("resolved_base", &sha('a')),
-            ("test-signature", "1234568"),
-            ("base-signature", "1234567"),
+            ("new_signature", "1234568"),
+            ("base_signature", "1234567"),
             ("run-info", "a test run"),
         ],
     )
@@ -181,7 +181,7 @@ async fn submitting_needs_a_login_a_token_and_an_active_account() {
     let form = filled_form(&mut alice).await;
     let page = alice.get("/tests/run").await;
     assert!(page.body.contains("href=\"/tests/run\">New test</a>"));
-    assert!(page.body.contains("shoal does not call GitHub"));
+    assert!(page.body.contains("shoal asks GitHub for its commit"));
 
     // An anonymous visitor's valid token: still to the login page, nothing created.
     let anon_token = anon.get("/login").await.csrf();
@@ -256,13 +256,13 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
             "resolved_new must be a 40-digit hexadecimal commit SHA",
         ),
         (
-            vec![("base-signature", "12a")],
-            "base-signature",
+            vec![("base_signature", "12a")],
+            "base_signature",
             "base_signature must be the bench node count (digits)",
         ),
         (
-            vec![("test-branch", " ")],
-            "test-branch",
+            vec![("new_tag", " ")],
+            "new_tag",
             "new_tag must not be empty",
         ),
         (
@@ -271,8 +271,8 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
             "option \"Hash16\" is not of the form key=value",
         ),
         (
-            vec![("tests-repo", "https://gitlab.com/x/y")],
-            "tests-repo",
+            vec![("tests_repo", "https://gitlab.com/x/y")],
+            "tests_repo",
             "must be https://github.com/<owner>/<repo>",
         ),
         (
@@ -389,7 +389,7 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
             }
             assert_eq!(field(&back, name), Some(*value), "{name} kept");
         }
-        assert_eq!(field(&back, "test-branch"), field(&sent, "test-branch"));
+        assert_eq!(field(&back, "new_tag"), field(&sent, "new_tag"));
     }
     assert_eq!(run_count(&server), 0, "no refused form created a run");
 
@@ -526,11 +526,11 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
         let fields = form_fields(&page.body);
         assert_eq!(field(&fields, "rescheduled_from"), Some(old.as_str()));
         assert_eq!(field(&fields, "tc"), args["tc"].as_str());
-        assert_eq!(field(&fields, "test-branch"), Some("patch"));
+        assert_eq!(field(&fields, "new_tag"), Some("patch"));
         assert_eq!(field(&fields, "resolved_new"), Some(sha('b').as_str()));
         assert!(
             page.body
-                .contains("name=\"test-branch\" value=\"patch\" readonly")
+                .contains("name=\"new_tag\" value=\"patch\" readonly")
         );
 
         let page = post_form(&mut bob, &fields).await;

@@ -28,6 +28,7 @@ pub mod rate_limits;
 pub mod results;
 pub mod run;
 pub mod run_detail;
+pub mod run_diff;
 pub mod run_tasks;
 pub mod session;
 pub mod sprt_calc;
@@ -36,6 +37,7 @@ pub mod stats_tables;
 pub mod submit;
 pub mod submit_args;
 pub mod submit_form;
+pub mod submit_github;
 pub mod user_management;
 pub mod workers;
 

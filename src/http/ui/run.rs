@@ -98,6 +98,10 @@ pub struct RunPage {
     pub tasks_heading: String,
     /// The fragments are refreshed only while the run is unfinished.
     pub live: bool,
+    /// The diff kept with the run, drawn.
+    pub diff: Option<super::run_diff::DiffView>,
+    /// The same comparison on GitHub.
+    pub compare_url: Option<String>,
     pub script: String,
 }
 
@@ -217,9 +221,14 @@ pub async fn view(
 ) -> Response {
     let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
     let id = id.parse::<RunId>();
+    let github = state.github.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let heading = page_title(&run);
+        let diff = github
+            .stored_diff_blocking(&run.id)
+            .map(|d| super::run_diff::view(&d));
+        let compare_url = super::run_diff::compare_url(&run);
         let warnings = warnings(&run, &db.books());
         let (spsa, spsa_iter) = spsa_rows(&run);
         let p = RunPage {
@@ -241,6 +250,8 @@ pub async fn view(
             notes: notes(&run),
             live: !run.finished,
             script: asset("refresh.js"),
+            diff,
+            compare_url,
         };
         Page::ok(&p)
     })

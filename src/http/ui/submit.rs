@@ -19,11 +19,14 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::kit::{
-    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, form_or_default, page,
+    Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
+    form_or_default, open_page, page,
 };
 use super::session::Ctx;
 use super::submit_args::{FieldErrors, form_field, to_args};
 use super::submit_form::{BOUNDS, PRESETS, RunForm, THROUGHPUTS};
+use super::submit_github;
+use crate::github::Github;
 use crate::http::error::ApiError;
 use crate::http::run_id::RunId;
 use crate::http::state::AppState;
@@ -54,6 +57,12 @@ pub struct RunFormPage {
     pub errors: FieldErrors,
     /// A rerun: the commits are fixed (read-only).
     pub rerun: bool,
+    /// The "advanced" fields shown unfolded (GitHub failed, or they hold values).
+    pub advanced_open: bool,
+    /// A refusal names nets that were never uploaded (the page links `/upload`).
+    pub missing_nets: bool,
+    /// Official master as last refreshed: its subject and bench (the base bench's default).
+    pub master: Option<(String, String)>,
     pub presets: Vec<PresetLink>,
     pub books: Vec<Choice>,
     pub bounds: Vec<Choice>,
@@ -81,12 +90,35 @@ fn choices<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>, current: &st
     out
 }
 
+/// What the page shows beside the form's values and refusals.
+#[derive(Default, Clone)]
+pub struct Extras {
+    pub advanced_open: bool,
+    pub missing_nets: bool,
+    pub master: Option<(String, String)>,
+}
+
+impl Extras {
+    fn of(github: &Github) -> Extras {
+        Extras {
+            master: github.master().map(|m| {
+                (
+                    m.subject.clone(),
+                    m.bench.map(|b| b.to_string()).unwrap_or_default(),
+                )
+            }),
+            ..Extras::default()
+        }
+    }
+}
+
 fn render(
     db: &RunDb,
     ctx: &Ctx,
     f: RunForm,
     errors: FieldErrors,
     flashes: Vec<Flash>,
+    extras: Extras,
 ) -> PageResult {
     let rerun = !f.rescheduled_from.is_empty();
     let title = if rerun { "Reschedule test" } else { "New test" };
@@ -121,10 +153,27 @@ fn render(
     );
     let throughputs = choices(THROUGHPUTS.iter().map(|t| (*t, *t)), f.throughput.trim());
     let compilers = choices([("clang++", "clang++"), ("g++", "g++")], f.compiler.trim());
+    let advanced_open = extras.advanced_open
+        || [&f.resolved_new, &f.resolved_base, &f.new_nets, &f.base_nets]
+            .iter()
+            .any(|v| !v.trim().is_empty())
+        || [
+            "resolved_new",
+            "resolved_base",
+            "msg_new",
+            "msg_base",
+            "new_nets",
+            "base_nets",
+        ]
+        .iter()
+        .any(|k| errors.contains_key(*k));
     let page = RunFormPage {
         l,
         errors,
         rerun,
+        advanced_open,
+        missing_nets: extras.missing_nets,
+        master: extras.master,
         presets,
         books,
         bounds,
@@ -157,6 +206,7 @@ pub async fn form(
 ) -> Response {
     let q = query.map(|Query(q)| q).unwrap_or_default();
     let rerun = q.id.as_deref().map(str::parse::<RunId>);
+    let extras = Extras::of(&state.github);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let Some(user) = ctx.user.clone() else {
             let mut next = "/tests/run".to_string();
@@ -182,75 +232,137 @@ pub async fn form(
                 None => flashes.push(Flash::error(format!("Unknown preset {key:?}"))),
             }
         }
-        render(db, ctx, f, FieldErrors::new(), flashes)
+        render(db, ctx, f, FieldErrors::new(), flashes, extras)
     })
     .await
 }
 
 /// `POST /tests/run`: the token (a bad one is a 403 and creates nothing), then a secondary
-/// answers 503 and an anonymous visitor goes to `/login`; then the run is created through
-/// `RunDb::submit_run` and the browser goes to its page, or the form comes back (200) with
-/// each refusal next to its field and the input kept.
+/// answers 503 and an anonymous visitor goes to `/login`. A submission by branch name is
+/// resolved through GitHub (awaited here, between the two page jobs: a network wait that
+/// holds no token and no lock), its values written into the form and its nets checked
+/// against the uploaded ones; then the run is created through `RunDb::submit_run` and the
+/// browser goes to its page, or the form comes back (200) with each problem next to its
+/// field and the input kept.
 pub async fn submit(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     form: Result<Form<RunForm>, FormRejection>,
 ) -> Response {
     // A body that is not this form is an empty one: its missing token refuses it.
-    let f = form_or_default(form);
+    let mut f = form_or_default(form);
     let token = f.csrf_token.clone();
+    let input = Input::post(&state, &headers, token);
+    let keys = input.keys.clone();
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) => ctx,
+        Err(refused) => return refused,
+    };
     let primary = state.primary;
-    page(
-        &state,
-        Input::post(&state, &headers, token),
-        move |db, ctx, _| {
-            if !primary {
-                return Err(PageError::NotPrimary);
+    let mut extras = Extras::of(&state.github);
+    let mut problems = None;
+    let mut from_github = false;
+    if primary
+        && let Some(user) = &ctx.user
+        && submit_github::needs_github(&f)
+    {
+        let wanted = submit_github::wanted(&f, &user.tests_repo);
+        match state.github.resolve_submission(&wanted).await {
+            Ok(r) => {
+                submit_github::apply(&mut f, &r);
+                from_github = true;
+                for w in &r.warnings {
+                    tracing::info!(user = %user.username, warning = %w, "submission warning");
+                }
             }
-            let Some(user) = ctx.user.clone() else {
-                return login_first("/tests/run");
-            };
-            let refused = |errors: FieldErrors, general: Option<String>| {
-                let mut flashes = vec![Flash::error(
-                    "The test was not submitted: see the messages below.",
-                )];
-                flashes.extend(general.map(Flash::error));
-                render(db, ctx, f.clone(), errors, flashes)
-            };
-            let args = match to_args(&f) {
-                Ok(args) => args,
-                Err(errors) => {
-                    let general = errors.get("rescheduled_from").cloned();
-                    return refused(errors, general);
-                }
-            };
-            match db.submit_run(args, &user) {
-                Ok(id) => {
-                    tracing::info!(run = %id, user = %user.username, "run submitted");
-                    Page::redirect(format!("/tests/view/{id}?follow=1"))
-                }
-                Err(SubmitError::Args(e)) => {
-                    let field = form_field(e.field);
-                    if field.is_empty() {
-                        refused(FieldErrors::new(), Some(e.message))
-                    } else {
-                        refused(FieldErrors::from([(field.to_string(), e.message)]), None)
-                    }
-                }
-                // Refusals in the API edge's words (`http::error`).
-                Err(SubmitError::Db(e)) => match ApiError::from(e) {
-                    ApiError::PrimaryRequired => Err(PageError::NotPrimary),
-                    ApiError::BadRequest(m) | ApiError::Unauthorized(m) | ApiError::NotFound(m) => {
-                        refused(FieldErrors::new(), Some(m))
-                    }
-                    ApiError::Internal(detail) => Err(PageError::Internal {
-                        what: "run not submitted",
-                        detail,
-                    }),
-                    e => Err(PageError::internal("run not submitted", e)),
-                },
+            Err(p) => problems = Some(p),
+        }
+    }
+    let compared = (
+        f.tests_repo.trim().to_string(),
+        f.resolved_base.trim().to_string(),
+        f.resolved_new.trim().to_string(),
+    );
+    let nets = state.nets.clone();
+    let (created_tx, created_rx) = tokio::sync::oneshot::channel::<String>();
+    let response = continue_page(&state, keys, ctx, move |db, ctx, _| {
+        if !primary {
+            return Err(PageError::NotPrimary);
+        }
+        let Some(user) = ctx.user.clone() else {
+            return login_first("/tests/run");
+        };
+        let refused = |f: RunForm, errors: FieldErrors, general: Vec<Flash>, extras: Extras| {
+            let mut flashes = vec![Flash::error(
+                "The test was not submitted: see the messages below.",
+            )];
+            flashes.extend(general);
+            render(db, ctx, f, errors, flashes, extras)
+        };
+        if let Some(p) = problems {
+            let (errors, general, outage) = submit_github::problems(&p);
+            extras.advanced_open = outage;
+            return refused(f, errors, general, extras);
+        }
+        if from_github {
+            let missing = submit_github::missing_nets(&f, |n| nets.known(n).unwrap_or(false));
+            if !missing.is_empty() {
+                extras.missing_nets = true;
+                extras.advanced_open = true;
+                return refused(f, missing, Vec::new(), extras);
             }
-        },
-    )
-    .await
+        }
+        let args = match to_args(&f) {
+            Ok(args) => args,
+            Err(errors) => {
+                let general = errors.get("rescheduled_from").cloned();
+                return refused(
+                    f,
+                    errors,
+                    general.into_iter().map(Flash::error).collect(),
+                    extras,
+                );
+            }
+        };
+        match db.submit_run(args, &user) {
+            Ok(id) => {
+                tracing::info!(run = %id, user = %user.username, "run submitted");
+                let _ = created_tx.send(id.clone());
+                Page::redirect(format!("/tests/view/{id}?follow=1"))
+            }
+            Err(SubmitError::Args(e)) => {
+                let field = form_field(e.field);
+                if field.is_empty() {
+                    refused(f, FieldErrors::new(), vec![Flash::error(e.message)], extras)
+                } else {
+                    refused(
+                        f,
+                        FieldErrors::from([(field.to_string(), e.message)]),
+                        Vec::new(),
+                        extras,
+                    )
+                }
+            }
+            // Refusals in the API edge's words (`http::error`).
+            Err(SubmitError::Db(e)) => match ApiError::from(e) {
+                ApiError::PrimaryRequired => Err(PageError::NotPrimary),
+                ApiError::BadRequest(m) | ApiError::Unauthorized(m) | ApiError::NotFound(m) => {
+                    refused(f, FieldErrors::new(), vec![Flash::error(m)], extras)
+                }
+                ApiError::Internal(detail) => Err(PageError::Internal {
+                    what: "run not submitted",
+                    detail,
+                }),
+                e => Err(PageError::internal("run not submitted", e)),
+            },
+        }
+    })
+    .await;
+    if let Ok(id) = created_rx.await {
+        // The diff between base and new, fetched once and kept with the run, in the
+        // background: the developer does not wait for it.
+        let (repo, base, new) = compared;
+        state.github.keep_diff_in_background(id, repo, base, new);
+    }
+    response
 }

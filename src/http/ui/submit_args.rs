@@ -17,17 +17,17 @@ pub type FieldErrors = BTreeMap<String, String>;
 /// The form field where a refusal of argument `arg` (`rundb::create::ArgError::field`) shows.
 pub fn form_field(arg: &str) -> &'static str {
     match arg {
-        "base_tag" => "base-branch",
-        "new_tag" => "test-branch",
+        "base_tag" => "base_tag",
+        "new_tag" => "new_tag",
         "resolved_base" => "resolved_base",
         "resolved_new" => "resolved_new",
-        "base_signature" => "base-signature",
-        "new_signature" => "test-signature",
+        "base_signature" => "base_signature",
+        "new_signature" => "new_signature",
         "base_nets" => "base_nets",
         "new_nets" => "new_nets",
         "base_options" => "base-options",
         "new_options" => "new-options",
-        "tests_repo" | "master_repo" => "tests-repo",
+        "tests_repo" | "master_repo" => "tests_repo",
         "tc" => "tc",
         "new_tc" => "new_tc",
         "book" => "book",

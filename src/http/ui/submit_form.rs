@@ -1,7 +1,9 @@
-//! The new-test form's values: Fishtest's field names (`test-branch`, `base-signature`,
-//! `num-games`, `sprt_elo0`, …) plus what shoal asks for because it does not call GitHub (the
-//! resolved commits, their subjects and the nets, as `/api/create_run` takes them), the
-//! defaults, the presets (`?preset=`, with their SPRT bounds) and a run's values for a rerun.
+//! The new-test form's values: the branch fields (`tests_repo`, `new_tag`, `base_tag`, the
+//! benches `new_signature` and `base_signature`; Fishtest's `tests-repo`, `test-branch`, …
+//! are read too), Fishtest's other names (`num-games`, `sprt_elo0`, …), the "advanced" fields
+//! that skip GitHub (the resolved commits, their subjects and the nets, as `/api/create_run`
+//! takes them), the defaults, the presets (`?preset=`, with their SPRT bounds) and a run's
+//! values for a rerun.
 //! Reading the posted form into run arguments is `submit_args.rs`'s; the page is `submit.rs`'s.
 
 use serde::Deserialize;
@@ -15,15 +17,20 @@ pub const DEFAULT_BOOK: &str = "UHO_Lichess_4852_v1.epd";
 #[derive(Deserialize, Default, Clone, Debug)]
 #[serde(default)]
 pub struct RunForm {
-    #[serde(rename = "tests-repo")]
+    /// The tests repository (empty: the user's, else the official one). Fishtest's name,
+    /// `tests-repo`, is read too.
+    #[serde(alias = "tests-repo")]
     pub tests_repo: String,
-    #[serde(rename = "test-branch")]
+    /// The branch, tag or SHA to test (Fishtest's `test-branch` is read too).
+    #[serde(rename = "new_tag", alias = "test-branch")]
     pub test_branch: String,
-    #[serde(rename = "base-branch")]
+    /// The base (empty: `master`; Fishtest's `base-branch` is read too).
+    #[serde(rename = "base_tag", alias = "base-branch")]
     pub base_branch: String,
-    #[serde(rename = "test-signature")]
+    /// The benches: empty, they are read from the commit messages.
+    #[serde(rename = "new_signature", alias = "test-signature")]
     pub test_signature: String,
-    #[serde(rename = "base-signature")]
+    #[serde(alias = "base-signature")]
     pub base_signature: String,
     pub resolved_new: String,
     pub resolved_base: String,
