@@ -128,7 +128,8 @@ impl FakeGithub {
         (s.limit, s.limit.saturating_sub(s.used), s.reset)
     }
 
-    /// Requests for a path so far (any answer).
+    /// Requests for a path so far (any answer; a comparison asked as a diff is counted as
+    /// `<path> (diff)`).
     pub fn hits(&self, path: &str) -> u64 {
         self.shared.0.lock().hits.get(path).copied().unwrap_or(0)
     }
@@ -438,7 +439,9 @@ async fn compare(
             ))
         })()
     };
-    let path = format!("/repos/{owner}/{name}/compare/{spec}");
+    // A diff and a JSON comparison of the same commits are counted apart.
+    let kind = if as_diff { " (diff)" } else { "" };
+    let path = format!("/repos/{owner}/{name}/compare/{spec}{kind}");
     answer(&s, path, &headers, true, reply).await
 }
 

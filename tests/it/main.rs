@@ -38,6 +38,7 @@ mod tuning;
 mod ui;
 mod ui_charts;
 mod ui_controls;
+mod ui_github;
 mod ui_lists;
 mod ui_nets;
 mod ui_record;

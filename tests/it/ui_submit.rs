@@ -14,7 +14,7 @@ use crate::harness::{Opts, TestServer};
 use crate::web::{Browser, Page};
 
 /// A browser logged in as `user`.
-async fn logged_in<'a>(server: &'a TestServer, user: &str) -> Browser<'a> {
+pub(crate) async fn logged_in<'a>(server: &'a TestServer, user: &str) -> Browser<'a> {
     let mut b = Browser::new(server);
     let token = b.get("/login").await.csrf();
     let page = b
@@ -52,7 +52,7 @@ fn attr(tag: &str, name: &str) -> Option<String> {
 
 /// What a browser would submit from the page's `/tests/run` form: the inputs (ticked
 /// checkboxes and radios only), the selected options and the text areas, in order.
-fn form_fields(body: &str) -> Vec<(String, String)> {
+pub(crate) fn form_fields(body: &str) -> Vec<(String, String)> {
     let start = body
         .find("action=\"/tests/run\"")
         .expect("the /tests/run form");
@@ -93,7 +93,7 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 /// `fields` with `changes` applied (an empty value for a checkbox removes it).
-fn with(fields: &[(String, String)], changes: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn with(fields: &[(String, String)], changes: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = fields.to_vec();
     for (name, value) in changes {
         out.retain(|(n, _)| n != name);
@@ -102,7 +102,7 @@ fn with(fields: &[(String, String)], changes: &[(&str, &str)]) -> Vec<(String, S
     out
 }
 
-async fn post_form(b: &mut Browser<'_>, fields: &[(String, String)]) -> Page {
+pub(crate) async fn post_form(b: &mut Browser<'_>, fields: &[(String, String)]) -> Page {
     let pairs: Vec<(&str, &str)> = fields
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_str()))
