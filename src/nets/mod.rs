@@ -99,3 +99,27 @@ impl Nets {
         Ok(store::count_download(&self.store, name)?)
     }
 }
+
+/// An approved run's bookkeeping of the nets it tests (as Fishtest does on approval): each
+/// net of `new_nets` that the base does not use gets `last_test` = this run, and
+/// `first_test` too if it had none. A net without a record is skipped. Runs under nothing:
+/// the caller has released the run's lock.
+pub fn record_tests(
+    store: &SharedStore,
+    new_nets: &[String],
+    base_nets: &[String],
+    run_id: &str,
+) -> Result<(), NetError> {
+    let test = json!({"id": run_id, "date": crate::store::Date::now().to_value()});
+    for name in new_nets.iter().filter(|n| !base_nets.contains(n)) {
+        let Some(mut doc) = store::find(store, name)? else {
+            continue;
+        };
+        if !doc.contains_key("first_test") {
+            doc.insert("first_test".into(), test.clone());
+        }
+        doc.insert("last_test".into(), test.clone());
+        store.put(crate::store::Collection::Nns, &doc)?;
+    }
+    Ok(())
+}

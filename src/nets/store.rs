@@ -298,7 +298,7 @@ pub(super) fn known(store: &SharedStore, dir: &Path, name: &str) -> Result<bool,
 
 /// The `nns` document of net `name` (keyed by its name; a document stored under another
 /// `_id` is found by its `name` field).
-fn find(store: &SharedStore, name: &str) -> Result<Option<Doc>, StoreError> {
+pub(super) fn find(store: &SharedStore, name: &str) -> Result<Option<Doc>, StoreError> {
     if let Some(doc) = store.get(Collection::Nns, name)? {
         return Ok(Some(doc));
     }

@@ -93,9 +93,14 @@ impl RunDb {
         run.approver = approver.username.clone();
         self.save_now(&entry, &run)?;
         let f = run_fields(&run, Some("approved".into()));
+        let (new_nets, base_nets) = (run.args.new_nets.clone(), run.args.base_nets.clone());
         drop(run);
         self.ledger
             .log_action("approve_run", &approver.username, f)?;
+        // The nets' first and last tests (after the lock: store writes).
+        if let Err(e) = crate::nets::record_tests(&self.store, &new_nets, &base_nets, run_id) {
+            tracing::warn!(run = %run_id, error = %e, "nets' tests not recorded");
+        }
         Ok(())
     }
 

@@ -250,3 +250,40 @@ async fn each_problem_shows_at_its_field_and_creates_nothing() {
     let (_, run): (u16, Value) = server.get_json(&format!("/api/get_run/{id}")).await;
     assert_eq!(run["args"]["resolved_new"], sha('b'));
 }
+
+#[tokio::test]
+async fn approval_records_the_first_and_last_tests_of_a_new_net() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "boss", &["--approver"]);
+    let new_net = "nn-9999aaaabbbb.nnue";
+    record_nets(
+        &server,
+        &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue", new_net],
+    );
+    let mut b = logged_in(&server, "alice").await;
+    let first = created(&submit(&mut b, &[("tests_repo", FORK_URL), ("new_tag", "new-net")]).await);
+    let second =
+        created(&submit(&mut b, &[("tests_repo", FORK_URL), ("new_tag", "new-net")]).await);
+    let test_of = |name: &str, key: &str| -> Option<String> {
+        let store = open_store(&server.data_dir).expect("store");
+        let doc = store
+            .get(shoal::store::Collection::Nns, name)
+            .expect("get")
+            .expect("the net's record");
+        doc.get(key)
+            .and_then(|t| t.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    assert_eq!(test_of(new_net, "first_test"), None, "not before approval");
+
+    crate::fleet::approve(&server, "boss", &first).await;
+    assert_eq!(test_of(new_net, "first_test"), Some(first.clone()));
+    assert_eq!(test_of(new_net, "last_test"), Some(first.clone()));
+    crate::fleet::approve(&server, "boss", &second).await;
+    assert_eq!(test_of(new_net, "first_test"), Some(first));
+    assert_eq!(test_of(new_net, "last_test"), Some(second));
+    // A net the base uses too is not the test's new net.
+    assert_eq!(test_of("nn-1c0000000000.nnue", "last_test"), None);
+}
