@@ -8,8 +8,9 @@
 //! [`Accounts::login_in_pool`]: the throttle's verdict, the credential cache, the guarded
 //! argon2 check, recording each verdict), an approver's decisions and a user's profile change
 //! (logged in the [`Ledger`]).
-//! Says what happened in types ([`AuthError`], [`UserError`]); Fishtest's texts for a refused
-//! login are the HTTP layer's (`http::auth`), made in one place.
+//! Says what happened in types ([`AuthError`], [`UserError`] with [`NameRefusal`]); the texts
+//! for a refused login or account operation are the HTTP layer's (`http::error`), made in one
+//! place for the API, the pages and the CLI.
 //! Must not: know HTTP, cookies or reply texts; log passwords; wait for a lock on the event
 //! loop (the parts that run there only try); reach into another component's state (it calls
 //! the ledger's public operations only).
@@ -35,7 +36,7 @@ pub use user::{
     APPROVERS, DEFAULT_MACHINE_LIMIT, LEGACY_NAME_MAX, LEGACY_USERNAMES_DOC, User, valid_username,
 };
 pub use users::{
-    FinalizeReport, MSG_TAKEN, NoGuard, PASSWORDS_DOC, PASSWORDS_FINALIZED, PENDING_TTL,
+    FinalizeReport, NoGuard, PASSWORD_MAX_CHARS, PASSWORDS_DOC, PASSWORDS_FINALIZED, PENDING_TTL,
     PasswordMode, SlowCheckGuard, USER_TTL, Users, hash_password,
 };
 
@@ -60,23 +61,76 @@ pub enum AuthError {
     Account(#[from] UserError),
 }
 
-/// Why an account operation failed.
+/// Why an account operation failed: what happened, with the names it happened to.
+///
+/// Must not: word replies. Fishtest's clients and pages expect exact texts, and one mapping
+/// at the edge (`http::error::user_error_text`) makes them for the JSON API, the pages and
+/// `shoal user` alike, so a text is never written twice. The `Display` texts here are for
+/// logs.
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {
-    /// A value refused (a username, a password's length, a taken name or email): the
-    /// message says which and why.
-    #[error("{0}")]
-    Invalid(String),
+    /// A user name refused: which one, and which rule it breaks.
+    #[error("user name {name:?} refused: {why}")]
+    BadName { name: String, why: NameRefusal },
+    /// A new account (an administrator's): the username belongs to an account already.
+    #[error("user {username} exists already")]
+    NameTaken { username: String },
+    /// A signup: the username or the email belongs to an account already (Fishtest does not
+    /// say which).
+    #[error("signup of {username}: the name or the email is taken")]
+    NameOrEmailTaken { username: String },
+    /// A password outside Fishtest's length rule (1 to [`PASSWORD_MAX_CHARS`] characters).
+    #[error("a password outside 1 to {PASSWORD_MAX_CHARS} characters")]
+    BadPasswordLength,
+    /// Beside Fishtest a new account needs an email address (Fishtest's schema requires
+    /// one), and this one is none.
+    #[error("user {username}: no usable email address beside Fishtest")]
+    BadEmail { username: String },
+    /// A stored user document that does not read as a user; `username` is the one looked
+    /// up, if the read was a look-up.
+    #[error("unreadable user document ({username:?}): {source}")]
+    CorruptUser {
+        username: Option<String>,
+        source: serde_json::Error,
+    },
+    /// A user that does not serialise to a document (`source`: serde's reason; `None`: it
+    /// serialised to something other than an object).
+    #[error("user {username} cannot be written as a document")]
+    Unstorable {
+        username: String,
+        source: Option<serde_json::Error>,
+    },
+    /// argon2 could not hash a password.
+    #[error("cannot hash a password: {0}")]
+    Hashing(#[source] argon2::password_hash::Error),
     /// The caller is no approver.
-    #[error("You cannot inspect users")]
+    #[error("not an approver")]
     NotApprover,
-    #[error("No such user {0}")]
+    #[error("no user {0}")]
     NoSuchUser(String),
     /// Only a pending signup can be accepted or rejected.
     #[error("{0} is not pending approval")]
     NotPending(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Which rule a refused user name breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NameRefusal {
+    /// Fishtest's username rule ([`valid_username`]), for an account an administrator adds.
+    #[error("not [A-Za-z0-9]{{2,}}")]
+    BreaksRule,
+    /// Fishtest's username rule, on the signup form (Fishtest words it as a bad password).
+    #[error("not [A-Za-z0-9]{{2,}} (signup)")]
+    BreaksRuleAtSignup,
+    /// A legacy entry for a name the rule accepts already: it needs none.
+    #[error("follows the rule: needs no legacy entry")]
+    NeedsNoLegacyEntry,
+    /// A legacy entry that cannot be a name: empty, over [`LEGACY_NAME_MAX`] bytes, or with
+    /// control characters.
+    #[error("cannot be a legacy name")]
+    NotAName,
 }
 
 /// The users, the sessions, the login throttle.

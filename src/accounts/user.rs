@@ -108,7 +108,13 @@ pub(super) fn plausible_email(email: &str) -> bool {
 pub(super) fn to_doc(user: &User) -> Result<Doc, UserError> {
     match serde_json::to_value(user) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(UserError::Invalid("user is not an object".into())),
-        Err(e) => Err(UserError::Invalid(e.to_string())),
+        Ok(_) => Err(UserError::Unstorable {
+            username: user.username.clone(),
+            source: None,
+        }),
+        Err(e) => Err(UserError::Unstorable {
+            username: user.username.clone(),
+            source: Some(e),
+        }),
     }
 }

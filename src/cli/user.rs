@@ -1,12 +1,15 @@
 //! `shoal user`: the accounts on the configured store from the command line (add, list,
 //! change, the legacy names, the end of a trial beside Fishtest); the end of a trial and a
-//! user's changes are logged as actions, as the server logs them.
+//! user's changes are logged as actions, as the server logs them. A refusal is printed in the
+//! server's words (`http::error::user_error_text`).
 //!
 //! Must not: echo or log a password (each is a `Secret` from the moment it is parsed).
 
 use clap::Subcommand;
 
+use shoal::accounts::UserError;
 use shoal::config::Config;
+use shoal::http::error::user_error_text;
 use shoal::secret::Secret;
 
 #[derive(Debug, Subcommand)]
@@ -69,6 +72,12 @@ pub enum UserAction {
     },
 }
 
+/// An account operation's failure in the words the server gives it (`http::error`), so the
+/// CLI and the server never word one refusal twice.
+fn text(e: UserError) -> String {
+    user_error_text(&e)
+}
+
 /// A password from the command line, wrapped at once so that no `Debug` of the parsed
 /// arguments can show it.
 fn secret_arg(text: &str) -> Result<Secret, std::convert::Infallible> {
@@ -89,23 +98,21 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
         } => {
             let u = users
                 .add(&name, password.expose(), &email, approver, machine_limit)
-                .map_err(|e| e.to_string())?;
+                .map_err(text)?;
             format!(
                 "added user {} (machine limit {})",
                 u.username, u.machine_limit
             )
         }
         UserAction::FinalizePasswords => {
-            let mode = users.mode().map_err(|e| e.to_string())?;
+            let mode = users.mode().map_err(text)?;
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             let progress = |done: usize, total: usize| {
                 if done == total || done.is_multiple_of(100) {
                     eprintln!("finalize-passwords: {done}/{total} users");
                 }
             };
-            let report = users
-                .finalize_passwords(threads, &progress)
-                .map_err(|e| e.to_string())?;
+            let report = users.finalize_passwords(threads, &progress).map_err(text)?;
             let mut message = format!(
                 "shoal user finalize-passwords: {} passwords moved to password_hash, \
                  Fishtest's plaintext removed",
@@ -133,7 +140,8 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
             ));
             for (name, why) in &report.failed {
                 out.push_str(&format!(
-                    "\nnot changed: {name}: {why} (run the command again)"
+                    "\nnot changed: {name}: {} (run the command again)",
+                    user_error_text(why)
                 ));
             }
             if !report.failed.is_empty() {
@@ -144,16 +152,12 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
         }
         UserAction::LegacyNames { add, remove } => {
             for name in &add {
-                users
-                    .set_legacy_name(name, true)
-                    .map_err(|e| e.to_string())?;
+                users.set_legacy_name(name, true).map_err(text)?;
             }
             for name in &remove {
-                users
-                    .set_legacy_name(name, false)
-                    .map_err(|e| e.to_string())?;
+                users.set_legacy_name(name, false).map_err(text)?;
             }
-            users.refresh_legacy_names().map_err(|e| e.to_string())?;
+            users.refresh_legacy_names().map_err(text)?;
             let names = users.legacy_names();
             if names.is_empty() {
                 "no legacy user names".to_string()
@@ -166,7 +170,7 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
                 "{:<20} {:<8} {:<8} {:<9} {:>7}  {}\n",
                 "username", "pending", "blocked", "approver", "limit", "email"
             );
-            for u in users.list().map_err(|e| e.to_string())? {
+            for u in users.list().map_err(text)? {
                 out.push_str(&format!(
                     "{:<20} {:<8} {:<8} {:<9} {:>7}  {}\n",
                     u.username,
@@ -192,7 +196,7 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
         } => {
             let mut u = users
                 .load(&name)
-                .map_err(|e| e.to_string())?
+                .map_err(text)?
                 .ok_or_else(|| format!("no such user: {name}"))?;
             if approve {
                 u.pending = false;
@@ -210,9 +214,7 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
                 u.machine_limit = n;
             }
             if let Some(p) = password {
-                users
-                    .set_password(&mut u, p.expose())
-                    .map_err(|e| e.to_string())?;
+                users.set_password(&mut u, p.expose()).map_err(text)?;
             }
             if approver && !u.is_approver() {
                 u.groups.push(APPROVERS.to_string());
@@ -220,7 +222,7 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
             if no_approver {
                 u.groups.retain(|g| g != APPROVERS);
             }
-            users.save(&u).map_err(|e| e.to_string())?;
+            users.save(&u).map_err(text)?;
             // The action log records administrative decisions, as Fishtest's UI does.
             for (done, action) in [(block || unblock, "block_user"), (approve, "accept_user")] {
                 if done {

@@ -1,6 +1,7 @@
 //! The one mapping from errors to HTTP responses: [`ApiError`], its status codes, and the
 //! conversion of every domain error (run database, accounts, nets, offload pool) into it,
-//! with Fishtest's texts for the run database's refusals (the pages take them from here).
+//! with Fishtest's texts for the run database's and the accounts' refusals (the pages and the
+//! CLI take them from here).
 //!
 //! Owns: which status each failure gets (400 validation, 401 credentials, 404 look-ups, 408
 //! slow bodies, 413 large bodies, 429 throttled logins with `Retry-After`, 503 busy or not
@@ -10,7 +11,7 @@
 use axum::response::{IntoResponse, Response};
 
 use super::envelope::ApiReply;
-use crate::accounts::{AuthError, UserError};
+use crate::accounts::{AuthError, LEGACY_NAME_MAX, NameRefusal, PASSWORD_MAX_CHARS, UserError};
 use crate::ledger::LedgerError;
 use crate::nets::NetError;
 use crate::offload::OffloadError;
@@ -128,16 +129,71 @@ impl From<AuthError> for ApiError {
     }
 }
 
-/// An account operation's failure.
+/// An account operation's failure: its status, with the text [`user_error_text`] gives it;
+/// the store failing is a 500.
 impl From<UserError> for ApiError {
     fn from(e: UserError) -> Self {
         match e {
-            UserError::Invalid(m) => ApiError::BadRequest(m),
-            UserError::NotApprover => ApiError::Unauthorized(e.to_string()),
-            UserError::NoSuchUser(_) => ApiError::NotFound(e.to_string()),
-            UserError::NotPending(_) => ApiError::BadRequest(e.to_string()),
             UserError::Store(e) => e.into(),
+            UserError::NotApprover => ApiError::Unauthorized(user_error_text(&e)),
+            UserError::NoSuchUser(_) => ApiError::NotFound(user_error_text(&e)),
+            UserError::BadName { .. }
+            | UserError::NameTaken { .. }
+            | UserError::NameOrEmailTaken { .. }
+            | UserError::BadPasswordLength
+            | UserError::BadEmail { .. }
+            | UserError::CorruptUser { .. }
+            | UserError::Unstorable { .. }
+            | UserError::Hashing(_)
+            | UserError::NotPending(_) => ApiError::BadRequest(user_error_text(&e)),
         }
+    }
+}
+
+/// The accounts' errors in the words their reader sees: Fishtest's where it has them (the
+/// signup form, an approver's pages), shoal's own for `shoal user`. Written here and nowhere
+/// else: the JSON API, the pages (`ui::kit::error`, the signup form) and the CLI take them
+/// from here. For the store failing it is the store's text, for the log or the operator of
+/// the CLI (the API and the pages answer a 500 without it).
+pub fn user_error_text(e: &UserError) -> String {
+    match e {
+        UserError::BadName { name, why } => match why {
+            NameRefusal::BreaksRule => {
+                "Invalid username: use at least two letters or digits ([A-Za-z0-9]).".into()
+            }
+            NameRefusal::BreaksRuleAtSignup => "Error! Invalid username or password".into(),
+            NameRefusal::NeedsNoLegacyEntry => {
+                format!("{name:?} follows the username rule already: it needs no legacy entry")
+            }
+            NameRefusal::NotAName => format!(
+                "{name:?} cannot be a user name (1 to {LEGACY_NAME_MAX} bytes, no control characters)"
+            ),
+        },
+        UserError::NameTaken { username } => format!("The username {username} is already taken."),
+        UserError::NameOrEmailTaken { .. } => MSG_TAKEN.into(),
+        UserError::BadPasswordLength => {
+            format!("The password must be 1 to {PASSWORD_MAX_CHARS} characters long.")
+        }
+        UserError::BadEmail { .. } => "Beside Fishtest every user needs an email address \
+                                       (Fishtest's schema requires one): give --email."
+            .into(),
+        UserError::CorruptUser {
+            username: Some(username),
+            source,
+        } => format!("user {username}: {source}"),
+        UserError::CorruptUser {
+            username: None,
+            source,
+        } => format!("bad user document: {source}"),
+        UserError::Unstorable { source: None, .. } => "user is not an object".into(),
+        UserError::Unstorable {
+            source: Some(e), ..
+        } => e.to_string(),
+        UserError::Hashing(e) => format!("cannot hash password: {e}"),
+        UserError::NotApprover => "You cannot inspect users".into(),
+        UserError::NoSuchUser(name) => format!("No such user {name}"),
+        UserError::NotPending(name) => format!("{name} is not pending approval"),
+        UserError::Store(e) => e.to_string(),
     }
 }
 
@@ -283,6 +339,8 @@ fn change_refused(c: ChangeRefused) -> String {
     }
 }
 
+/// Fishtest's text for a signup whose username or email belongs to an account already.
+pub const MSG_TAKEN: &str = "Username or email is already registered";
 /// Fishtest's text for a wrong password or an unknown user.
 pub const MSG_INVALID: &str = "Invalid username or password.";
 /// Fishtest's text for a blocked account that gave its right password.

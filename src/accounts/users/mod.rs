@@ -22,19 +22,18 @@ use serde_json::Value;
 use sha2::Sha256;
 
 pub use credentials::{NoGuard, SlowCheckGuard};
+use passwords::password_length_ok;
 pub use passwords::{
-    FinalizeReport, PASSWORDS_DOC, PASSWORDS_FINALIZED, PasswordMode, hash_password,
+    FinalizeReport, PASSWORD_MAX_CHARS, PASSWORDS_DOC, PASSWORDS_FINALIZED, PasswordMode,
+    hash_password,
 };
 
 use super::user::{LEGACY_NAME_MAX, LEGACY_USERNAMES_DOC, plausible_email, to_doc, valid_username};
-use super::{APPROVERS, DEFAULT_MACHINE_LIMIT, User, UserError};
+use super::{APPROVERS, DEFAULT_MACHINE_LIMIT, NameRefusal, User, UserError};
 use crate::store::{Collection, Cond, Date, Doc, Query, SharedStore};
 
 /// How long a cached user document is trusted before it is re-read.
 pub const USER_TTL: Duration = Duration::from_secs(2);
-
-/// Signup: the username or the email belongs to an account already.
-pub const MSG_TAKEN: &str = "Username or email is already registered";
 
 /// A cached user document and what the credential cache knows of its password.
 struct Cached {
@@ -131,15 +130,17 @@ impl Users {
     pub fn set_legacy_name(&self, name: &str, add: bool) -> Result<bool, UserError> {
         if add {
             if valid_username(name) {
-                return Err(UserError::Invalid(format!(
-                    "{name:?} follows the username rule already: it needs no legacy entry"
-                )));
+                return Err(UserError::BadName {
+                    name: name.to_string(),
+                    why: NameRefusal::NeedsNoLegacyEntry,
+                });
             }
             if name.is_empty() || name.len() > LEGACY_NAME_MAX || name.chars().any(char::is_control)
             {
-                return Err(UserError::Invalid(format!(
-                    "{name:?} cannot be a user name (1 to {LEGACY_NAME_MAX} bytes, no control characters)"
-                )));
+                return Err(UserError::BadName {
+                    name: name.to_string(),
+                    why: NameRefusal::NotAName,
+                });
             }
         }
         let doc = self.store.get(Collection::Kvstore, LEGACY_USERNAMES_DOC)?;
@@ -181,8 +182,10 @@ impl Users {
         docs.into_iter()
             .next()
             .map(|d| {
-                serde_json::from_value(Value::Object(d))
-                    .map_err(|e| UserError::Invalid(format!("user {username}: {e}")))
+                serde_json::from_value(Value::Object(d)).map_err(|source| UserError::CorruptUser {
+                    username: Some(username.to_string()),
+                    source,
+                })
             })
             .transpose()
     }
@@ -240,26 +243,23 @@ impl Users {
         machine_limit: Option<u32>,
     ) -> Result<User, UserError> {
         if !valid_username(username) {
-            return Err(UserError::Invalid(
-                "Invalid username: use at least two letters or digits ([A-Za-z0-9]).".into(),
-            ));
+            return Err(UserError::BadName {
+                name: username.to_string(),
+                why: NameRefusal::BreaksRule,
+            });
         }
-        if password.is_empty() || password.chars().count() > 72 {
-            return Err(UserError::Invalid(
-                "The password must be 1 to 72 characters long.".into(),
-            ));
+        if !password_length_ok(password) {
+            return Err(UserError::BadPasswordLength);
         }
         if self.mode()? == PasswordMode::Beside && !plausible_email(email) {
-            return Err(UserError::Invalid(
-                "Beside Fishtest every user needs an email address (Fishtest's schema requires \
-                 one): give --email."
-                    .into(),
-            ));
+            return Err(UserError::BadEmail {
+                username: username.to_string(),
+            });
         }
         if self.load(username)?.is_some() {
-            return Err(UserError::Invalid(format!(
-                "The username {username} is already taken."
-            )));
+            return Err(UserError::NameTaken {
+                username: username.to_string(),
+            });
         }
         let mut user = User {
             id: crate::store::new_object_id(),
@@ -285,8 +285,8 @@ impl Users {
     }
 
     /// Signs a user up from the web form: the account starts pending (an approver accepts
-    /// it). The caller has validated the fields; a taken username or email is refused with
-    /// [`MSG_TAKEN`].
+    /// it). The caller has validated the fields; a taken username or email is refused
+    /// ([`UserError::NameOrEmailTaken`]: Fishtest does not say which).
     pub fn register(
         &self,
         username: &str,
@@ -295,9 +295,10 @@ impl Users {
         tests_repo: &str,
     ) -> Result<User, UserError> {
         if !valid_username(username) {
-            return Err(UserError::Invalid(
-                "Error! Invalid username or password".into(),
-            ));
+            return Err(UserError::BadName {
+                name: username.to_string(),
+                why: NameRefusal::BreaksRuleAtSignup,
+            });
         }
         let email_taken = !email.is_empty()
             && !self
@@ -310,7 +311,9 @@ impl Users {
                 )?
                 .is_empty();
         if email_taken || self.load(username)?.is_some() {
-            return Err(UserError::Invalid(MSG_TAKEN.into()));
+            return Err(UserError::NameOrEmailTaken {
+                username: username.to_string(),
+            });
         }
         let mut user = User {
             id: crate::store::new_object_id(),
@@ -339,8 +342,10 @@ impl Users {
         )?;
         docs.into_iter()
             .map(|d| {
-                serde_json::from_value(Value::Object(d))
-                    .map_err(|e| UserError::Invalid(format!("bad user document: {e}")))
+                serde_json::from_value(Value::Object(d)).map_err(|source| UserError::CorruptUser {
+                    username: None,
+                    source,
+                })
             })
             .collect()
     }

@@ -41,13 +41,21 @@ pub const PASSWORDS_DOC: &str = "shoal_passwords";
 /// The `value` of [`PASSWORDS_DOC`] once finalized.
 pub const PASSWORDS_FINALIZED: &str = "finalized";
 
+/// The longest password Fishtest accepts, in characters (the shortest has one).
+pub const PASSWORD_MAX_CHARS: usize = 72;
+
+/// Fishtest's length rule: 1 to [`PASSWORD_MAX_CHARS`] characters.
+pub(super) fn password_length_ok(password: &str) -> bool {
+    !password.is_empty() && password.chars().count() <= PASSWORD_MAX_CHARS
+}
+
 /// An argon2id PHC string of `password`, with a fresh random salt.
 pub fn hash_password(password: &str) -> Result<String, UserError> {
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| UserError::Invalid(format!("cannot hash password: {e}")))
+        .map_err(UserError::Hashing)
 }
 
 fn is_hashed(stored: &str) -> bool {
@@ -121,12 +129,10 @@ impl Users {
     }
 
     /// Sets a user's password as the current [`PasswordMode`] keeps it (the caller saves the
-    /// user). Checks Fishtest's length rule (1 to 72 characters).
+    /// user). Checks Fishtest's length rule (1 to [`PASSWORD_MAX_CHARS`] characters).
     pub fn set_password(&self, user: &mut User, password: &str) -> Result<(), UserError> {
-        if password.is_empty() || password.chars().count() > 72 {
-            return Err(UserError::Invalid(
-                "The password must be 1 to 72 characters long.".into(),
-            ));
+        if !password_length_ok(password) {
+            return Err(UserError::BadPasswordLength);
         }
         match self.mode()? {
             PasswordMode::Own => {
@@ -160,7 +166,7 @@ impl Users {
             .collect();
         let total = todo.len();
         let done = std::sync::atomic::AtomicUsize::new(0);
-        let failed: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+        let failed: Mutex<Vec<(String, UserError)>> = Mutex::new(Vec::new());
         let threads = threads.clamp(1, 64);
         let next = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|scope| {
@@ -172,7 +178,7 @@ impl Users {
                         let mut user = user.clone();
                         let result = move_to_hash(&mut user, None).and_then(|()| self.save(&user));
                         if let Err(e) = result {
-                            failed.lock().push((user.username.clone(), e.to_string()));
+                            failed.lock().push((user.username.clone(), e));
                         }
                         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                         progress(n, total);
@@ -202,7 +208,7 @@ pub struct FinalizeReport {
     /// Users whose password moved to `password_hash`.
     pub hashed: usize,
     /// Users that could not be changed, with why (run the command again).
-    pub failed: Vec<(String, String)>,
+    pub failed: Vec<(String, UserError)>,
 }
 
 /// Moves a password out of Fishtest's field: a hash already there moves as it is, a plaintext

@@ -307,7 +307,7 @@ fn beside_fishtest_logins_write_nothing_and_new_passwords_are_fishtests() {
     assert!(
         matches!(
             u.add("nomail", "temp", "", false, None),
-            Err(UserError::Invalid(_))
+            Err(UserError::BadEmail { .. })
         ),
         "beside Fishtest a user needs an email"
     );
@@ -409,7 +409,10 @@ fn legacy_user_names_are_read_added_and_removed() {
     assert!(u.name_allowed("x_y"));
     assert!(matches!(
         u.set_legacy_name("fine", true),
-        Err(UserError::Invalid(_))
+        Err(UserError::BadName {
+            why: NameRefusal::NeedsNoLegacyEntry,
+            ..
+        })
     ));
     assert!(u.set_legacy_name("old.timer", false).expect("remove"));
     assert!(!u.name_allowed("old.timer"));

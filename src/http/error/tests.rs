@@ -1,9 +1,11 @@
-//! The run database's refusals in Fishtest's words: every variant's status and exact text
-//! (the integration tests check many of them through the API and the pages; this checks all).
+//! The run database's and the accounts' refusals in Fishtest's words: every variant's status
+//! and exact text (the integration tests check many of them through the API, the pages and
+//! the CLI; this checks all).
 
 use axum::http::StatusCode;
 
 use super::*;
+use crate::ledger::LedgerError;
 use crate::rundb::create::ArgError;
 use crate::spsa::SpsaError;
 
@@ -281,4 +283,152 @@ fn failures_are_not_explained() {
     assert_eq!(e.to_string(), "Internal Server Error");
     let e = ApiError::from(RunDbError::NotPrimary);
     assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// An account operation's failure as the API answers it.
+fn user_reply(e: UserError) -> (StatusCode, String) {
+    let e = ApiError::from(e);
+    (e.status(), e.to_string())
+}
+
+/// A serde error with a known text ("expected value at line 1 column 1").
+fn serde_error() -> serde_json::Error {
+    serde_json::from_str::<u8>("x").expect_err("not a number")
+}
+
+#[test]
+fn each_account_refusal_has_its_status_and_text() {
+    let bad = StatusCode::BAD_REQUEST;
+    let name = |why| {
+        user_reply(UserError::BadName {
+            name: "a.b".into(),
+            why,
+        })
+    };
+    let cases: Vec<((StatusCode, String), StatusCode, &str)> = vec![
+        (
+            name(NameRefusal::BreaksRule),
+            bad,
+            "Invalid username: use at least two letters or digits ([A-Za-z0-9]).",
+        ),
+        (
+            name(NameRefusal::BreaksRuleAtSignup),
+            bad,
+            "Error! Invalid username or password",
+        ),
+        (
+            name(NameRefusal::NeedsNoLegacyEntry),
+            bad,
+            "\"a.b\" follows the username rule already: it needs no legacy entry",
+        ),
+        (
+            name(NameRefusal::NotAName),
+            bad,
+            "\"a.b\" cannot be a user name (1 to 256 bytes, no control characters)",
+        ),
+        (
+            user_reply(UserError::NameTaken {
+                username: "bob".into(),
+            }),
+            bad,
+            "The username bob is already taken.",
+        ),
+        (
+            user_reply(UserError::NameOrEmailTaken {
+                username: "bob".into(),
+            }),
+            bad,
+            "Username or email is already registered",
+        ),
+        (
+            user_reply(UserError::BadPasswordLength),
+            bad,
+            "The password must be 1 to 72 characters long.",
+        ),
+        (
+            user_reply(UserError::BadEmail {
+                username: "bob".into(),
+            }),
+            bad,
+            "Beside Fishtest every user needs an email address (Fishtest's schema requires one): give --email.",
+        ),
+        (
+            user_reply(UserError::CorruptUser {
+                username: Some("bob".into()),
+                source: serde_error(),
+            }),
+            bad,
+            "user bob: expected value at line 1 column 1",
+        ),
+        (
+            user_reply(UserError::CorruptUser {
+                username: None,
+                source: serde_error(),
+            }),
+            bad,
+            "bad user document: expected value at line 1 column 1",
+        ),
+        (
+            user_reply(UserError::Unstorable {
+                username: "bob".into(),
+                source: None,
+            }),
+            bad,
+            "user is not an object",
+        ),
+        (
+            user_reply(UserError::Unstorable {
+                username: "bob".into(),
+                source: Some(serde_error()),
+            }),
+            bad,
+            "expected value at line 1 column 1",
+        ),
+        (
+            user_reply(UserError::Hashing(argon2::password_hash::Error::Password)),
+            bad,
+            "cannot hash password: invalid password",
+        ),
+        (
+            user_reply(UserError::NotApprover),
+            StatusCode::UNAUTHORIZED,
+            "You cannot inspect users",
+        ),
+        (
+            user_reply(UserError::NoSuchUser("bob".into())),
+            StatusCode::NOT_FOUND,
+            "No such user bob",
+        ),
+        (
+            user_reply(UserError::NotPending("bob".into())),
+            bad,
+            "bob is not pending approval",
+        ),
+    ];
+    for (got, status, text) in cases {
+        assert_eq!(got, (status, text.to_string()));
+    }
+}
+
+#[test]
+fn account_texts_are_the_replies_and_a_store_failure_is_not_explained() {
+    // What the CLI and the signup form show is what the API answers.
+    for e in [
+        UserError::BadPasswordLength,
+        UserError::NotApprover,
+        UserError::NoSuchUser("bob".into()),
+    ] {
+        let text = user_error_text(&e);
+        assert_eq!(ApiError::from(e).to_string(), text);
+    }
+    // A store failure as the HTTP layer knows one (through the ledger, naming no store).
+    let store = || LedgerError::InvalidQuery("oops".into());
+    assert_eq!(
+        user_error_text(&UserError::Store(store())),
+        "invalid query: oops",
+        "the operator of the CLI reads the store's text"
+    );
+    let e = ApiError::from(UserError::Store(store()));
+    assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(e.to_string(), "Internal Server Error");
 }

@@ -24,6 +24,7 @@ use super::kit::{
 use super::session::Ctx;
 use crate::accounts::{AuthError, UserError};
 use crate::http::auth::{self, Login, MSG_BLOCKED, MSG_INVALID, MSG_PENDING};
+use crate::http::error::user_error_text;
 use crate::http::state::AppState;
 
 /// Shown after a successful signup (Fishtest's words).
@@ -354,7 +355,17 @@ pub async fn signup(
                 form.tests_repo.trim(),
             ) {
                 Ok(_) => Page::redirect("/login?created=1"),
-                Err(UserError::Invalid(m)) => signup_page(ctx, vec![Flash::error(m)]),
+                // A refused signup: the form again, with the edge's text (`http::error`).
+                Err(
+                    e @ (UserError::BadName { .. }
+                    | UserError::NameTaken { .. }
+                    | UserError::NameOrEmailTaken { .. }
+                    | UserError::BadPasswordLength
+                    | UserError::BadEmail { .. }
+                    | UserError::CorruptUser { .. }
+                    | UserError::Unstorable { .. }
+                    | UserError::Hashing(_)),
+                ) => signup_page(ctx, vec![Flash::error(user_error_text(&e))]),
                 Err(e) => Err(PageError::internal("signup failed", e)),
             }
         },

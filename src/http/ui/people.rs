@@ -38,8 +38,6 @@ use crate::http::auth::{self, Login};
 use crate::http::state::AppState;
 use crate::ledger::Ledger;
 
-/// The message for a non-approver on another user's page.
-pub const MSG_CANNOT_INSPECT: &str = "You cannot inspect users";
 /// What the profile and admin pages show of a user.
 pub struct UserView {
     pub username: String,
@@ -325,7 +323,8 @@ pub async fn user_page(
             return profile_page(&ledger, ctx, &me, flashes);
         }
         if !me.is_approver() {
-            return Err(not_allowed(MSG_CANNOT_INSPECT));
+            // The accounts' refusal, in the edge's words (`http::error`).
+            return Err(UserError::NotApprover.into());
         }
         let user = accounts.users().load(&name)?.ok_or(PageError::NotFound)?;
         let u = view_of(&ledger, &user)?;
@@ -390,7 +389,7 @@ pub async fn user_action(
                 return to_login(&format!("/user/{name}"));
             };
             if !me.is_approver() {
-                return Err(not_allowed(MSG_CANNOT_INSPECT));
+                return Err(UserError::NotApprover.into());
             }
             let action = user_action_of(&form, &name)
                 .map_err(|text| PageError::refused(StatusCode::BAD_REQUEST, "Not done", text))?;

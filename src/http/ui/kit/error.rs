@@ -5,9 +5,9 @@
 //! keep their JSON errors (`http::error`).
 //!
 //! A body returns `Result<Page, PageError>` and uses `?`: a domain error (`RunDbError`, a
-//! user-store error) converts through [`From`] (the run database's through the API edge's
-//! texts, `http::error`, so a refusal reads the same on a page and in the JSON API), a bad run id is the 404 page, and a failed
-//! read is a 500 through [`OrInternal::or_internal`], which names what failed in the log.
+//! user-store error) converts through [`From`] (both through the API edge's texts,
+//! `http::error`, so a refusal reads the same on a page and in the JSON API), a bad run id is
+//! the 404 page, and a failed read is a 500 through [`OrInternal::or_internal`], which names what failed in the log.
 
 use std::fmt::Display;
 
@@ -98,21 +98,12 @@ impl From<InvalidRunId> for PageError {
     }
 }
 
-/// The accounts' refusals as pages, as the run database's: who may not (403), what is not
-/// possible (400); the store failing is a 500.
+/// The accounts' refusals as pages, as the run database's, in the words the API edge gives
+/// them (`http::error::user_error_text`): who may not (403), what is not possible (400), what
+/// does not exist (404); the store failing is a 500.
 impl From<UserError> for PageError {
     fn from(e: UserError) -> Self {
-        match e {
-            UserError::Invalid(m) => PageError::refused(StatusCode::BAD_REQUEST, "Not done", m),
-            UserError::NotApprover => {
-                PageError::refused(StatusCode::FORBIDDEN, "Not allowed", e.to_string())
-            }
-            UserError::NoSuchUser(_) => PageError::NotFound,
-            UserError::NotPending(_) => {
-                PageError::refused(StatusCode::BAD_REQUEST, "Not done", e.to_string())
-            }
-            e @ UserError::Store(_) => PageError::internal("page failed", e),
-        }
+        ApiError::from(e).into()
     }
 }
 
