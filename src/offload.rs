@@ -175,7 +175,7 @@ impl Offload {
             .unwrap_or_else(|_| "background".to_string());
         metrics::counter!("shoal_pool_acquired_total", "caller" => caller).increment(1);
         let in_use = CountGuard::new(&self.inner, Which::InUse);
-        // spawn_blocking: the only call in the code base (ARCHITECTURE.md, Invariants).
+        // spawn_blocking: the only call in the code base (an invariant of ARCHITECTURE.md).
         let handle = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let _in_use = in_use;

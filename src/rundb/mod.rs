@@ -9,7 +9,8 @@
 //! never calls the scheduler.
 //!
 //! `RunDb` is one struct whose methods live in layers, one file each; a file calls only the
-//! layers below it (ARCHITECTURE.md, "Layers of rundb"), from the top:
+//! layers below it, so the operations never call one another and what two of them share
+//! goes down into `transitions.rs`. From the top:
 //!
 //! - `recovery.rs`: `RunDb::open`: the journal replayed over the stored runs, the cache
 //!   rebuilt (start-up only; the scheduler rebuilds its memory after it);
@@ -50,9 +51,8 @@
 //! Locks nest only as (the scheduler's `sched`, `crate::scheduler`) -> the run cache (read)
 //! -> one run's lock -> `arch`, the limits engine, the ledger's (its pending CPU hours, its
 //! contributors table), `unfinished`, `last_sync`, the journal, the store; never two run
-//! locks at once; the cache is written only with no other lock held. ARCHITECTURE.md, "Lock
-//! order", has every lock and the one start-up exception (`load_unfinished`). None is held
-//! across an `.await` (everything here is blocking code run in the offload pool).
+//! locks at once; the cache is written only with no other lock held. docs/internals.md, "Lock
+//! order", has every lock and what each is taken under. None is held across an `.await` (everything here is blocking code run in the offload pool).
 //! Must not: know HTTP or a store backend; call the scheduler; do work proportional to all
 //! tasks ever created on request_task's path.
 
