@@ -79,6 +79,8 @@ pub struct Resolved {
     pub base: Side,
     /// Warnings the developer should read (the test is still created).
     pub warnings: Vec<String>,
+    /// How many official master commits the new commit does not contain (when GitHub said).
+    pub behind_by: Option<u64>,
 }
 
 impl Github {
@@ -240,13 +242,18 @@ impl Github {
         let base_nets = base_nets.map_err(|e| vec![Problem::github(Field::BaseTag, &e)])?;
 
         let mut warnings = Vec::new();
+        let mut behind_by = None;
         if let Ok((head, _)) = &master {
             match self.ancestry(&repo, &head.sha, &new.sha).await {
-                Ok(a) if a.behind_by > BEHIND_WARNING => warnings.push(format!(
-                    "{new_tag} is {} commits behind official master: consider rebasing it",
-                    a.behind_by
-                )),
-                Ok(_) => {}
+                Ok(a) => {
+                    behind_by = Some(a.behind_by);
+                    if a.behind_by > BEHIND_WARNING {
+                        warnings.push(format!(
+                            "{new_tag} is {} commits behind official master: consider rebasing it",
+                            a.behind_by
+                        ));
+                    }
+                }
                 Err(e) => tracing::info!(error = %e, "no ancestry check"),
             }
         }
@@ -265,6 +272,7 @@ impl Github {
                 nets: base_nets,
             },
             warnings,
+            behind_by,
         })
     }
 }

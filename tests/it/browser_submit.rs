@@ -130,3 +130,84 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
     screenshot(&c, "approved_dashboard").await;
     c.close().await.expect("close the browser");
 }
+
+#[tokio::test]
+async fn submit_a_test_by_branch_name_in_chromium() {
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let server = TestServer::start_with(
+        crate::harness::Opts::new()
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url()),
+    )
+    .await;
+    add_user(&server, "alice", &[]);
+    {
+        let store = crate::harness::open_store(&server.data_dir).expect("store");
+        for name in ["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"] {
+            let doc = serde_json::json!({"_id": name, "name": name, "user": "alice"});
+            store
+                .put(shoal::store::Collection::Nns, doc.as_object().expect("doc"))
+                .expect("record the net");
+        }
+    }
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+    log_in(&c, &server, "alice").await;
+    c.goto(&server.url("/tests/run")).await.expect("the form");
+    wait_for_answer(&c, "Submit test").await;
+
+    // SPRT is chosen: the SPSA fields are hidden, the bounds shown (no JavaScript needed).
+    let shown = |css: &'static str| {
+        let c = c.clone();
+        async move {
+            c.find(Locator::Css(css))
+                .await
+                .expect(css)
+                .is_displayed()
+                .await
+                .expect("displayed?")
+        }
+    };
+    assert!(shown("select[name=\"bounds\"]").await);
+    assert!(!shown("textarea[name=\"spsa_raw_params\"]").await);
+    assert!(
+        !shown("input[name=\"resolved_new\"]").await,
+        "Advanced is folded"
+    );
+
+    set(&c, "tests_repo", "https://github.com/dev-one/Stockfish").await;
+    set(&c, "new_tag", "lmr-tweak").await;
+    screenshot(&c, "submit_by_branch").await;
+    submit(&c, "form.run-form").await;
+    wait_to_leave(&c, "/tests/run").await;
+    let url = c.current_url().await.expect("url");
+    let run = url
+        .path()
+        .strip_prefix("/tests/view/")
+        .unwrap_or_else(|| panic!("a run page: {url}"))
+        .to_string();
+    let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["args"]["resolved_new"],
+        "aaaa000000000000000000000000000000000001"
+    );
+    assert_eq!(v["args"]["new_signature"], "1893224");
+    assert_eq!(v["args"]["msg_new"], "Tweak LMR reduction");
+
+    // The diff, once kept, is on the run page.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        c.goto(&server.url(&format!("/tests/view/{run}")))
+            .await
+            .expect("run page");
+        let text = body_text(&c).await;
+        if text.contains("View on GitHub") && text.contains("src/search.cpp") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no diff on the run page: {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    screenshot(&c, "run_with_diff").await;
+    c.close().await.expect("close the browser");
+}

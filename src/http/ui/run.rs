@@ -219,7 +219,10 @@ pub async fn view(
     headers: HeaderMap,
     follow: Result<Query<FollowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let submitted = follow.is_ok_and(|Query(q)| q.follow.as_deref() == Some("1"));
+    let (submitted, behind) = match follow {
+        Ok(Query(q)) => (q.follow.as_deref() == Some("1"), q.behind),
+        Err(_) => (false, None),
+    };
     let id = id.parse::<RunId>();
     let github = state.github.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
@@ -232,7 +235,7 @@ pub async fn view(
         let warnings = warnings(&run, &db.books());
         let (spsa, spsa_iter) = spsa_rows(&run);
         let p = RunPage {
-            l: submitted_flash(Layout::new(ctx, &heading), &run, submitted),
+            l: submitted_flash(Layout::new(ctx, &heading), &run, submitted, behind),
             id: run.id.clone(),
             heading,
             args: arg_rows(&run),
@@ -263,12 +266,22 @@ pub async fn view(
 pub struct FollowQuery {
     #[serde(default)]
     follow: Option<String>,
+    /// The submit form found the test branch this many commits behind official master.
+    #[serde(default)]
+    behind: Option<u64>,
 }
 
 /// The submit form's "submitted" message, while the run waits for approval.
-fn submitted_flash(l: Layout, run: &Run, submitted: bool) -> Layout {
+fn submitted_flash(l: Layout, run: &Run, submitted: bool, behind: Option<u64>) -> Layout {
     if submitted && !run.approved && !run.finished {
-        l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED))
+        let l = l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED));
+        match behind {
+            Some(n) => l.flash(super::kit::Flash::warning(format!(
+                "{} is {n} commits behind official master: consider rebasing it.",
+                run.args.new_tag
+            ))),
+            None => l,
+        }
     } else {
         l
     }

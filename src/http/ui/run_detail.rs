@@ -115,6 +115,13 @@ pub(super) fn arg_rows(run: &Run) -> Vec<ArgRow> {
         format!("{}...{}", short(&a.resolved_base), short(&a.resolved_new)),
         format!("{repo}/compare/{}...{}", a.resolved_base, a.resolved_new),
     ));
+    // The commits' subjects, as GitHub gave them (or the submitter typed them).
+    if !a.msg_new.is_empty() {
+        rows.push(row("msg_new", a.msg_new.clone()));
+    }
+    if !a.msg_base.is_empty() {
+        rows.push(row("msg_base", a.msg_base.clone()));
+    }
     rows.push(row("new_options", a.new_options.clone()));
     rows.push(row("base_options", a.base_options.clone()));
     if !a.new_signature.is_empty() || !a.base_signature.is_empty() {

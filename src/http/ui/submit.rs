@@ -44,6 +44,7 @@ pub struct Choice {
 
 /// One preset link.
 pub struct PresetLink {
+    pub key: &'static str,
     pub href: String,
     pub label: &'static str,
     pub active: bool,
@@ -135,6 +136,7 @@ fn render(
     let presets = PRESETS
         .iter()
         .map(|p| PresetLink {
+            key: p.key,
             href: base.clone().param("preset", p.key).build(),
             label: p.label,
             active: active == Some(p.key),
@@ -262,7 +264,10 @@ pub async fn submit(
     let mut extras = Extras::of(&state.github);
     let mut problems = None;
     let mut from_github = false;
+    let mut behind = None;
+    let presetting = !f.apply_preset.trim().is_empty();
     if primary
+        && !presetting
         && let Some(user) = &ctx.user
         && submit_github::needs_github(&f)
     {
@@ -271,9 +276,7 @@ pub async fn submit(
             Ok(r) => {
                 submit_github::apply(&mut f, &r);
                 from_github = true;
-                for w in &r.warnings {
-                    tracing::info!(user = %user.username, warning = %w, "submission warning");
-                }
+                behind = r.behind_by.filter(|b| *b > crate::github::BEHIND_WARNING);
             }
             Err(p) => problems = Some(p),
         }
@@ -292,6 +295,17 @@ pub async fn submit(
         let Some(user) = ctx.user.clone() else {
             return login_first("/tests/run");
         };
+        if presetting {
+            // A preset button: applied over what was typed; nothing is submitted.
+            let mut f = f;
+            let key = std::mem::take(&mut f.apply_preset);
+            let mut flashes = Vec::new();
+            match PRESETS.iter().find(|p| p.key == key.trim()) {
+                Some(p) => f.apply(p),
+                None => flashes.push(Flash::error(format!("Unknown preset {key:?}"))),
+            }
+            return render(db, ctx, f, FieldErrors::new(), flashes, extras);
+        }
         let refused = |f: RunForm, errors: FieldErrors, general: Vec<Flash>, extras: Extras| {
             let mut flashes = vec![Flash::error(
                 "The test was not submitted: see the messages below.",
@@ -328,7 +342,10 @@ pub async fn submit(
             Ok(id) => {
                 tracing::info!(run = %id, user = %user.username, "run submitted");
                 let _ = created_tx.send(id.clone());
-                Page::redirect(format!("/tests/view/{id}?follow=1"))
+                match behind {
+                    Some(n) => Page::redirect(format!("/tests/view/{id}?follow=1&behind={n}")),
+                    None => Page::redirect(format!("/tests/view/{id}?follow=1")),
+                }
             }
             Err(SubmitError::Args(e)) => {
                 let field = form_field(e.field);

@@ -84,6 +84,10 @@ pub struct RunForm {
     pub master_repo: String,
     pub rescheduled_from: String,
     pub csrf_token: Option<String>,
+    /// A preset button of the form: the form comes back with the preset applied over what
+    /// was typed, and nothing is submitted.
+    #[serde(rename = "preset")]
+    pub apply_preset: String,
 }
 
 /// The SPRT bounds choices: key, label, elo0, elo1 (`custom` takes the two fields).

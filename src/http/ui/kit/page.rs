@@ -44,6 +44,13 @@ impl Flash {
             text: text.into(),
         }
     }
+    pub fn warning(text: impl Into<String>) -> Self {
+        Flash {
+            kind: "warning",
+            text: text.into(),
+        }
+    }
+
     pub fn info(text: impl Into<String>) -> Self {
         Flash {
             kind: "info",
