@@ -287,3 +287,36 @@ async fn approval_records_the_first_and_last_tests_of_a_new_net() {
     // A net the base uses too is not the test's new net.
     assert_eq!(test_of("nn-1c0000000000.nnue", "last_test"), None);
 }
+
+#[tokio::test]
+async fn a_preset_button_keeps_what_was_typed_and_submits_nothing() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    let mut b = logged_in(&server, "alice").await;
+    let page = submit(
+        &mut b,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "lmr-tweak"),
+            ("run-info", "my words"),
+            ("preset", "ltc"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let fields = form_fields(&page.body);
+    let value = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(value("new_tag"), "lmr-tweak");
+    assert_eq!(value("tests_repo"), FORK_URL);
+    assert_eq!(value("run-info"), "my words");
+    assert_eq!(value("tc"), "60+0.6", "the preset's time control");
+    assert_eq!(value("bounds"), "standard_ltc");
+    assert_eq!(run_count(&server), 0);
+    assert_eq!(fake.used(), 0, "a preset asks GitHub nothing");
+}
