@@ -7,6 +7,7 @@
 //! job's task because one run failed (it is logged, and the job runs again next period), or
 //! name `app` or `http`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use crate::accounts::{Accounts, UserError};
 use crate::config::Config;
 use crate::github::{Github, GithubError};
 use crate::offload::{Offload, OffloadError};
+use crate::rundb::books::{Book, Books};
 use crate::rundb::retention::PgnRetention;
 use crate::rundb::{RunDb, RunDbError};
 use crate::scheduler::Scheduler;
@@ -28,6 +30,10 @@ pub struct JobContext {
     pub scheduler: Arc<Scheduler>,
     pub accounts: Arc<Accounts>,
     pub github: Arc<Github>,
+    pub ledger: Arc<crate::ledger::Ledger>,
+    /// The book refusals already logged (`name sri`), so a bad book is logged once, not at
+    /// every refresh.
+    pub refused_books: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// PGN retention, when `pgn_retention_days` is set.
     pub pgn_retention: Option<Arc<PgnRetention>>,
 }
@@ -79,6 +85,8 @@ enum Work {
     /// Network work: awaited on the event loop (it only waits for GitHub's replies; the
     /// store calls it makes go through the pool).
     Github(fn(Arc<Github>) -> BoxFuture<'static, Result<(), GithubError>>),
+    /// Network work over several components (awaited like `Github`).
+    Async(fn(&JobContext) -> BoxFuture<'_, Result<(), JobError>>),
 }
 
 /// The periodic jobs (docs/internals.md, "Background tasks"), the one list both the spawner
@@ -167,6 +175,12 @@ pub const JOBS: &[Job] = &[
         period: Every::Secs(900),
         work: Work::Github(|gh| Box::pin(async move { gh.refresh_master().await.map(|_| ()) })),
     },
+    Job {
+        name: "refresh_books",
+        first: Every::Secs(60),
+        period: Every::Secs(900),
+        work: Work::Async(|cx| Box::pin(refresh_books(cx))),
+    },
 ];
 
 /// The periodic job called `name`.
@@ -186,6 +200,7 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
         Work::Github(work) => work(Arc::clone(&state.github))
             .await
             .map_err(JobError::from),
+        Work::Async(work) => work(state).await,
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());
@@ -193,6 +208,74 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
         tracing::error!(job = job.name, error = %e, "periodic job failed");
     }
     result
+}
+
+/// The book list refreshed from the official books repository: unchanged and checked books
+/// make the new list; a refused book (its checksum, its archive) keeps its old entry, if it
+/// had one, and is logged. A change of the list is logged as a `system_event`.
+async fn refresh_books(cx: &JobContext) -> Result<(), JobError> {
+    let current = cx.rundb.books();
+    let known: HashMap<String, String> = current
+        .0
+        .iter()
+        .map(|(name, b)| (name.clone(), b.sri.clone()))
+        .collect();
+    let check = cx.github.check_books(&known).await?;
+    let mut refused = check.refused;
+    let mut next = HashMap::new();
+    for (name, entry) in check.accepted {
+        match serde_json::from_value::<Book>(entry) {
+            Ok(book) => {
+                next.insert(name, book);
+            }
+            Err(e) => refused.push((name, format!("an unreadable entry: {e}"))),
+        }
+    }
+    for (name, _) in &refused {
+        if let Some(old) = current.0.get(name) {
+            next.insert(name.clone(), old.clone());
+        }
+    }
+    metrics::counter!("shoal_books_refused_total").increment(refused.len() as u64);
+    let mut messages: Vec<String> = Vec::new();
+    {
+        let mut logged = cx.refused_books.lock();
+        for (name, why) in &refused {
+            if logged.insert(format!("{name} {why}")) {
+                tracing::warn!(book = %name, reason = %why, "book refused");
+                messages.push(format!("book {name} refused: {why}"));
+            }
+        }
+    }
+    if next != current.0 {
+        let added = next.keys().filter(|k| !current.0.contains_key(*k)).count();
+        let removed = current.0.keys().filter(|k| !next.contains_key(*k)).count();
+        let changed = next
+            .iter()
+            .filter(|(k, b)| current.0.get(*k).is_some_and(|old| old != *b))
+            .count();
+        messages.push(format!(
+            "book list refreshed: {} books ({added} added, {removed} removed, {changed} changed)",
+            next.len()
+        ));
+        cx.rundb.set_books(Books(next));
+    }
+    metrics::gauge!("shoal_books").set(cx.rundb.books().0.len() as f64);
+    if !messages.is_empty() {
+        let ledger = Arc::clone(&cx.ledger);
+        cx.offload
+            .run(move || {
+                for message in messages {
+                    let mut fields = crate::store::Doc::new();
+                    fields.insert("message".into(), serde_json::Value::String(message));
+                    ledger.log_action("system_event", "fishtest.system", fields)?;
+                }
+                Ok::<(), crate::store::StoreError>(())
+            })
+            .await?
+            .map_err(|e| JobError::Runs(RunDbError::Store(e)))?;
+    }
+    Ok(())
 }
 
 /// A job's `work` on its `component`, in the offload pool.

@@ -208,6 +208,8 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         scheduler: Arc::clone(&scheduler),
         accounts: Arc::clone(&accounts),
         github: Arc::clone(&github),
+        ledger: Arc::clone(&ledger),
+        refused_books: Default::default(),
         pgn_retention: pgn_retention.clone(),
     });
     Ok(Arc::new(AppState {

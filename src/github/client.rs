@@ -207,6 +207,46 @@ impl Client {
         }
     }
 
+    /// GET a file's bytes (a raw file, no quota, not kept: a book archive is large and read
+    /// once). `None` for a 404; at most `max` bytes.
+    pub(super) async fn get_bytes(
+        &self,
+        url: &str,
+        max: usize,
+    ) -> Result<Option<Vec<u8>>, GithubError> {
+        let mut tried = 0;
+        loop {
+            tried += 1;
+            let reply = match self.http.get(url).header(USER_AGENT, "shoal").send().await {
+                Ok(r) => r,
+                Err(e) if tried == 1 && !e.is_timeout() => {
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
+                }
+                Err(e) => return Err(self.transport_error(&e)),
+            };
+            let status = reply.status();
+            if status.is_server_error() && tried == 1 {
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+            if status == StatusCode::NOT_FOUND {
+                return Ok(None);
+            }
+            if !status.is_success() {
+                return Err(refusal(status, "", None));
+            }
+            if reply.content_length().is_some_and(|n| n > max as u64) {
+                return Err(GithubError::Malformed(format!("a file over {max} bytes")));
+            }
+            let bytes = reply.bytes().await.map_err(|e| self.transport_error(&e))?;
+            if bytes.len() > max {
+                return Err(GithubError::Malformed(format!("a file over {max} bytes")));
+            }
+            return Ok(Some(bytes.to_vec()));
+        }
+    }
+
     fn transport_error(&self, e: &reqwest::Error) -> GithubError {
         if e.is_timeout() {
             GithubError::Timeout(self.timeout_s)

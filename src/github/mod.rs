@@ -3,7 +3,8 @@
 //! `Bench: N`); master's current bench; the nets a commit's sources name; whether a tests
 //! repository is the official one or a fork of it; the diff between two commits; the quota.
 //!
-//! Files: `submit.rs` (a submission by branch name resolved, every problem against its
+//! Files: `books.rs` (the official book list read and each new book's checksum checked),
+//! `submit.rs` (a submission by branch name resolved, every problem against its
 //! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
 //! replies, pure), `diffs.rs` (a run's diff fetched once and kept with it), `master.rs` (official master and its bench, refreshed by a job, kept in the
@@ -12,6 +13,7 @@
 //! Must not: run on the event loop's hot paths or be awaited by anything in the worker API;
 //! log or print the token; reach into another component's state.
 
+mod books;
 mod client;
 mod diffs;
 mod error;
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use books::{BOOKS_REPO, BookCheck, book_sri};
 pub use client::Quota;
 use client::{Client, Got};
 pub use diffs::{MAX_DIFF_BYTES, StoredDiff};

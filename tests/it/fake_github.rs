@@ -43,6 +43,9 @@ struct Inner {
     reset: i64,
     /// Requests by path (API and raw), whatever their answer.
     hits: HashMap<String, u64>,
+    /// Raw files put by a test (`put_raw`), by path under the raw host: they win over the
+    /// fixture's.
+    raw_files: HashMap<String, Vec<u8>>,
 }
 
 #[derive(Clone)]
@@ -73,6 +76,7 @@ impl FakeGithub {
             used: 0,
             reset: chrono::Utc::now().timestamp() + 3600,
             hits: HashMap::new(),
+            raw_files: HashMap::new(),
         })));
         let app = Router::new()
             .route("/rate_limit", get(rate_limit))
@@ -111,6 +115,15 @@ impl FakeGithub {
     /// `github_raw_url`.
     pub fn raw_url(&self) -> String {
         format!("http://{}/raw", self.addr)
+    }
+
+    /// Serves `bytes` as the raw file `owner/repo/ref/path` (e.g. the books repository's).
+    pub fn put_raw(&self, path: &str, bytes: Vec<u8>) {
+        self.shared
+            .0
+            .lock()
+            .raw_files
+            .insert(format!("/raw/{path}"), bytes);
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -461,6 +474,11 @@ async fn raw(
             })
     };
     let p = format!("/raw/{owner}/{name}/{sha}/{path}");
+    let put = s.0.lock().raw_files.get(&p).cloned();
+    if let Some(bytes) = put {
+        *s.0.lock().hits.entry(p).or_default() += 1;
+        return (StatusCode::OK, bytes).into_response();
+    }
     answer(&s, p, &headers, false, reply).await
 }
 

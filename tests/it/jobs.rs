@@ -706,3 +706,106 @@ async fn refresh_official_master_reads_master_and_its_bench_from_github() {
         1947203.0
     );
 }
+
+/// A zip archive holding one file.
+fn zipped(name: &str, text: &str) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut w = zip::ZipWriter::new(&mut out);
+    w.start_file(name, zip::write::SimpleFileOptions::default())
+        .expect("start");
+    std::io::Write::write_all(&mut w, text.as_bytes()).expect("write");
+    w.finish().expect("finish");
+    out.into_inner()
+}
+
+/// The book names the new-test form offers.
+async fn offered_books(server: &TestServer) -> Vec<String> {
+    let mut b = crate::ui_submit::logged_in(server, "alice").await;
+    let page = b.get("/tests/run").await;
+    let select = &page.body[page
+        .body
+        .find("<select name=\"book\">")
+        .expect("the book select")..];
+    let select = &select[..select.find("</select>").expect("its end")];
+    regex::Regex::new(r#"<option value="([^"]+)""#)
+        .unwrap()
+        .captures_iter(select)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn refresh_books_takes_checked_books_and_refuses_a_bad_checksum() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let server = server_on(
+        no_jobs()
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url()),
+    )
+    .await;
+    let before = offered_books(&server).await;
+    assert!(before.len() > 5, "the shipped list: {before:?}");
+    let good = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -\r\n";
+    let sri = |text: &str| {
+        let text = text.replace("\r\n", "\n");
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha384::digest(text.as_bytes()))
+    };
+    let list = json!({
+        "new_good.epd": {"total": 1, "white": 1, "black": 0, "min_depth": 1, "max_depth": 1,
+                         "sri": sri(good)},
+        "new_bad.epd": {"total": 1, "white": 1, "black": 0, "min_depth": 1, "max_depth": 1,
+                        "sri": sri("something else\n")},
+    });
+    fake.put_raw(
+        "official-stockfish/books/master/books.json",
+        list.to_string().into_bytes(),
+    );
+    fake.put_raw(
+        "official-stockfish/books/master/new_good.epd.zip",
+        zipped("new_good.epd", good),
+    );
+    fake.put_raw(
+        "official-stockfish/books/master/new_bad.epd.zip",
+        zipped("new_bad.epd", good),
+    );
+
+    run_job(&server, "refresh_books").await;
+    // The form also offers its default book, whatever the list holds.
+    let only_good = |books: Vec<String>| {
+        books.contains(&"new_good.epd".to_string())
+            && books
+                .iter()
+                .all(|b| b == "new_good.epd" || b == "UHO_Lichess_4852_v1.epd")
+    };
+    assert!(only_good(offered_books(&server).await));
+    let messages = |logged: Vec<Value>| -> Vec<String> {
+        logged
+            .iter()
+            .filter_map(|a| a["message"].as_str())
+            .filter(|m| m.starts_with("book"))
+            .map(str::to_string)
+            .collect()
+    };
+    let logged = messages(stored_actions(&server, "system_event", 3).await);
+    assert!(
+        logged
+            .iter()
+            .any(|m| m.starts_with("book new_bad.epd refused: checksum mismatch")),
+        "{logged:?}"
+    );
+    assert!(
+        logged.contains(&format!(
+            "book list refreshed: 1 books (1 added, {} removed, 0 changed)",
+            before.len()
+        )),
+        "{logged:?}"
+    );
+    assert_eq!(server.metric("shoal_books", &[]).await, 1.0);
+
+    // Unchanged: nothing new is logged, the bad book's refusal included.
+    run_job(&server, "refresh_books").await;
+    stored_actions(&server, "system_event", 3).await;
+    assert!(only_good(offered_books(&server).await));
+}
