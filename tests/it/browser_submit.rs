@@ -77,7 +77,7 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
     // Refused: the message sits next to the field, and the typed values are still there.
     let text = wait_for_answer(&c, "The test was not submitted").await;
     assert!(
-        text.contains("resolved_base must be a 40-digit hexadecimal commit SHA"),
+        text.contains("The base commit must be a 40-digit hexadecimal commit SHA"),
         "{text}"
     );
     let error = c

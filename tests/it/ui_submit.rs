@@ -253,17 +253,17 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("resolved_new", "xyz")],
             "resolved_new",
-            "resolved_new must be a 40-digit hexadecimal commit SHA",
+            "The test commit must be a 40-digit hexadecimal commit SHA",
         ),
         (
             vec![("base_signature", "12a")],
             "base_signature",
-            "base_signature must be the bench node count (digits)",
+            "The base bench must be the bench node count (digits)",
         ),
         (
             vec![("new_tag", " ")],
             "new_tag",
-            "new_tag must not be empty",
+            "The test branch must not be empty",
         ),
         (
             vec![("new-options", "Hash16")],
@@ -288,12 +288,12 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("threads", "0")],
             "threads",
-            "threads must be between 1 and 1024",
+            "Threads must be between 1 and 1024",
         ),
         (
             vec![("throughput", "0")],
             "throughput",
-            "throughput must be in (0, 1000]",
+            "Throughput must be in (0, 1000]",
         ),
         (
             vec![("priority", "1.5")],
@@ -308,7 +308,7 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("book-depth", "-1")],
             "book-depth",
-            "book_depth must be a non-negative integer",
+            "The book depth must be a non-negative integer",
         ),
         (
             vec![("bounds", "custom"), ("sprt_elo0", "3"), ("sprt_elo1", "1")],
@@ -323,7 +323,7 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("stop_rule", "games"), ("num-games", "1500")],
             "num-games",
-            "num_games must be 1000 to 3200000, a multiple of 1000",
+            "The number of games must be 1000 to 3200000, a multiple of 1000",
         ),
         (
             vec![("stop_rule", "games"), ("num-games", "many")],
@@ -352,7 +352,7 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("checkbox-arch-filter", "on"), ("arch-filter", "(")],
             "arch-filter",
-            "arch_filter \"(\" is not a valid regex",
+            "The arch filter \"(\" is not a valid regex",
         ),
         (
             vec![("checkbox-arch-filter", "on"), ("arch-filter", "^sparc$")],

@@ -349,12 +349,13 @@ pub async fn submit(
             }
             Err(SubmitError::Args(e)) => {
                 let field = form_field(e.field);
+                let message = super::submit_args::in_words(e.field, &e.message);
                 if field.is_empty() {
-                    refused(f, FieldErrors::new(), vec![Flash::error(e.message)], extras)
+                    refused(f, FieldErrors::new(), vec![Flash::error(message)], extras)
                 } else {
                     refused(
                         f,
-                        FieldErrors::from([(field.to_string(), e.message)]),
+                        FieldErrors::from([(field.to_string(), message)]),
                         Vec::new(),
                         extras,
                     )

@@ -48,6 +48,41 @@ pub fn form_field(arg: &str) -> &'static str {
     }
 }
 
+/// A refusal of argument `arg` in words for the form: the argument's name at the start of
+/// `/api/create_run`'s message (`resolved_base must be …`) becomes what the form calls it
+/// (`The base commit must be …`).
+pub fn in_words(arg: &str, message: &str) -> String {
+    let label = match arg {
+        "base_tag" => "The base branch",
+        "new_tag" => "The test branch",
+        "resolved_base" => "The base commit",
+        "resolved_new" => "The test commit",
+        "msg_base" => "The base commit's subject",
+        "msg_new" => "The test commit's subject",
+        "base_signature" => "The base bench",
+        "new_signature" => "The test bench",
+        "base_nets" => "The base nets",
+        "new_nets" => "The test nets",
+        "base_options" => "The base options",
+        "new_options" => "The test options",
+        "tests_repo" => "The tests repository",
+        "master_repo" => "The master repository",
+        "book_depth" => "The book depth",
+        "threads" => "Threads",
+        "priority" => "Priority",
+        "throughput" => "Throughput",
+        "max_active_tasks" => "Max active tasks",
+        "compiler" => "The compiler",
+        "arch_filter" => "The arch filter",
+        "num_games" => "The number of games",
+        _ => return message.to_string(),
+    };
+    match message.strip_prefix(arg) {
+        Some(rest) if rest.starts_with(' ') || rest.starts_with(':') => format!("{label}{rest}"),
+        _ => message.to_string(),
+    }
+}
+
 /// The form's values as `/api/create_run`'s arguments; what cannot be read (a number that is
 /// not one, an unknown stop rule) is refused by field.
 pub fn to_args(f: &RunForm) -> Result<CreateArgs, FieldErrors> {
