@@ -259,6 +259,14 @@ async fn a_submission_by_branch_name_resolves_everything() {
     );
     assert_eq!(r.base.nets, r.new.nets);
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert_eq!(r.behind_by, Some(0), "on top of master");
+    // A branch on an older master: how far behind is known (a warning only past the
+    // threshold, BEHIND_WARNING commits).
+    let mut w = wanted("https://github.com/dev-one/Stockfish", "old-base", "");
+    w.base_signature = Some(1947203);
+    let r = gh.resolve_submission(&w).await.unwrap();
+    assert_eq!(r.behind_by, Some(2));
+    assert!(2 <= shoal::github::BEHIND_WARNING && r.warnings.is_empty());
 
     // No repository given: the official one.
     let r = gh

@@ -147,6 +147,14 @@ async fn a_branch_name_is_all_a_developer_gives() {
     assert!(page.body.contains(&format!(
         "href=\"{FORK_URL}/compare/3333333333333333333333333333333333333333...aaaa000000000000000000000000000000000001\""
     )));
+    // A branch far behind master is warned about where the form sends the developer.
+    let page = b.get(&format!("/tests/view/{id}?follow=1&behind=42")).await;
+    assert!(
+        page.body
+            .contains("lmr-tweak is 42 commits behind official master: consider rebasing it."),
+        "{}",
+        page.body
+    );
     let mut fake = fake;
     fake.stop().await;
     let page = b.get(&format!("/tests/view/{id}")).await;
