@@ -197,6 +197,14 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     let again = boss.control("/tests/approve", &run, &boss_token).await;
     assert_eq!(again.status, 400);
     assert!(again.body.contains("already approved"), "{}", again.body);
+    // The refusal names the run: linked to it.
+    assert!(
+        again.body.contains(&format!(
+            "Run <a href=\"/tests/view/{run}\">{run}</a> already approved!"
+        )),
+        "{}",
+        again.body
+    );
     let missing = boss
         .control("/tests/approve", "0123456789abcdef01234567", &boss_token)
         .await;
