@@ -516,6 +516,17 @@ fn date_of(v: Option<&Value>) -> Option<Date> {
     v.and_then(|v| serde_json::from_value(v.clone()).ok())
 }
 
+/// When a record made by Fishtest was added: the seconds its MongoDB ObjectId starts with
+/// (kept as `{"$oid": …}` under `_mongo_id`, or `_id` in a raw dump); `None` for any other id.
+fn oid_time(doc: &Doc) -> Option<Date> {
+    let hex = [crate::store::bson_map::MONGO_ID, "_id"]
+        .iter()
+        .find_map(|k| doc.get(*k)?.get("$oid")?.as_str())?;
+    let secs = i64::from_str_radix(hex.get(..8)?, 16).ok()?;
+    (hex.len() == 24).then_some(())?;
+    chrono::DateTime::from_timestamp(secs, 0).map(Date)
+}
+
 fn test_of(v: Option<&Value>) -> Option<(String, Option<Date>)> {
     let v = v?;
     let id = v.get("id").and_then(Value::as_str)?;
@@ -540,7 +551,7 @@ pub(super) fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
                     .get("is_master")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
-                time: date_of(doc.get("time")),
+                time: date_of(doc.get("time")).or_else(|| oid_time(doc)),
                 first_test: test_of(doc.get("first_test")),
                 last_test: test_of(doc.get("last_test")),
             })

@@ -157,7 +157,68 @@ fn may_control(run: &Run, by: &User) -> bool {
     run.args.username == by.username || by.is_approver()
 }
 
+/// Why `by` may not delete `run` now (another user's run, a run already deleted).
+fn delete_refusal(run: &Run, run_id: &str, by: &User) -> DbResult<()> {
+    if !may_control(run, by) {
+        return Err(RunDbError::NotYours {
+            run_id: run_id.to_string(),
+            op: Op::Delete,
+        });
+    }
+    if run.deleted {
+        return Err(RunDbError::RunDeleted {
+            run_id: run_id.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Why `by` may not stop `run` now (another user's run, a finished run).
+fn stop_refusal(run: &Run, run_id: &str, by: &User) -> DbResult<()> {
+    if !may_control(run, by) {
+        return Err(RunDbError::NotYours {
+            run_id: run_id.to_string(),
+            op: Op::UserStop,
+        });
+    }
+    if run.finished {
+        return Err(RunDbError::RunFinished {
+            run_id: run_id.to_string(),
+            op: Op::UserStop,
+        });
+    }
+    Ok(())
+}
+
 impl RunDb {
+    /// What [`RunDb::stop_run_by_user`] would refuse, checked without acting (a page asks
+    /// the person to confirm first); `Ok` carries `look` of the run.
+    pub fn check_stop<T>(
+        &self,
+        run_id: &str,
+        by: &User,
+        look: impl FnOnce(&Run) -> T,
+    ) -> DbResult<T> {
+        let entry = self.control_entry(run_id, Op::UserStop)?;
+        let run = entry.run.lock();
+        stop_refusal(&run, run_id, by)?;
+        Ok(look(&run))
+    }
+
+    /// What [`RunDb::delete_run`] would refuse, checked without acting; `Ok` carries `look`
+    /// of the run.
+    pub fn check_delete<T>(
+        &self,
+        run_id: &str,
+        by: &User,
+        look: impl FnOnce(&Run) -> T,
+    ) -> DbResult<T> {
+        let entry = self.control_entry(run_id, Op::Delete)?;
+        let run = entry.run.lock();
+        delete_refusal(&run, run_id, by)?;
+        Ok(look(&run))
+    }
+
     /// The cache entry of a run control `op` acts on: primary only; an unknown id is refused.
     fn control_entry(
         &self,
@@ -278,17 +339,7 @@ impl RunDb {
     pub fn delete_run(&self, run_id: &str, by: &User) -> DbResult<()> {
         let entry = self.control_entry(run_id, Op::Delete)?;
         let mut run = entry.run.lock();
-        if !may_control(&run, by) {
-            return Err(RunDbError::NotYours {
-                run_id: run_id.to_string(),
-                op: Op::Delete,
-            });
-        }
-        if run.deleted {
-            return Err(RunDbError::RunDeleted {
-                run_id: run_id.to_string(),
-            });
-        }
+        delete_refusal(&run, run_id, by)?;
         run.deleted = true;
         if run.finished {
             self.save_now(&entry, &run)?;
@@ -308,18 +359,7 @@ impl RunDb {
     pub fn stop_run_by_user(&self, run_id: &str, by: &User) -> DbResult<UserStop> {
         let entry = self.control_entry(run_id, Op::UserStop)?;
         let mut run = entry.run.lock();
-        if !may_control(&run, by) {
-            return Err(RunDbError::NotYours {
-                run_id: run_id.to_string(),
-                op: Op::UserStop,
-            });
-        }
-        if run.finished {
-            return Err(RunDbError::RunFinished {
-                run_id: run_id.to_string(),
-                op: Op::UserStop,
-            });
-        }
+        stop_refusal(&run, run_id, by)?;
         self.finish_run(&entry, &mut run)?;
         let mut purge = None;
         if run.args.auto_purge && run.args.spsa.is_none() {

@@ -373,6 +373,18 @@ async fn sign_up_get_approved_log_in_watch_results_and_log_out() {
     screenshot(&c, "run_approver").await;
     submit(&c, "form[action=\"/tests/stop\"]").await;
     wait_to_leave(&c, &format!("/tests/view/{run}")).await;
+    // Stop asks first: nothing has changed until the person confirms.
+    let text = wait_for_answer(&c, "Stop this run?").await;
+    assert!(text.contains("Cancel"), "{text}");
+    let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["finished"], false,
+        "Stop stopped before it was confirmed: {v}"
+    );
+    screenshot(&c, "run_stop_confirm").await;
+    submit(&c, "form[action=\"/tests/stop\"]").await;
+    wait_to_leave(&c, "/tests/stop").await;
     let (status, v) = server.get_json(&format!("/api/get_run/{run}")).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["finished"], true, "the Stop button stopped the run: {v}");

@@ -96,7 +96,10 @@ async fn a_primary_and_two_secondaries_share_one_mongodb_database() {
     // A change to a run through a secondary's pages is refused, and changes nothing.
     let (mut boss, token) = logged_in(&secondaries[0], Some("boss")).await;
     let page = boss
-        .post("/tests/stop", &[("run-id", &run), ("csrf_token", &token)])
+        .post(
+            "/tests/stop",
+            &[("run-id", &run), ("csrf_token", &token), ("confirm", "yes")],
+        )
         .await;
     assert!(page.status >= 400, "stop on a secondary: {}", page.status);
     assert_eq!(run_of(&primary, &run).await["finished"], json!(false));

@@ -101,7 +101,10 @@ async fn a_user_limit_refuses_then_releases_on_every_end() {
     assert_eq!(web.post("/login", &login).await.status, 302);
     let token = web.get("/tests").await.csrf();
     let page = web
-        .post("/tests/delete", &[("run-id", &run), ("csrf_token", &token)])
+        .post(
+            "/tests/delete",
+            &[("run-id", &run), ("csrf_token", &token), ("confirm", "yes")],
+        )
         .await;
     assert_eq!(page.status, 302, "delete: {}", page.body);
     let (_, view) = s.get_json("/api/limits").await;
@@ -356,6 +359,9 @@ async fn approvers_change_a_limit_from_the_page_and_it_persists() {
     let page = boss.get("/limits").await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("concurrency:user") && page.body.contains("run_window"));
+    // The run window limits only by each run's own max: it reads "no limit", not u32::MAX.
+    assert!(page.body.contains("no limit"), "{}", page.body);
+    assert!(!page.body.contains("4294967295"), "{}", page.body);
     // No token: refused before anything changes.
     let forged = boss
         .post("/limits", &[("name", "concurrency:user"), ("max", "9")])

@@ -38,8 +38,17 @@ impl<'a> Browser<'a> {
         (b, token)
     }
 
-    /// Posts one control with `run-id`.
+    /// Posts one control with `run-id`, confirmed (stop and delete ask first otherwise).
     async fn control(&mut self, path: &str, run: &str, token: &str) -> Page {
+        self.post(
+            path,
+            &[("run-id", run), ("csrf_token", token), ("confirm", "yes")],
+        )
+        .await
+    }
+
+    /// Posts one control with `run-id` and no confirmation.
+    async fn unconfirmed(&mut self, path: &str, run: &str, token: &str) -> Page {
         self.post(path, &[("run-id", run), ("csrf_token", token)])
             .await
     }
@@ -172,8 +181,11 @@ async fn approve_stop_purge_and_delete_by_who_may() {
         (302, format!("/tests?done=approved&run={run}"))
     );
     let dashboard = boss.get(&page.location).await;
+    // The message names the run and links to it.
     assert!(
-        dashboard.body.contains(&format!("Run {run} approved")),
+        dashboard.body.contains(&format!(
+            "Run <a href=\"/tests/view/{run}\">{run}</a> approved"
+        )),
         "{}",
         dashboard.body
     );
@@ -185,6 +197,14 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     let again = boss.control("/tests/approve", &run, &boss_token).await;
     assert_eq!(again.status, 400);
     assert!(again.body.contains("already approved"), "{}", again.body);
+    // The refusal names the run: linked to it.
+    assert!(
+        again.body.contains(&format!(
+            "Run <a href=\"/tests/view/{run}\">{run}</a> already approved!"
+        )),
+        "{}",
+        again.body
+    );
     let missing = boss
         .control("/tests/approve", "0123456789abcdef01234567", &boss_token)
         .await;
@@ -395,4 +415,110 @@ async fn a_blocked_owner_is_logged_out_and_changes_nothing() {
         (false.into(), false.into())
     );
     assert!(stored_actions(&server, "stop_run").is_empty());
+}
+
+#[tokio::test]
+async fn stop_and_delete_ask_first_and_change_nothing_until_confirmed() {
+    let server = server_with_users(Opts::new()).await;
+    let run = create_run(&server, "alice", fixed_args(10_000)).await;
+    let (mut alice, alice_token) = Browser::open(&server, Some("alice")).await;
+    let (mut bob, bob_token) = Browser::open(&server, Some("bob")).await;
+    let (mut anon, anon_token) = Browser::open(&server, None).await;
+
+    for (path, question) in [
+        ("/tests/stop", "Stop this run?"),
+        ("/tests/delete", "Delete this run?"),
+    ] {
+        // The checks come first: a bad token, a visitor, another user.
+        let page = alice.unconfirmed(path, &run, "forged").await;
+        assert_eq!(page.status, 403, "{path}");
+        let page = anon.unconfirmed(path, &run, &anon_token).await;
+        assert_eq!((page.status, page.location.as_str()), (302, "/login"));
+        let page = bob.unconfirmed(path, &run, &bob_token).await;
+        assert_eq!(page.status, 403, "{path}: {}", page.body);
+        assert!(page.body.contains("Unable to modify another users run!"));
+        let page = alice
+            .unconfirmed(path, "0123456789abcdef01234567", &alice_token)
+            .await;
+        assert_eq!(page.status, 404, "{path}: {}", page.body);
+
+        // The owner is asked, for this run, by a form that posts the same request confirmed.
+        for confirm in [None, Some("no")] {
+            let mut form = vec![("run-id", run.as_str()), ("csrf_token", &alice_token)];
+            if let Some(c) = confirm {
+                form.push(("confirm", c));
+            }
+            let page = alice.post(path, &form).await;
+            assert_eq!(page.status, 200, "{path}: {}", page.body);
+            let body = unescape(&page.body);
+            for want in [
+                question,
+                &format!("<a href=\"/tests/view/{run}\">"),
+                &format!("action=\"{path}\""),
+                &format!("name=\"run-id\" value=\"{run}\""),
+                "name=\"confirm\" value=\"yes\"",
+                &format!("name=\"csrf_token\" value=\"{alice_token}\""),
+                ">Cancel</a>",
+            ] {
+                assert!(body.contains(want), "{path} {want}: {body}");
+            }
+        }
+        let v = run_json(&server, &run).await;
+        assert_eq!(
+            (v["finished"].clone(), v["deleted"].clone()),
+            (false.into(), false.into()),
+            "{path}"
+        );
+    }
+    assert!(stored_actions(&server, "stop_run").is_empty());
+    assert!(stored_actions(&server, "delete_run").is_empty());
+
+    // Confirmed, it acts; a finished run is refused before any question.
+    let page = alice.control("/tests/stop", &run, &alice_token).await;
+    assert_eq!(
+        (page.status, page.location.as_str()),
+        (302, "/tests?done=stopped")
+    );
+    assert_eq!(run_json(&server, &run).await["finished"], true);
+    let page = alice.unconfirmed("/tests/stop", &run, &alice_token).await;
+    assert!(page.status >= 400, "{}: {}", page.status, page.body);
+    let page = alice.control("/tests/delete", &run, &alice_token).await;
+    assert_eq!(
+        (page.status, page.location.as_str()),
+        (302, "/tests?done=deleted")
+    );
+    let page = alice.unconfirmed("/tests/delete", &run, &alice_token).await;
+    assert!(page.status >= 400, "{}: {}", page.status, page.body);
+    assert_eq!(stored_actions(&server, "stop_run").len(), 1);
+    assert_eq!(stored_actions(&server, "delete_run").len(), 1);
+}
+
+#[tokio::test]
+async fn the_run_page_keeps_stop_and_delete_apart_and_a_pending_run_says_one_thing() {
+    let server = server_with_users(Opts::new()).await;
+    let run = create_run(&server, "alice", crate::fleet::sprt_args(0.0, 2.0)).await;
+    let (mut boss, _) = Browser::open(&server, Some("boss")).await;
+    let page = boss.get(&format!("/tests/view/{run}")).await;
+    assert_eq!(page.status, 200);
+    let body = &page.body;
+    let at = |s: &str| body.find(s).unwrap_or_else(|| panic!("{s}: {body}"));
+    let zone = at("class=\"danger-zone\"");
+    assert!(at("action=\"/tests/approve\"") < zone);
+    assert!(zone < at("action=\"/tests/stop\""));
+    assert!(zone < at("action=\"/tests/delete\""));
+    assert!(
+        body.contains("Status: <strong>pending approval</strong></p>"),
+        "{body}"
+    );
+    assert!(!body.contains("SPRT <strong>running"), "{body}");
+
+    // Approved with no worker yet: waiting, still one label.
+    approve(&server, "boss", &run).await;
+    let page = boss.get(&format!("/tests/view/{run}")).await;
+    assert!(
+        page.body
+            .contains("Status: <strong>waiting for workers</strong></p>"),
+        "{}",
+        page.body
+    );
 }

@@ -323,6 +323,13 @@ async fn the_dashboard_has_every_panel_and_the_results_box() {
     );
     // Pending and paused rows can be deleted (the server decides who may).
     assert!(home.body.contains("action=\"/tests/delete\""));
+    // The control is a worded button (an icon beside it), not an emoji that needs a font.
+    assert!(
+        home.body.contains("</svg> Delete</button>"),
+        "{}",
+        home.body
+    );
+    assert!(!home.body.contains("&#x1F5D1;") && !home.body.contains('\u{1F5D1}'));
 
     // Later pages: the finished runs only.
     let two = get(&server, "/tests?page=2").await;

@@ -131,6 +131,9 @@ async fn an_uploaded_net_is_listed_and_downloads_intact() {
         page.body
     );
     assert!(page.body.contains("<td>alice</td>"));
+    // The Time column shows when it was uploaded.
+    let today = chrono::Utc::now().format("<td>%y-%m-%d ").to_string();
+    assert!(page.body.contains(&today), "{today}: {}", page.body);
 
     // Downloadable, byte for byte, and counted.
     let got = crate::nets_store::download_as_worker(&server, &name).await;

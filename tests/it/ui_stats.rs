@@ -376,7 +376,11 @@ async fn an_sprt_run_has_stats_live_elo_charts_and_a_bounded_trajectory() {
     let stop = owner
         .post(
             "/tests/stop",
-            &[("run-id", id.as_str()), ("csrf_token", &token)],
+            &[
+                ("run-id", id.as_str()),
+                ("csrf_token", &token),
+                ("confirm", "yes"),
+            ],
         )
         .await;
     assert_eq!(stop.status, 302, "{}", stop.body);

@@ -101,9 +101,12 @@ async fn the_machines_page_lists_active_workers() {
         "<td>x86-64-avx2</td>",
         "<td>325</td>",
         &format!("/tests/view/{run}?show_task=0"),
+        // The worker sent no country: a word says so, not a bare "?".
+        "title=\"country unknown\">unknown</span>",
     ] {
         assert!(page.body.contains(want), "{want}: {}", page.body);
     }
+    assert!(!page.body.contains(">?</span>"), "{}", page.body);
     assert!(page.body.contains(" ago</td>") || page.body.contains("just now"));
     // Filters: a search that matches nothing, and "my workers" for someone else.
     let page = anon.get("/tests/machines?q=nothing-like-this").await;

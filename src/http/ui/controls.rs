@@ -9,6 +9,9 @@
 //! logs the action. Success → `/tests?done=<what>` (the dashboard shows [`done_message`]);
 //! a refusal is a page with the domain's refusal in the API edge's words (`http::error`: 403,
 //! 400 or 404), never a 500.
+//! Stop and delete cannot be undone by a click, so without `confirm=yes` they only ask: the
+//! domain's refusals are checked as for the real thing (`RunDb::check_stop`/`check_delete`),
+//! then a page names the run and posts the same request with `confirm=yes` (no JavaScript).
 //! Must not: decide permissions itself (the domain does, for the JSON API too).
 
 use std::sync::Arc;
@@ -20,7 +23,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::{Input, Page, PageError, form_or_default, page};
+use askama::Template;
+
+use super::kit::{Input, Layout, Page, PageError, PageResult, form_or_default, page};
+use super::run::page_title;
+use super::session::Ctx;
 use crate::accounts::User;
 use crate::http::error::ApiError;
 use crate::http::run_id::RunId;
@@ -34,6 +41,30 @@ pub struct RunIdForm {
     run_id: String,
     #[serde(default)]
     csrf_token: Option<String>,
+    /// `yes` when the person confirmed a stop or a delete.
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+impl RunIdForm {
+    fn confirmed(&self) -> bool {
+        self.confirm.as_deref() == Some("yes")
+    }
+}
+
+/// The page that asks before a stop or a delete.
+#[derive(Template)]
+#[template(path = "confirm.html")]
+struct ConfirmPage {
+    l: Layout,
+    question: &'static str,
+    id: String,
+    /// The run's title, as its page heads it.
+    name: String,
+    /// What will happen, in a sentence.
+    effect: &'static str,
+    action: &'static str,
+    button: &'static str,
 }
 
 /// The modify form (Fishtest's field names).
@@ -59,30 +90,61 @@ pub struct ModifyForm {
     csrf_token: Option<String>,
 }
 
+/// A flash after a control succeeded: `before`, then the run linked (when one is named),
+/// then `after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub before: String,
+    pub run: Option<String>,
+    pub after: String,
+}
+
+impl Done {
+    fn plain(text: &str) -> Self {
+        Done {
+            before: text.to_string(),
+            run: None,
+            after: String::new(),
+        }
+    }
+
+    /// The message as plain text.
+    pub fn text(&self) -> String {
+        format!(
+            "{}{}{}",
+            self.before,
+            self.run.as_deref().unwrap_or_default(),
+            self.after
+        )
+    }
+}
+
 /// The message the dashboard flashes for `?done=<code>` (and `&run=<id>`) after a control
-/// succeeded; `None` for an unknown code (a link cannot put words on the page).
-pub fn done_message(code: &str, run: Option<&str>) -> Option<String> {
+/// succeeded; `None` for an unknown code (a link cannot put words on the page). A run it
+/// names is linked to its page.
+pub fn done_message(code: &str, run: Option<&str>) -> Option<Done> {
     if code == "approved" {
         return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
-            Some(id) => format!("Run {id} approved"),
-            None => "Run approved".into(),
+            Some(id) => Done {
+                before: "Run ".into(),
+                run: Some(id.to_string()),
+                after: " approved".into(),
+            },
+            None => Done::plain("Run approved"),
         });
     }
-    Some(
-        match code {
-            "stopped" => "Stopped run",
-            "purged" => "Purged run",
-            "purged-none" => "No bad workers",
-            "deleted" => "Deleted run",
-            "modified" => "The test was successfully modified!",
-            "modified-unapproved" => {
-                "The test was successfully modified but it will have to be reapproved..."
-            }
-            "modified-pending" => "The test was successfully modified. Please wait for approval.",
-            _ => return None,
+    Some(Done::plain(match code {
+        "stopped" => "Stopped run",
+        "purged" => "Purged run",
+        "purged-none" => "No bad workers",
+        "deleted" => "Deleted run",
+        "modified" => "The test was successfully modified!",
+        "modified-unapproved" => {
+            "The test was successfully modified but it will have to be reapproved..."
         }
-        .to_string(),
-    )
+        "modified-pending" => "The test was successfully modified. Please wait for approval.",
+        _ => return None,
+    }))
 }
 
 /// A control's refusal: the domain's message on the error page, a run that does not exist
@@ -105,6 +167,23 @@ async fn control<F>(
 where
     F: FnOnce(&RunDb, &User) -> Result<String, PageError> + Send + 'static,
 {
+    asking(state, headers, token, move |db, _, user| {
+        let code = act(db, user)?;
+        Page::redirect(format!("/tests?done={code}"))
+    })
+    .await
+}
+
+/// As [`control`], for a control that may answer a page of its own (the confirmation).
+async fn asking<F>(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    token: Option<String>,
+    act: F,
+) -> Response
+where
+    F: FnOnce(&RunDb, &Ctx, &User) -> PageResult + Send + 'static,
+{
     let primary = state.primary;
     page(
         &state,
@@ -116,11 +195,47 @@ where
             let Some(user) = ctx.user.clone() else {
                 return Page::redirect("/login");
             };
-            let code = act(db, &user)?;
-            Page::redirect(format!("/tests?done={code}"))
+            act(db, ctx, &user)
         },
     )
     .await
+}
+
+/// The confirmation page of `what` on run `f.run_id` once the domain's `check` passed (it
+/// gives the run's title).
+fn confirm_page(ctx: &Ctx, f: &RunIdForm, what: Confirm, name: String) -> PageResult {
+    let (question, effect, action, button) = match what {
+        Confirm::Stop => (
+            "Stop this run?",
+            "it will be finished now: its workers stop playing it and it leaves the active \
+             runs. Stopping cannot be undone from this page.",
+            "/tests/stop",
+            "Stop the run",
+        ),
+        Confirm::Delete => (
+            "Delete this run?",
+            "it will be finished (if it is not) and deleted: it leaves every list of runs, \
+             though its page can still be read.",
+            "/tests/delete",
+            "Delete the run",
+        ),
+    };
+    Page::ok(&ConfirmPage {
+        l: Layout::new(ctx, question),
+        question,
+        id: f.run_id.clone(),
+        name,
+        effect,
+        action,
+        button,
+    })
+}
+
+/// Which control a confirmation page asks for.
+#[derive(Clone, Copy)]
+enum Confirm {
+    Stop,
+    Delete,
 }
 
 /// `POST /tests/approve`: an approver other than the submitter.
@@ -144,17 +259,23 @@ pub async fn approve(
     .await
 }
 
-/// `POST /tests/stop`: the owner or an approver finishes an unfinished run.
+/// `POST /tests/stop`: the owner or an approver finishes an unfinished run, once confirmed.
 pub async fn stop(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
     let f = form_or_default(form);
-    control(state, headers, f.csrf_token, move |db, user| {
-        db.stop_run_by_user(&f.run_id, user)
-            .map(|_| "stopped".into())
-            .map_err(refusal)
+    let token = f.csrf_token.clone();
+    asking(state, headers, token, move |db, ctx, user| {
+        if !f.confirmed() {
+            let name = db
+                .check_stop(&f.run_id, user, page_title)
+                .map_err(refusal)?;
+            return confirm_page(ctx, &f, Confirm::Stop, name);
+        }
+        db.stop_run_by_user(&f.run_id, user).map_err(refusal)?;
+        Page::redirect("/tests?done=stopped")
     })
     .await
 }
@@ -180,17 +301,23 @@ pub async fn purge(
     .await
 }
 
-/// `POST /tests/delete`: the owner or an approver deletes a run.
+/// `POST /tests/delete`: the owner or an approver deletes a run, once confirmed.
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
     let f = form_or_default(form);
-    control(state, headers, f.csrf_token, move |db, user| {
-        db.delete_run(&f.run_id, user)
-            .map(|()| "deleted".into())
-            .map_err(refusal)
+    let token = f.csrf_token.clone();
+    asking(state, headers, token, move |db, ctx, user| {
+        if !f.confirmed() {
+            let name = db
+                .check_delete(&f.run_id, user, page_title)
+                .map_err(refusal)?;
+            return confirm_page(ctx, &f, Confirm::Delete, name);
+        }
+        db.delete_run(&f.run_id, user).map_err(refusal)?;
+        Page::redirect("/tests?done=deleted")
     })
     .await
 }
@@ -274,19 +401,25 @@ mod tests {
         let c = changes(&form(Some(" 2000 "), "-1")).unwrap();
         assert_eq!((c.num_games, c.priority, c.throughput), (2000, -1, 100));
         assert!(!c.auto_purge);
-        assert_eq!(
-            done_message("stopped", None).as_deref(),
-            Some("Stopped run")
-        );
+        let text = |code: &str, run: Option<&str>| done_message(code, run).map(|d| d.text());
+        assert_eq!(text("stopped", None).as_deref(), Some("Stopped run"));
         assert_eq!(done_message("<script>", None), None);
         let id = "0123456789abcdef01234567";
         assert_eq!(
-            done_message("approved", Some(id)),
+            text("approved", Some(id)),
             Some(format!("Run {id} approved"))
         );
         assert_eq!(
-            done_message("approved", Some("<b>")).as_deref(),
+            done_message("approved", Some(id)).and_then(|d| d.run),
+            Some(id.to_string())
+        );
+        assert_eq!(
+            text("approved", Some("<b>")).as_deref(),
             Some("Run approved")
+        );
+        assert_eq!(
+            done_message("approved", Some("<b>")).and_then(|d| d.run),
+            None
         );
     }
 }

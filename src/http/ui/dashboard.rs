@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 
 use super::controls;
-use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
+use super::kit::{Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
 use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
 use crate::http::state::AppState;
@@ -23,6 +23,8 @@ use crate::rundb::RunDb;
 #[template(path = "tests.html")]
 pub struct TestsPage {
     pub l: Layout,
+    /// The flash of a control that just succeeded (its run linked).
+    pub done: Option<controls::Done>,
     /// The rendered content ([`TestsBody`]), with this viewer's CSRF token in its forms.
     pub body: String,
 }
@@ -89,10 +91,7 @@ pub async fn tests(
     let cacheable = q == ListQuery::default_first() && done.is_none();
     let cache = Arc::clone(&state.dashboard);
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        let mut l = Layout::new(ctx, "Tests");
-        if let Some(text) = done {
-            l = l.flash(Flash::info(text));
-        }
+        let l = Layout::new(ctx, "Tests");
         let body = if cacheable {
             // Read before rendering: a save during the render leaves the entry stale.
             let saves = db.listed_changes();
@@ -108,7 +107,7 @@ pub async fn tests(
         } else {
             body(db, q, &ctx.csrf)?
         };
-        Page::ok(&TestsPage { l, body })
+        Page::ok(&TestsPage { l, done, body })
     })
     .await
 }

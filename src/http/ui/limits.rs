@@ -51,6 +51,33 @@ pub struct LimitRow {
     pub keys: Vec<KeyRow>,
 }
 
+/// A max as read: the largest a limit can hold means it does not limit.
+fn max_text(max: u64) -> String {
+    if max >= crate::limits::def::MAX_MAX {
+        "no limit".into()
+    } else {
+        max.to_string()
+    }
+}
+
+impl KeyRow {
+    /// The max as shown ("no limit" for none).
+    pub fn max_shown(&self) -> String {
+        max_text(self.max)
+    }
+}
+
+impl LimitRow {
+    /// `max N <unit>`, or "no limit".
+    pub fn max_shown(&self) -> String {
+        if self.max >= crate::limits::def::MAX_MAX {
+            "no limit".into()
+        } else {
+            format!("max {} {}", self.max, self.unit)
+        }
+    }
+}
+
 fn text<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .ok()

@@ -51,7 +51,7 @@ impl NetRow {
                 .time
                 .as_ref()
                 .map(|d| d.0.format("%y-%m-%d %H:%M:%S").to_string())
-                .unwrap_or_default(),
+                .unwrap_or_else(|| "—".into()),
             name: n.name.clone(),
             user: n.user.clone(),
             is_master: n.is_master,

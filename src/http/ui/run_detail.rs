@@ -230,10 +230,11 @@ pub(super) fn detail(run: &Run) -> Detail {
             }
             Err(e) => d.llr = format!("LLR: unavailable ({e})"),
         }
-        d.sprt_state = match s.state {
-            SprtState::Running => "running".into(),
-            other => other.as_str().into(),
-        };
+        // A test still running says so in its status: the SPRT's own state is added only
+        // once it decided, so the status line never reads two things at once.
+        if s.state != SprtState::Running {
+            d.sprt_state = s.state.as_str().into();
+        }
     }
     d
 }
@@ -256,7 +257,7 @@ fn colour(run: &Run) -> &'static str {
 
 fn status(run: &Run) -> String {
     if run.finished {
-        "finished".into()
+        if run.failed { "failed" } else { "finished" }.into()
     } else if !run.approved {
         "pending approval".into()
     } else if run.workers > 0 {

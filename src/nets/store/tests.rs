@@ -210,3 +210,18 @@ fn import_file_moves_checked_nets_and_leaves_bad_ones() {
     assert!(truncated.exists());
     assert!(!dst.join(format!("{other_name}.gz")).exists());
 }
+
+#[test]
+fn a_fishtest_record_without_time_is_dated_by_its_object_id() {
+    let mut doc = Doc::new();
+    doc.insert(
+        crate::store::bson_map::MONGO_ID.into(),
+        json!({"$oid": "6a4e7e0122dfea1c957407a2"}),
+    );
+    let t = oid_time(&doc).expect("a date");
+    assert_eq!(t.0.timestamp(), 0x6a4e_7e01);
+    let mut odd = Doc::new();
+    odd.insert("_id".into(), json!({"$oid": "zz"}));
+    assert!(oid_time(&odd).is_none());
+    assert!(oid_time(&Doc::new()).is_none());
+}

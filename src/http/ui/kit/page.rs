@@ -5,7 +5,8 @@
 //!
 //! A body is `FnOnce(&RunDb, &mut Ctx, &CookieKeys) -> Result<Page, PageError>`; a
 //! `PageError` becomes its page here ([`PageError::into_page`]), for the session at hand.
-//! [`Layout`] is what the base template needs from every page.
+//! [`Layout`] is what the base template needs from every page. An error page links each run
+//! id its message names (a 404 names without linking: the link would lead nowhere).
 
 use std::sync::Arc;
 
@@ -174,14 +175,67 @@ impl PageError {
 pub struct ErrorPage {
     pub l: Layout,
     pub heading: String,
-    pub detail: String,
+    /// The message, its run ids apart so that each links to its run.
+    pub detail: Vec<TextPart>,
+}
+
+/// A piece of a message: plain text, or a run id (`run`) shown as a link to the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextPart {
+    pub text: String,
+    pub run: bool,
+}
+
+/// `text` cut around the run ids it names (24 hex digits standing alone).
+pub fn link_runs(text: &str) -> Vec<TextPart> {
+    let mut parts = Vec::new();
+    let mut plain = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
+        let word_len = rest[start..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len() - start);
+        let word = &rest[start..start + word_len];
+        plain.push_str(&rest[..start]);
+        if word.len() == 24 && word.chars().all(|c| c.is_ascii_hexdigit()) {
+            if !plain.is_empty() {
+                parts.push(TextPart {
+                    text: std::mem::take(&mut plain),
+                    run: false,
+                });
+            }
+            parts.push(TextPart {
+                text: word.to_string(),
+                run: true,
+            });
+        } else {
+            plain.push_str(word);
+        }
+        rest = &rest[start + word_len..];
+    }
+    plain.push_str(rest);
+    if !plain.is_empty() {
+        parts.push(TextPart {
+            text: plain,
+            run: false,
+        });
+    }
+    parts
 }
 
 fn error_page(ctx: &Ctx, status: StatusCode, heading: &str, detail: &str) -> Page {
     let p = ErrorPage {
         l: Layout::new(ctx, heading),
         heading: heading.into(),
-        detail: detail.into(),
+        // A run that does not exist is named, not linked (the link would lead nowhere).
+        detail: if status == StatusCode::NOT_FOUND {
+            vec![TextPart {
+                text: detail.into(),
+                run: false,
+            }]
+        } else {
+            link_runs(detail)
+        },
     };
     match p.render() {
         Ok(html) => Page::Html(status, html),
@@ -383,4 +437,37 @@ pub fn respond(keys: &CookieKeys, cookie: Option<(String, bool)>, out: Page) -> 
         h.append(header::SET_COOKIE, v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_in_a_message_are_cut_out_to_be_linked() {
+        let id = "0123456789abcdef01234567";
+        let parts = link_runs(&format!("Stop_run: run {id} is already finished"));
+        let texts: Vec<_> = parts.iter().map(|p| (p.text.as_str(), p.run)).collect();
+        assert_eq!(
+            texts,
+            [
+                ("Stop_run: run ", false),
+                (id, true),
+                (" is already finished", false)
+            ]
+        );
+        let task = link_runs(&format!("Invalid task {id}/3"));
+        assert_eq!(task.iter().filter(|p| p.run).count(), 1);
+        // Longer or shorter hex words, and words with other letters, stay text.
+        for text in [
+            "a 0123456789abcdef012345678 b",
+            "deadbeef",
+            "0123456789abcdef0123456z",
+            "",
+        ] {
+            assert!(link_runs(text).iter().all(|p| !p.run), "{text}");
+            let joined: String = link_runs(text).iter().map(|p| p.text.as_str()).collect();
+            assert_eq!(joined, text);
+        }
+    }
 }
