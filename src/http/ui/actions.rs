@@ -21,7 +21,8 @@ use super::session::Ctx;
 use crate::accounts::Users;
 use crate::http::state::AppState;
 use crate::ledger::{ACTION_KINDS, ActionFilter, HIDDEN_KINDS, Ledger};
-use crate::store::Doc;
+/// An action document as the ledger returns it.
+type Doc = serde_json::Map<String, serde_json::Value>;
 
 /// Actions per page.
 pub const ACTIONS_PAGE: u64 = 25;
@@ -337,7 +338,8 @@ mod tests {
             "alice-4cores-1a2b3c4d"
         );
         assert_eq!(ago(None), "Never");
-        let hour_ago = crate::store::Date(chrono::Utc::now() - chrono::Duration::seconds(3700));
+        let hour_ago =
+            crate::rundb::model::Date(chrono::Utc::now() - chrono::Duration::seconds(3700));
         assert_eq!(ago(Some(&hour_ago)), "1 hour ago");
     }
 

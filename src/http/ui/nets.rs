@@ -34,7 +34,7 @@ pub struct NetRow {
     pub missing: bool,
 }
 
-fn test_link(t: &Option<(String, Option<crate::store::Date>)>) -> Option<(String, String)> {
+fn test_link(t: &Option<(String, Option<crate::rundb::model::Date>)>) -> Option<(String, String)> {
     t.as_ref().map(|(id, date)| {
         let label = date.as_ref().map_or_else(
             || id.clone(),

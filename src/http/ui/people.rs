@@ -420,7 +420,7 @@ mod tests {
             username: "bob".into(),
             password: None,
             password_hash: None,
-            registration_time: crate::store::Date::now(),
+            registration_time: crate::rundb::model::Date::now(),
             pending: false,
             blocked: false,
             email: "bob@example.org".into(),

@@ -1,6 +1,6 @@
 //! How pages show a moment relative to now.
 
-use crate::store::Date;
+use crate::rundb::model::Date;
 
 /// "N units ago" in the largest unit that is at least 1 (seconds, minutes, hours, days),
 /// "0 seconds ago" for now or a moment slightly ahead, "Never" for no moment at all.
