@@ -31,7 +31,15 @@ const PUBLIC: [&str; 10] = [
 ];
 
 /// The pages of a logged-in approver (besides [`PUBLIC`]'s and the run page).
-const LOGGED_IN: [&str; 2] = ["/tests/run", "/user_management"];
+const LOGGED_IN: [&str; 7] = [
+    "/tests/run",
+    "/user_management",
+    "/upload",
+    "/user",
+    "/tests/user/alice",
+    "/workers/show",
+    "/contributors/monthly",
+];
 
 /// Sizes the window so that the page's viewport is `width` CSS pixels wide.
 async fn set_width(c: &Client, width: u32) {
@@ -171,6 +179,8 @@ async fn every_page_fits_a_phone_and_a_wide_screen() {
         assert_eq!(status, 200, "{v}");
     }
     let view = format!("/tests/view/{run}");
+    let stats = format!("/tests/stats/{run}");
+    let live_elo = format!("/tests/live_elo/{run}");
     let driver = start_driver().await;
     let c = browser(&driver).await;
 
@@ -196,10 +206,18 @@ async fn every_page_fits_a_phone_and_a_wide_screen() {
             .filter(|p| !matches!(**p, "/login" | "/signup"))
             .chain(LOGGED_IN.iter())
             .copied()
-            .chain([view.as_str()])
+            .chain([view.as_str(), stats.as_str(), live_elo.as_str()])
         {
             check_page(&c, &server, page, width, true).await;
         }
+        c.goto(&server.url("/tests/run"))
+            .await
+            .expect("the new-test form");
+        wait_for_answer(&c, "Test branch").await;
+        screenshot(&c, &format!("{name}_new_test")).await;
+        c.goto(&server.url(&stats)).await.expect("the statistics");
+        body_text(&c).await;
+        screenshot(&c, &format!("{name}_stats")).await;
         c.goto(&server.url("/tests")).await.expect("dashboard");
         wait_for_answer(&c, "patch").await;
         screenshot(&c, &format!("{name}_dashboard")).await;
