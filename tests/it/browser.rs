@@ -33,7 +33,7 @@ const MARK_VAR: &str = "SHOAL_TEST_CHROMEDRIVER";
 pub(crate) struct Driver {
     /// The group leader (`sh`).
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     /// The process group: the leader's pid.
     pub(crate) pgid: i32,
     /// The value of [`MARK_VAR`] in the environment of every process this driver started.
