@@ -96,6 +96,16 @@ async fn the_run_page_shows_results_stats_tasks_and_controls() {
     assert!(body.contains(&format!("data-refresh=\"/tests/view/{id}/detail\"")));
     assert!(body.contains(&format!("data-refresh=\"/tests/tasks/{id}\"")));
     assert!(body.contains("src=\"/static/refresh.js?v="), "{body}");
+    // Link previews: the run's title, its status and results box.
+    let title = regex::Regex::new(r#"<meta property="og:title" content="([^"]*)">"#).unwrap();
+    let title = &title.captures(&body).expect("an og:title")[1];
+    assert!(title.contains("patch vs master"), "{title}");
+    let og = regex::Regex::new(r#"<meta property="og:description" content="([^"]*)">"#).unwrap();
+    let description = &og.captures(&body).expect("an og:description")[1];
+    assert!(
+        description.starts_with("pending · ") && description.contains("Total: 0"),
+        "{description}"
+    );
     for action in [
         "/tests/approve",
         "/tests/stop",

@@ -125,6 +125,25 @@ pub struct ResultsBox {
     pub time_odds: bool,
 }
 
+impl ResultsBox {
+    /// The box as one line of plain text (a link preview's description).
+    pub fn plain(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| {
+                l.0.iter()
+                    .map(|p| p.text.as_str())
+                    .collect::<String>()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+}
+
 /// Formats a ratio as Fishtest prints floats that may be infinite or undefined.
 fn ratio(num: u64, den: u64) -> String {
     match (num, den) {

@@ -234,12 +234,16 @@ pub async fn view(
         let compare_url = super::run_diff::compare_url(&run);
         let warnings = warnings(&run, &db.books());
         let (spsa, spsa_iter) = spsa_rows(&run);
+        let d = detail(&run);
+        // A link to the run shows its status and results in a chat or a forum's preview.
+        let summary = format!("{} · {}", status_label(&run), d.rbox.plain());
+        let l = Layout::new(ctx, &heading).describe(summary);
         let p = RunPage {
-            l: submitted_flash(Layout::new(ctx, &heading), &run, submitted, behind),
+            l: submitted_flash(l, &run, submitted, behind),
             id: run.id.clone(),
             heading,
             args: arg_rows(&run),
-            d: detail(&run),
+            d,
             t: tasks(&run),
             c: run_charts(&run),
             spsa,

@@ -69,6 +69,8 @@ pub struct Layout {
     pub flashes: Vec<Flash>,
     /// For an approver: accounts waiting for approval (shown in the navigation).
     pub pending_users: Option<u64>,
+    /// What a link preview shows under the title (`og:description`), when the page says.
+    pub description: Option<String>,
 }
 
 impl Layout {
@@ -84,7 +86,14 @@ impl Layout {
             css: asset("style.css"),
             flashes: Vec::new(),
             pending_users: ctx.pending_users,
+            description: None,
         }
+    }
+
+    /// The page's one-line summary for link previews (`og:description`).
+    pub fn describe(mut self, text: impl Into<String>) -> Self {
+        self.description = Some(text.into());
+        self
     }
 
     pub fn flash(mut self, flash: Flash) -> Self {
