@@ -162,11 +162,29 @@ impl Ledger {
         skip: u64,
         limit: u64,
     ) -> LedgerResult<Vec<Doc>> {
-        let mut q = Query::new()
-            .sort("time", Order::Desc)
-            .sort("_id", Order::Desc)
-            .skip(skip)
-            .limit(limit);
+        self.find_actions_sorted(filter, &[], false, skip, limit)
+    }
+
+    /// As [`Ledger::find_actions`], ordered by the document paths `by` first (descending or
+    /// not), then newest first.
+    pub fn find_actions_sorted(
+        &self,
+        filter: &ActionFilter,
+        by: &[&str],
+        descending: bool,
+        skip: u64,
+        limit: u64,
+    ) -> LedgerResult<Vec<Doc>> {
+        let order = if descending { Order::Desc } else { Order::Asc };
+        let mut q = Query::new();
+        for path in by {
+            q = q.sort(path, order);
+        }
+        // Newest first breaks ties (a path sorted twice would be one key in MongoDB's sort).
+        if !by.contains(&"time") {
+            q = q.sort("time", Order::Desc);
+        }
+        let mut q = q.sort("_id", Order::Desc).skip(skip).limit(limit);
         q.filter = filter.conds.clone();
         self.store.find(Collection::Actions, &q)
     }

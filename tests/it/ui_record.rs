@@ -468,3 +468,95 @@ async fn the_record_is_open_to_everyone_and_target_users_link_for_approvers_only
     let page = boss.get(path).await;
     assert!(page.body.contains("href=\"/user/bob\""), "{}", page.body);
 }
+
+/// The Event column of an `/actions` page, top to bottom.
+fn events(body: &str) -> Vec<String> {
+    let row =
+        regex::Regex::new(r"(?s)<tr>\s*<td><a [^>]*>[^<]*</a></td>\s*<td>([^<]*)</td>").unwrap();
+    row.captures_iter(body)
+        .map(|c| c[1].trim().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_actions_page_sorts_by_event_source_target_and_comment() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    add_user(&server, "chief", &["--approver"]);
+    let run = create_run(&server, "alice", fixed_args(1000)).await;
+    approve(&server, "chief", &run).await;
+    let w = Worker::new("alice", 4, 2);
+    for note in ["b note", "a note", "c note"] {
+        let (status, _) = w
+            .call(&server, "/api/worker_log", json!({"message": note}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let mut anon = Browser::new(&server);
+
+    // Newest first by default; the headers link each column's sort.
+    let page = anon.get("/actions").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        events(&page.body),
+        [
+            "worker_log",
+            "worker_log",
+            "worker_log",
+            "approve_run",
+            "new_run"
+        ]
+    );
+    for (key, order) in [
+        ("event", "asc"),
+        ("source", "asc"),
+        ("target", "asc"),
+        ("comment", "asc"),
+        ("time", "asc"),
+    ] {
+        assert!(
+            page.body
+                .contains(&format!("href=\"/actions?sort={key}&#38;order={order}\"")),
+            "{key}: {}",
+            page.body
+        );
+    }
+    let page = anon.get("/actions?sort=event&order=asc").await;
+    assert_eq!(
+        events(&page.body),
+        [
+            "approve_run",
+            "new_run",
+            "worker_log",
+            "worker_log",
+            "worker_log"
+        ]
+    );
+    let page = anon.get("/actions?sort=event&order=desc").await;
+    assert_eq!(
+        events(&page.body),
+        [
+            "worker_log",
+            "worker_log",
+            "worker_log",
+            "new_run",
+            "approve_run"
+        ]
+    );
+    // By comment: the notes in their text's order (the runs' messages sort around them).
+    let page = anon.get("/actions?sort=comment&order=asc").await;
+    let body = &page.body;
+    let (a, b, c) = (
+        body.find(">a note<").expect("a"),
+        body.find(">b note<").expect("b"),
+        body.find(">c note<").expect("c"),
+    );
+    assert!(a < b && b < c, "{body}");
+    // Oldest first.
+    let page = anon.get("/actions?sort=time&order=asc").await;
+    assert_eq!(events(&page.body)[0], "new_run");
+    // An unknown sort key is the default order.
+    let page = anon.get("/actions?sort=nope").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(events(&page.body)[0], "worker_log");
+}

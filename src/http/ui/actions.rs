@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::kit::pager::page_param;
-use super::kit::{Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
+use super::kit::table::{order_param, order_text, sort_columns};
+use super::kit::{Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page};
 use super::session::Ctx;
 use crate::accounts::Users;
 use crate::http::state::AppState;
@@ -57,6 +58,28 @@ pub struct ActionsPage {
     pub count_line: String,
     pub rows: Vec<ActionRow>,
     pub pager: Pager,
+    /// The sortable column headers.
+    pub headers: Vec<Column>,
+}
+
+/// The sortable columns: key, label, descending first; and the document paths each sorts by.
+const COLUMNS: [(&str, &str, bool); 5] = [
+    ("time", "Time", true),
+    ("event", "Event", false),
+    ("source", "Source", false),
+    ("target", "Target", false),
+    ("comment", "Comment", false),
+];
+
+fn sort_paths(key: &str) -> &'static [&'static str] {
+    match key {
+        "event" => &["action"],
+        "source" => &["username"],
+        // A target is a run, a worker or a user, whichever the event names.
+        "target" => &["run", "worker", "user"],
+        "comment" => &["message"],
+        _ => &[],
+    }
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -73,6 +96,22 @@ pub struct ActionsQuery {
     max_count: Option<String>,
     #[serde(default)]
     page: Option<String>,
+    /// A [`COLUMNS`] key (default `time`) and `asc` / `desc`.
+    #[serde(default)]
+    sort: Option<String>,
+    #[serde(default)]
+    order: Option<String>,
+}
+
+impl ActionsQuery {
+    /// The sort key (an unknown one is the default, newest first) and its direction.
+    fn sorting(&self) -> (&'static str, bool) {
+        let key = COLUMNS
+            .iter()
+            .find(|c| Some(c.0) == self.sort.as_deref().map(str::trim))
+            .unwrap_or(&COLUMNS[0]);
+        (key.0, order_param(self.order.as_deref(), key.2))
+    }
 }
 
 /// The short worker name: the first three dash-separated parts of the long one.
@@ -232,6 +271,14 @@ fn max_count(ctx: &Ctx, q: &ActionsQuery) -> Result<u64, String> {
 }
 
 fn actions_href(q: &ActionsQuery, page: u64) -> String {
+    let (sort, desc) = q.sorting();
+    sorted_href(q, sort, desc)
+        .param_if(page > 1, "page", page)
+        .build()
+}
+
+/// The filters, and the sort unless it is the default.
+fn sorted_href(q: &ActionsQuery, sort: &str, desc: bool) -> Href {
     let mut h = Href::new("/actions");
     for (k, v) in [
         ("action", &q.action),
@@ -242,7 +289,9 @@ fn actions_href(q: &ActionsQuery, page: u64) -> String {
     ] {
         h = h.param_nonempty(k, v.as_deref().unwrap_or_default());
     }
-    h.param_if(page > 1, "page", page).build()
+    let default = sort == COLUMNS[0].0 && desc == COLUMNS[0].2;
+    h.param_if(!default, "sort", sort)
+        .param_if(!default, "order", order_text(desc))
 }
 
 fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> PageResult {
@@ -266,6 +315,12 @@ fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> P
                 count_line,
                 rows,
                 pager,
+                headers: {
+                    let (sort, desc) = q.sorting();
+                    sort_columns(COLUMNS, sort, desc, |key, next_desc| {
+                        sorted_href(&q, key, next_desc).build()
+                    })
+                },
             },
         )
     };
@@ -297,9 +352,16 @@ fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> P
     let page = page_param(q.page.as_deref()).min(last);
     let skip = (page - 1) * ACTIONS_PAGE;
     let take = ACTIONS_PAGE.min(total.saturating_sub(skip));
+    let (sort, desc) = q.sorting();
+    // Newest first is the default order (time, descending): the ledger's own tie-break.
+    let (by, desc) = match sort_paths(sort) {
+        [] if desc => (&[][..], false),
+        [] => (&["time"][..], false),
+        paths => (paths, desc),
+    };
     let docs = match &filter {
         Some(f) if take > 0 => ledger
-            .find_actions(f, skip, take)
+            .find_actions_sorted(f, by, desc, skip, take)
             .or_internal("actions: read failed")?,
         _ => Vec::new(),
     };
