@@ -266,9 +266,7 @@ async fn refresh_books(cx: &JobContext) -> Result<(), JobError> {
         cx.offload
             .run(move || {
                 for message in messages {
-                    let mut fields = crate::store::Doc::new();
-                    fields.insert("message".into(), serde_json::Value::String(message));
-                    ledger.log_action("system_event", "fishtest.system", fields)?;
+                    ledger.log_system_event(message)?;
                 }
                 Ok::<(), crate::store::StoreError>(())
             })

@@ -385,11 +385,7 @@ async fn system_event(state: &Arc<AppState>, message: String) {
     let ledger = state.ledger.clone();
     let result = state
         .offload
-        .run(move || {
-            let mut fields = crate::store::Doc::new();
-            fields.insert("message".into(), serde_json::Value::String(message));
-            ledger.log_action("system_event", "fishtest.system", fields)
-        })
+        .run(move || ledger.log_system_event(message))
         .await;
     if let Err(e) = result
         .map_err(|e| e.to_string())

@@ -4,8 +4,8 @@
 //! universal newlines), must hash (SHA-384, base64) to the `sri` the list states. A book that
 //! does not is refused, with the reason; the caller keeps its old entry.
 //!
-//! Must not: replace the server's list (the periodic job does, with what this returns), or
-//! hold a book in memory longer than its check.
+//! Must not: replace the server's list (the periodic job does, with what this returns), hold
+//! a book in memory longer than its check, or inflate and hash a book on the event loop.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -67,7 +67,16 @@ impl Github {
             }
             let url = format!("{}/{}/master/{name}.zip", self.raw_url, repo.full());
             let verdict = match self.client.get_bytes(&url, MAX_ARCHIVE_BYTES).await {
-                Ok(Some(zip)) => match book_sri(&zip, &name) {
+                // Inflating and hashing a book is CPU work: the pool's, not the event loop's.
+                Ok(Some(zip)) => match self
+                    .offload
+                    .run({
+                        let name = name.clone();
+                        move || book_sri(&zip, &name)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                {
                     Ok(got) if got == sri => Ok(()),
                     Ok(got) => Err(format!(
                         "checksum mismatch: books.json states {sri}, the book hashes to {got}"

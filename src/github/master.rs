@@ -96,20 +96,15 @@ impl Github {
                 doc.insert("_id".into(), json!(KEY));
                 doc.insert("value".into(), json!(&*doc_m));
                 store.put(Collection::Kvstore, &doc)?;
-                let mut fields = Doc::new();
-                fields.insert(
-                    "message".into(),
-                    json!(format!(
-                        "official master {}: {}{}",
-                        &doc_m.sha[..doc_m.sha.len().min(10)],
-                        doc_m.subject,
-                        doc_m
-                            .bench
-                            .map(|b| format!(" (Bench: {b})"))
-                            .unwrap_or_default()
-                    )),
-                );
-                ledger.log_action("system_event", "fishtest.system", fields)
+                ledger.log_system_event(format!(
+                    "official master {}: {}{}",
+                    &doc_m.sha[..doc_m.sha.len().min(10)],
+                    doc_m.subject,
+                    doc_m
+                        .bench
+                        .map(|b| format!(" (Bench: {b})"))
+                        .unwrap_or_default()
+                ))
             })
             .await;
         match saved {

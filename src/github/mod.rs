@@ -333,12 +333,18 @@ impl Github {
 
     /// Whether `repo` is the official repository or belongs to its fork network.
     pub async fn is_official_or_fork(&self, repo: &RepoName) -> Result<bool, GithubError> {
-        let info = self.repo(repo).await?;
-        let official = self.official.full().to_ascii_lowercase();
-        Ok(info.full_name.to_ascii_lowercase() == official
+        Ok(self.in_official_network(&self.repo(repo).await?))
+    }
+
+    /// Whether a repository is the official one or a fork of it (names compared as GitHub
+    /// does, without case).
+    fn in_official_network(&self, info: &RepoInfo) -> bool {
+        let official = self.official.full();
+        info.full_name.eq_ignore_ascii_case(&official)
             || info
                 .source
-                .is_some_and(|s| s.to_ascii_lowercase() == official))
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case(&official))
     }
 
     /// The unified diff from `base` to `head` (SHAs of `repo`'s network).

@@ -140,13 +140,7 @@ impl Github {
         );
         let repo = match info {
             Ok(info) => {
-                let official = self.official.full().to_ascii_lowercase();
-                let ours = info.full_name.to_ascii_lowercase() == official
-                    || info
-                        .source
-                        .as_deref()
-                        .is_some_and(|s| s.to_ascii_lowercase() == official);
-                if !ours {
+                if !self.in_official_network(&info) {
                     problems.push(Problem::new(
                         Field::TestsRepo,
                         format!(

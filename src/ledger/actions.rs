@@ -201,6 +201,14 @@ impl Ledger {
             .insert(Collection::Actions, document(action, username, fields))?;
         Ok(())
     }
+
+    /// Logs a `system_event` by the server itself (`fishtest.system`), as Fishtest does for
+    /// an instance's start and stop; shoal also for official master and the book list.
+    pub fn log_system_event(&self, message: impl Into<String>) -> LedgerResult<()> {
+        let mut fields = Doc::new();
+        fields.insert("message".into(), Value::String(message.into()));
+        self.log_action("system_event", "fishtest.system", fields)
+    }
 }
 
 #[cfg(test)]
