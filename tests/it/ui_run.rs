@@ -329,7 +329,7 @@ async fn warnings_links_and_the_last_fragment() {
         assert!(body.contains(w), "{w}: {body}");
     }
     assert!(
-        body.contains("class=\"button warn\">Approve"),
+        body.contains("class=\"button warn\"><svg"),
         "amber with warnings"
     );
     assert!(body.contains(&format!("href=\"/actions?run_id={odd}\"")));
@@ -348,7 +348,7 @@ async fn warnings_links_and_the_last_fragment() {
     let same = create_run(&server, "owner", same).await;
     let (_, body) = boss.get(&format!("/tests/view/{same}")).await;
     assert!(!body.contains("Warning:"), "{body}");
-    assert!(body.contains("class=\"button ok\">Approve"));
+    assert!(body.contains("class=\"button ok\"><svg") && body.contains("</svg> Approve</button>"));
 
     // The fragments answer 200 while the run is unfinished, 286 (stop polling) once it is.
     let (status, _) = boss.get(&format!("/tests/view/{plain}/detail")).await;
