@@ -43,6 +43,12 @@ const QUERY_FIELDS: [&str; 10] = [
     "action", "username", "worker", "run_id", "run", "task_id", "message", "user", "nn", "time",
 ];
 
+/// Fields the `/actions` text search looks in (those of Fishtest's text index on actions):
+/// the event, the user, the worker, the message, the run's name, the target user, the net.
+pub const TEXT_FIELDS: [&str; 7] = [
+    "action", "username", "worker", "message", "run", "user", "nn",
+];
+
 /// The most values one `$in` may list.
 pub const MAX_IN: usize = 1000;
 
@@ -79,6 +85,27 @@ impl ActionFilter {
     /// Only actions about one run.
     pub fn run_id(mut self, run_id: &str) -> Self {
         self.conds.push(Cond::Eq("run_id".into(), json!(run_id)));
+        self
+    }
+
+    /// A text search over [`TEXT_FIELDS`] (substrings, case ignored): actions containing
+    /// every one of `all`, and (when `all` is empty) any of `any`, and none of `none`.
+    pub fn text(mut self, any: Vec<String>, all: Vec<String>, none: Vec<String>) -> Self {
+        let fields = || {
+            TEXT_FIELDS
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+        };
+        if all.is_empty() && !any.is_empty() {
+            self.conds.push(Cond::ContainsAny(fields(), any));
+        }
+        for phrase in all {
+            self.conds.push(Cond::ContainsAny(fields(), vec![phrase]));
+        }
+        if !none.is_empty() {
+            self.conds.push(Cond::ContainsNone(fields(), none));
+        }
         self
     }
 

@@ -95,6 +95,12 @@ pub enum Cond {
     Lte(String, Value),
     In(String, Vec<Value>),
     Exists(String, bool),
+    /// Any of the paths (first) holds a value containing any of the texts (second), ignoring
+    /// ASCII case: a search box's words, matched literally, never as a pattern. No path or
+    /// no text: nothing matches.
+    ContainsAny(Vec<String>, Vec<String>),
+    /// None of the paths holds a value containing any of the texts (a search's `-word`s).
+    ContainsNone(Vec<String>, Vec<String>),
 }
 
 /// Sort direction.

@@ -207,8 +207,60 @@ async fn the_actions_page_filters_pages_and_refuses_bad_parameters() {
     );
     assert!(page.body.contains("<td>new_run</td>"), "{}", page.body);
 
+    // Text: any word, every "phrase", no -word; case ignored; literal (no pattern).
+    let page = anon.get("/actions?text=%22SAYS+29%22").await;
+    assert!(
+        count_line(&page.body).contains("of 1 matching"),
+        "{}",
+        count_line(&page.body)
+    );
+    assert!(page.body.contains("bob says 29"));
+    let page = anon.get("/actions?text=approve_run+NEW_RUN").await;
+    assert!(
+        count_line(&page.body).contains("of 2 matching"),
+        "{}",
+        count_line(&page.body)
+    );
+    let page = anon.get("/actions?text=%22bob+says+2%22").await;
+    // "bob says 2" and "bob says 20".."29".
+    assert!(
+        count_line(&page.body).contains("of 11 matching"),
+        "{}",
+        count_line(&page.body)
+    );
+    let page = anon.get("/actions?text=_run+-APPROVE_RUN").await;
+    assert!(
+        count_line(&page.body).contains("of 1 matching"),
+        "{}",
+        count_line(&page.body)
+    );
+    assert!(page.body.contains("<td>new_run</td>"));
+    let page = anon.get("/actions?text=says+.*").await;
+    assert!(
+        count_line(&page.body).contains("of 30 matching"),
+        "words are literal: any matches"
+    );
+    let page = anon.get("/actions?text=%22says+.*%22").await;
+    assert!(
+        count_line(&page.body).contains("of 0 matching"),
+        "a pattern is not a pattern"
+    );
+    // The event's name and the run's name are searched too; the search survives paging.
+    let page = anon.get("/actions?text=approve_run").await;
+    assert!(count_line(&page.body).contains("of 1 matching"));
+    let page = anon.get("/actions?text=bob").await;
+    assert!(
+        page.body.contains("href=\"/actions?text=bob&#38;page=2\""),
+        "{}",
+        page.body
+    );
+
     // Bad parameters: a 400 page that says what is wrong.
     for (q, want) in [
+        (
+            "text=a+b+c+d+e+f+g+h+i+j+k+l+m+n+o+p+q+r+s+t+u",
+            "at most 20 words",
+        ),
         ("action=nonsense", "Unknown event kind"),
         ("before=yesterday", "before must be a Unix time"),
         ("max_count=-1", "max_count must be a whole number"),
@@ -414,7 +466,7 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
         let store = crate::harness::open_store(&data).expect("open");
         assert!(
             store
-                .delete(shoal::store::Collection::Kvstore, "contributors:built")
+                .delete(shoal::store::Collection::Kvstore, "contributors:built:2")
                 .expect("delete")
         );
         store.close().expect("close");

@@ -1,5 +1,5 @@
 //! `GET /actions`: the action log with its filters (event kind `action`, `user` substring,
-//! `run_id`, `before`, `max_count`), 25 a page, newest first, system events hidden unless
+//! a `text` search over the events' words, `run_id`, `before`, `max_count`), 25 a page, newest first, system events hidden unless
 //! asked for.
 //!
 //! Owns: the query parameters, their validation (a bad one is a 400 page that says which),
@@ -54,6 +54,8 @@ pub struct ActionsPage {
     pub kinds: Vec<(&'static str, bool)>,
     pub action: String,
     pub user: String,
+    /// The text search as typed.
+    pub text: String,
     pub run_id: String,
     pub count_line: String,
     pub rows: Vec<ActionRow>,
@@ -90,6 +92,9 @@ pub struct ActionsQuery {
     user: Option<String>,
     #[serde(default)]
     run_id: Option<String>,
+    /// Words (any may match), `"phrases"` (all must) and `-words` (none may).
+    #[serde(default)]
+    text: Option<String>,
     #[serde(default)]
     before: Option<String>,
     #[serde(default)]
@@ -231,6 +236,10 @@ fn action_filter(users: &Users, q: &ActionsQuery) -> Result<Option<ActionFilter>
             .ok_or_else(|| format!("before must be a Unix time, not {before:?}."))?;
         f = f.before(t);
     }
+    if let Some(text) = q.text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        let (any, all, none) = text_terms(text)?;
+        f = f.text(any, all, none);
+    }
     if let Some(user) = q.user.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
         let needle = user.to_lowercase();
         let mut names: Vec<String> = users
@@ -248,6 +257,47 @@ fn action_filter(users: &Users, q: &ActionsQuery) -> Result<Option<ActionFilter>
         f = f.usernames(names);
     }
     Ok(Some(f))
+}
+
+/// The most terms a text search may have, and the longest term.
+const MAX_TERMS: usize = 20;
+const MAX_TERM_LEN: usize = 100;
+
+/// A search's words (any), phrases (all) and excluded words.
+type Terms = (Vec<String>, Vec<String>, Vec<String>);
+
+/// A text search's terms, lower-cased: words (any may match), `"phrases"` (all must match;
+/// then the words are optional, as in Fishtest's search) and `-words` (none may match).
+fn text_terms(text: &str) -> Result<Terms, String> {
+    let (mut any, mut all, mut none) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, part) in text.split('"').enumerate() {
+        if i % 2 == 1 {
+            let phrase = part.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !phrase.is_empty() {
+                all.push(phrase.to_lowercase());
+            }
+            continue;
+        }
+        for token in part.split_whitespace() {
+            match token.strip_prefix('-') {
+                Some("") => {}
+                Some(rest) => none.push(rest.to_lowercase()),
+                None => any.push(token.to_lowercase()),
+            }
+        }
+    }
+    let terms = any.iter().chain(&all).chain(&none);
+    if terms.clone().count() > MAX_TERMS {
+        return Err(format!(
+            "A search may have at most {MAX_TERMS} words and phrases."
+        ));
+    }
+    if terms.clone().any(|t| t.chars().count() > MAX_TERM_LEN) {
+        return Err(format!(
+            "A search word or phrase may be at most {MAX_TERM_LEN} characters long."
+        ));
+    }
+    Ok((any, all, none))
 }
 
 fn max_count(ctx: &Ctx, q: &ActionsQuery) -> Result<u64, String> {
@@ -284,6 +334,7 @@ fn sorted_href(q: &ActionsQuery, sort: &str, desc: bool) -> Href {
         ("action", &q.action),
         ("user", &q.user),
         ("run_id", &q.run_id),
+        ("text", &q.text),
         ("before", &q.before),
         ("max_count", &q.max_count),
     ] {
@@ -311,6 +362,7 @@ fn actions_page(ledger: &Ledger, users: &Users, ctx: &Ctx, q: ActionsQuery) -> P
                     .collect(),
                 action: q.action.clone().unwrap_or_default(),
                 user: q.user.clone().unwrap_or_default(),
+                text: q.text.clone().unwrap_or_default(),
                 run_id: q.run_id.clone().unwrap_or_default(),
                 count_line,
                 rows,
@@ -403,6 +455,16 @@ mod tests {
         let hour_ago =
             crate::rundb::model::Date(chrono::Utc::now() - chrono::Duration::seconds(3700));
         assert_eq!(ago(Some(&hour_ago)), "1 hour ago");
+    }
+
+    #[test]
+    fn text_searches_have_words_phrases_and_exclusions() {
+        let (any, all, none) = text_terms(r#"Crash  "Time Loss"  -alice -"#).expect("terms");
+        assert_eq!(any, vec!["crash"]);
+        assert_eq!(all, vec!["time loss"]);
+        assert_eq!(none, vec!["alice"]);
+        assert!(text_terms(&"w ".repeat(21)).is_err());
+        assert!(text_terms(&"x".repeat(101)).is_err());
     }
 
     #[test]

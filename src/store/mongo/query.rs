@@ -63,6 +63,26 @@ pub fn filter(coll: Collection, conds: &[Cond]) -> StoreResult<Document> {
                 parts.push(doc! { field(coll, p)?: { "$exists": *exists } });
                 continue;
             }
+            Cond::ContainsAny(paths, texts) | Cond::ContainsNone(paths, texts) => {
+                // Each text as a literal, case-insensitive pattern (ASCII case, as SQLite's).
+                let mut any = Vec::new();
+                for p in paths {
+                    let f = field(coll, p)?;
+                    for t in texts {
+                        let pattern = regex::escape(t);
+                        any.push(doc! { f.clone(): { "$regex": pattern, "$options": "i" } });
+                    }
+                }
+                let none = matches!(c, Cond::ContainsNone(..));
+                parts.push(match (any.is_empty(), none) {
+                    // Nothing matches, as an empty `$in`; or everything.
+                    (true, false) => doc! { "_id": { "$in": [] } },
+                    (true, true) => doc! { "_id": { "$exists": true } },
+                    (false, false) => doc! { "$or": any },
+                    (false, true) => doc! { "$nor": any },
+                });
+                continue;
+            }
         };
         if v.is_null() && !matches!(op, "$eq" | "$ne") {
             return Err(StoreError::InvalidQuery(format!(

@@ -89,6 +89,28 @@ fn where_clause(coll: Collection, filter: &[Cond]) -> StoreResult<(String, Vec<S
                 }
                 continue;
             }
+            Cond::ContainsAny(paths, texts) | Cond::ContainsNone(paths, texts) => {
+                let mut any = Vec::new();
+                for p in paths {
+                    let expr = field_expr(coll, p, false)?;
+                    for t in texts {
+                        // instr() is a literal match: the text is never a LIKE pattern; a
+                        // missing field contains nothing (never NULL, so NOT works).
+                        any.push(format!(
+                            "coalesce(instr(lower(CAST({expr} AS TEXT)), ?), 0) > 0"
+                        ));
+                        params.push(SqlValue::Text(t.to_ascii_lowercase()));
+                    }
+                }
+                let none = matches!(cond, Cond::ContainsNone(..));
+                parts.push(match (any.is_empty(), none) {
+                    (true, false) => "0".to_string(),
+                    (true, true) => "1".to_string(),
+                    (false, false) => format!("({})", any.join(" OR ")),
+                    (false, true) => format!("NOT ({})", any.join(" OR ")),
+                });
+                continue;
+            }
             Cond::Exists(p, exists) => {
                 if !valid_path(p) {
                     return Err(StoreError::InvalidQuery(format!("bad field path {p:?}")));
