@@ -1,12 +1,15 @@
 //! The contributors table: per user, the CPU hours and games their workers contributed, the
-//! tests they submitted and when they last contributed — all time, and per day of the runs'
-//! start so that the last 30 days ("top month") are a sum of a few buckets.
+//! tests they submitted and when they last contributed — all time, and for "top month"
+//! (Fishtest's: the unfinished runs, whenever they started, plus the finished runs started in
+//! the last 30 days): one bucket per unfinished run the user took part in, moved into a
+//! bucket per start day when the run finishes ([`Ledger::run_finished`]), so the month is a
+//! sum of a few buckets and days older than the month can be dropped.
 //!
 //! Maintained incrementally, never by scanning runs on a view: a task set inactive adds its
 //! games and hours (under its run's lock: memory only), a run created adds a test; the
 //! write-behind ([`Ledger::persist_contributors`]) writes each changed user's document to
 //! `kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
-//! start; when the marker `contributors:built` is missing (a store from before this table)
+//! start; when the marker `contributors:built:2` is missing (a store from before this table)
 //! it rebuilds them from the stored runs once ([`StoredRuns`]), then writes the marker. A
 //! secondary reads the documents again when its copy is older than [`SECONDARY_RELOAD`].
 //! Games per hour come from the active tasks, recomputed by the `update_nps_gpm` job.
@@ -26,8 +29,9 @@ use crate::store::{Collection, Cond, Date, Doc, Query};
 /// The `kind` and `_id` prefix of the stored documents.
 const KIND: &str = "contributor";
 /// Written once the table has been built from the stored runs.
-const MARKER: &str = "contributors:built";
-/// "Top month": runs started within this many days.
+/// (`:2`: the table with the unfinished runs' buckets; a table built before is rebuilt once.)
+const MARKER: &str = "contributors:built:2";
+/// "Top month": finished runs started within this many days (and every unfinished run).
 pub const MONTH_DAYS: i64 = 30;
 /// A secondary re-reads the stored table when its copy is older than this.
 pub const SECONDARY_RELOAD: Duration = Duration::from_secs(60);
@@ -49,9 +53,23 @@ pub struct Contributor {
     pub tests: u64,
     /// The end of their newest finished task.
     pub last_updated: Option<Date>,
-    /// `YYYY-MM-DD` (a run's start day) → that day's totals, the last [`MONTH_DAYS`] + 1.
+    /// `YYYY-MM-DD` (a finished run's start day) → that day's totals, the last
+    /// [`MONTH_DAYS`] + 1.
     #[serde(default)]
     pub days: BTreeMap<String, DayTotals>,
+    /// Run id → what the user contributed to that run while it is unfinished (all of it
+    /// counts for the month, however old the run).
+    #[serde(default)]
+    pub open: BTreeMap<String, OpenRun>,
+}
+
+/// A user's contribution to one unfinished run, and the run's start day (where it goes when
+/// the run finishes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpenRun {
+    pub day: String,
+    #[serde(flatten)]
+    pub totals: DayTotals,
 }
 
 /// A row as the contributors pages show it.
@@ -77,6 +95,10 @@ pub struct TaskContribution {
     pub ended: Date,
     /// The start of its run: the day the contribution counts for.
     pub run_started: Date,
+    /// Its run, and whether the run is finished (else the contribution counts for the month
+    /// until it is).
+    pub run_id: String,
+    pub run_finished: bool,
 }
 
 /// A stored run as the one-time rebuild counts it: a test submitted by `username` on the day
@@ -85,6 +107,8 @@ pub struct TaskContribution {
 pub struct RunContribution {
     pub username: String,
     pub started: Date,
+    pub run_id: String,
+    pub finished: bool,
     pub tasks: Vec<TaskContribution>,
 }
 
@@ -105,6 +129,8 @@ pub(super) struct Table {
     dirty: HashSet<String>,
     /// Games per hour of each user's active machines.
     games_per_hour: HashMap<String, f64>,
+    /// Unfinished run id → the users with an `open` bucket for it (from `rows`).
+    open_runs: HashMap<String, HashSet<String>>,
 }
 
 pub(super) type ContributorTable = Mutex<Table>;
@@ -120,6 +146,67 @@ fn month_start() -> String {
 }
 
 impl Table {
+    /// Takes freshly read rows, and indexes their unfinished runs.
+    fn set_rows(&mut self, rows: HashMap<String, Contributor>) {
+        self.open_runs.clear();
+        for c in rows.values() {
+            for run_id in c.open.keys() {
+                self.open_runs
+                    .entry(run_id.clone())
+                    .or_default()
+                    .insert(c.username.clone());
+            }
+        }
+        self.rows = rows;
+        self.loaded = Some(Instant::now());
+    }
+
+    /// The bucket a contribution to `run_id` (started on `day`) goes to.
+    fn bucket(
+        &mut self,
+        username: &str,
+        run_id: &str,
+        finished: bool,
+        day: String,
+    ) -> &mut DayTotals {
+        if !finished {
+            self.open_runs
+                .entry(run_id.to_string())
+                .or_default()
+                .insert(username.to_string());
+        }
+        let row = self.row(username);
+        if finished {
+            row.days.entry(day).or_default()
+        } else {
+            &mut row
+                .open
+                .entry(run_id.to_string())
+                .or_insert_with(|| OpenRun {
+                    day,
+                    totals: DayTotals::default(),
+                })
+                .totals
+        }
+    }
+
+    /// A run finished: its buckets move to their start day.
+    fn finish(&mut self, run_id: &str) {
+        for user in self.open_runs.remove(run_id).unwrap_or_default() {
+            let Some(row) = self.rows.get_mut(&user) else {
+                continue;
+            };
+            let Some(open) = row.open.remove(run_id) else {
+                continue;
+            };
+            let d = row.days.entry(open.day).or_default();
+            d.cpu_hours += open.totals.cpu_hours;
+            d.games = d.games.saturating_add(open.totals.games);
+            d.tests = d.tests.saturating_add(open.totals.tests);
+            self.dirty.insert(user);
+        }
+    }
+
     fn row(&mut self, username: &str) -> &mut Contributor {
         self.dirty.insert(username.to_string());
         self.rows
@@ -142,16 +229,16 @@ impl Table {
         if row.last_updated.as_ref().is_none_or(|l| l.0 < at.0) {
             row.last_updated = Some(at);
         }
-        let d = row.days.entry(day).or_default();
+        let d = self.bucket(&task.username, &task.run_id, task.run_finished, day);
         d.cpu_hours += hours;
         d.games = d.games.saturating_add(games);
     }
 
-    fn add_test(&mut self, username: &str, started: &Date) {
+    fn add_test(&mut self, username: &str, started: &Date, run_id: &str, finished: bool) {
         let day = day_of(started);
         let row = self.row(username);
         row.tests = row.tests.saturating_add(1);
-        let d = row.days.entry(day).or_default();
+        let d = self.bucket(username, run_id, finished, day);
         d.tests = d.tests.saturating_add(1);
     }
 }
@@ -174,8 +261,16 @@ impl Ledger {
     }
 
     /// Counts a new run, started at `started`, as a test submitted by `username`.
-    pub fn add_test_submitted(&self, username: &str, started: &Date) {
-        self.contributors.lock().add_test(username, started);
+    pub fn add_test_submitted(&self, username: &str, started: &Date, run_id: &str) {
+        self.contributors
+            .lock()
+            .add_test(username, started, run_id, false);
+    }
+
+    /// A run finished (or was deleted): what it got stops counting for the month once its
+    /// start day is older than the month (the caller may hold the run's lock: memory only).
+    pub fn run_finished(&self, run_id: &str) {
+        self.contributors.lock().finish(run_id);
     }
 
     /// Replaces the games per hour of every user (the `update_nps_gpm` job).
@@ -190,9 +285,7 @@ impl Ledger {
             self.rebuild_contributors(runs)?;
         }
         let rows = self.read_contributors()?;
-        let mut t = self.contributors.lock();
-        t.rows = rows;
-        t.loaded = Some(Instant::now());
+        self.contributors.lock().set_rows(rows);
         Ok(())
     }
 
@@ -213,7 +306,7 @@ impl Ledger {
     fn rebuild_contributors(&self, stored: &dyn StoredRuns) -> LedgerResult<()> {
         let mut table = Table::default();
         let runs = stored.each_stored_run(&mut |run| {
-            table.add_test(&run.username, &run.started);
+            table.add_test(&run.username, &run.started, &run.run_id, run.finished);
             for task in &run.tasks {
                 table.add_task(task);
             }
@@ -270,9 +363,7 @@ impl Ledger {
             .is_none_or(|at| !self.primary && at.elapsed() > SECONDARY_RELOAD);
         if stale {
             let rows = self.read_contributors()?;
-            let mut t = self.contributors.lock();
-            t.rows = rows;
-            t.loaded = Some(Instant::now());
+            self.contributors.lock().set_rows(rows);
         }
         let start = month_start();
         let t = self.contributors.lock();
@@ -282,7 +373,9 @@ impl Ledger {
                 let (cpu_hours, games, tests) = if monthly {
                     c.days
                         .range(start.clone()..)
-                        .fold((0.0, 0u64, 0u64), |(h, g, n), (_, d)| {
+                        .map(|(_, d)| d)
+                        .chain(c.open.values().map(|o| &o.totals))
+                        .fold((0.0, 0u64, 0u64), |(h, g, n), d| {
                             (
                                 h + d.cpu_hours,
                                 g.saturating_add(d.games),
@@ -358,5 +451,47 @@ mod tests {
         let sum: u64 = c.days.range(start..).map(|(_, d)| d.games).sum();
         assert_eq!(sum, 2);
         assert!(old < month_start());
+    }
+
+    fn task(run_id: &str, started: Date, finished: bool, games: u64) -> TaskContribution {
+        TaskContribution {
+            username: "w".into(),
+            games,
+            cpu_hours: games as f64,
+            ended: Date::now(),
+            run_started: started,
+            run_id: run_id.into(),
+            run_finished: finished,
+        }
+    }
+
+    #[test]
+    fn an_unfinished_run_counts_for_the_month_however_old_until_it_finishes() {
+        let old = Date(chrono::Utc::now() - chrono::Duration::days(45));
+        let mut t = Table::default();
+        t.add_test("w", &old, "old-open", false);
+        t.add_task(&task("old-open", old, false, 10));
+        t.add_task(&task("old-done", old, true, 100));
+        t.add_task(&task("new", Date::now(), false, 1));
+        let month = |t: &Table| -> (u64, u64) {
+            let c = &t.rows["w"];
+            let start = month_start();
+            let days = c.days.range(start..).map(|(_, d)| d);
+            let all = days.chain(c.open.values().map(|o| &o.totals));
+            all.fold((0, 0), |(g, n), d| (g + d.games, n + d.tests))
+        };
+        assert_eq!(month(&t), (11, 1), "the old unfinished run and the new one");
+        assert_eq!(t.rows["w"].games, 111, "all time counts everything");
+        t.finish("old-open");
+        assert_eq!(month(&t), (1, 0), "finished, it is as old as its start");
+        assert!(t.rows["w"].open.contains_key("new"));
+        assert!(!t.open_runs.contains_key("old-open"));
+        // Read back, the index is rebuilt from the rows.
+        let rows = t.rows.clone();
+        let mut again = Table::default();
+        again.set_rows(rows);
+        again.finish("new");
+        assert_eq!(month(&again), (1, 0));
+        assert!(again.rows["w"].open.is_empty());
     }
 }

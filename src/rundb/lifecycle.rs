@@ -52,7 +52,7 @@ impl RunDb {
         self.cache.write().insert(id.clone(), entry);
         self.unfinished.write().push(id.clone());
         self.ledger
-            .add_test_submitted(&run.args.username, &run.start_time);
+            .add_test_submitted(&run.args.username, &run.start_time, &run.id);
         let f = run_fields(&run, Some(run.args.info.clone()));
         self.ledger
             .log_action("new_run", &user.username, f)

@@ -54,6 +54,8 @@ fn contribution(run: &Run, task_id: usize) -> Option<TaskContribution> {
         cpu_hours: hours.max(0.0),
         ended: task.last_updated,
         run_started: run.start_time,
+        run_id: run.id.clone(),
+        run_finished: run.finished,
     })
 }
 
@@ -142,6 +144,8 @@ impl StoredRuns for RunDb {
                 each(RunContribution {
                     username: run.args.username.clone(),
                     started: run.start_time,
+                    run_id: run.id.clone(),
+                    finished: run.finished,
                     tasks,
                 });
             }

@@ -123,6 +123,7 @@ impl RunDb {
         run.is_green = flags.is_green;
         run.is_yellow = flags.is_yellow;
         self.unfinished.write().retain(|id| id != &run.id);
+        self.ledger.run_finished(&run.id);
         self.save_now(entry, run)
     }
 
