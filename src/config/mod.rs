@@ -52,6 +52,10 @@ pub const KEYS: &[&str] = &[
     "auth_throttle_per_user_ip",
     "auth_throttle_per_ip",
     "auth_throttle_per_user",
+    "signup_per_ip_per_hour",
+    "signup_per_hour",
+    "signup_min_form_age_s",
+    "signup_max_form_age_s",
     "shutdown_grace_s",
     "books_file",
     "nn_url",
@@ -133,6 +137,13 @@ pub struct Config {
     pub auth_throttle_per_user_ip: u32,
     pub auth_throttle_per_ip: u32,
     pub auth_throttle_per_user: u32,
+    /// Sign-ups (forms past the bot checks) per client address per hour, and for everybody.
+    pub signup_per_ip_per_hour: u32,
+    pub signup_per_hour: u32,
+    /// A signup form is refused when sent sooner than this after it was shown (bots are
+    /// quick, people are not), or later than `signup_max_form_age_s`.
+    pub signup_min_form_age_s: f64,
+    pub signup_max_form_age_s: f64,
     shutdown_grace_s: f64,
     pub books_file: Option<PathBuf>,
     /// Where `/api/nn/<name>` sends workers: a 302 to `<nn_url>/nn/<name>` (Fishtest's
@@ -212,6 +223,10 @@ impl Default for Config {
             auth_throttle_per_user_ip: 10,
             auth_throttle_per_ip: 100,
             auth_throttle_per_user: 100,
+            signup_per_ip_per_hour: 10,
+            signup_per_hour: 100,
+            signup_min_form_age_s: 3.0,
+            signup_max_form_age_s: 21_600.0,
             shutdown_grace_s: 10.0,
             books_file: None,
             nn_url: None,
@@ -326,6 +341,14 @@ impl Config {
         seconds(self.dead_task_timeout_s)
     }
 
+    /// `signup_min_form_age_s` and `signup_max_form_age_s`.
+    pub fn signup_form_ages(&self) -> (Duration, Duration) {
+        (
+            seconds(self.signup_min_form_age_s),
+            seconds(self.signup_max_form_age_s),
+        )
+    }
+
     /// `limits_wait_s`.
     pub fn limits_wait(&self) -> Duration {
         seconds(self.limits_wait_s)
@@ -334,6 +357,11 @@ impl Config {
     /// The limits: the built-ins, then `[[limits]]` in order (validated at load).
     pub fn limit_defs(&self) -> Vec<crate::limits::LimitDef> {
         let mut defs = crate::limits::LimitDef::builtins(u64::from(DEFAULT_MACHINE_LIMIT));
+        defs.extend(crate::limits::LimitDef::signup_builtins(
+            u64::from(self.signup_per_ip_per_hour),
+            u64::from(self.signup_per_hour),
+            Duration::from_secs(3600),
+        ));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());
         defs
     }

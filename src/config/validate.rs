@@ -114,10 +114,29 @@ impl Config {
             ("auth_throttle_per_user_ip", self.auth_throttle_per_user_ip),
             ("auth_throttle_per_ip", self.auth_throttle_per_ip),
             ("auth_throttle_per_user", self.auth_throttle_per_user),
+            ("signup_per_ip_per_hour", self.signup_per_ip_per_hour),
+            ("signup_per_hour", self.signup_per_hour),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        // "A few seconds": long enough to stop a script, never long enough to refuse a person.
+        if !self.signup_min_form_age_s.is_finite()
+            || !(0.0..=3.0).contains(&self.signup_min_form_age_s)
+        {
+            return Err(invalid(
+                "signup_min_form_age_s",
+                "must be a number of seconds in [0, 3]",
+            ));
+        }
+        if !self.signup_max_form_age_s.is_finite()
+            || !(600.0..=604_800.0).contains(&self.signup_max_form_age_s)
+        {
+            return Err(invalid(
+                "signup_max_form_age_s",
+                "must be a number of seconds in [600, 604800]",
+            ));
         }
         if !self.shutdown_grace_s.is_finite()
             || self.shutdown_grace_s < 0.0

@@ -43,11 +43,27 @@ impl From<RateLimited> for ApiError {
 
 /// A page's 429: a fixed page (no template, no session: it costs nothing) with `Retry-After`.
 pub fn page_429(r: &RateLimited) -> Response {
+    page_429_saying(r, "")
+}
+
+/// [`page_429`] with a sentence saying which limit (fixed text of ours, not escaped).
+pub fn page_429_saying(r: &RateLimited, why: &'static str) -> Response {
     let secs = retry_s(r);
+    let wait = if secs >= 120 {
+        format!("{} minutes", secs.div_ceil(60))
+    } else {
+        format!("{secs} seconds")
+    };
+    let why = if why.is_empty() {
+        String::new()
+    } else {
+        format!("<p>{why}</p>")
+    };
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>Too many requests</title></head><body><h1>Too many requests</h1>\
-         <p>Please wait {secs} seconds and try again.</p></body></html>"
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>Too many requests</title></head><body><h1>Too many requests</h1>{why}\
+         <p>Please wait {wait} and try again.</p></body></html>"
     );
     (
         StatusCode::TOO_MANY_REQUESTS,

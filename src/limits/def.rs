@@ -3,7 +3,8 @@
 //! Owns: the settings shape of one limit ([`LimitSpec`]), the typed definition ([`LimitDef`]:
 //! kind, key, max, unit, rate scope and window, floating source and refresh), every validation
 //! rule (each message names the entry), and the built-in limits that carry Fishtest's special
-//! cases (the per-address machine limit, the per-run window, the SPSA core cap).
+//! cases (the per-address machine limit, the per-run window, the SPSA core cap) and guard the
+//! signup form (per address and for everybody).
 //! Must not: hold state, do I/O or know HTTP.
 
 use std::fmt;
@@ -17,6 +18,10 @@ pub const MACHINE: &str = "machine";
 pub const WINDOW: &str = "run_window";
 /// Name of the built-in SPSA core cap: cores per SPSA run, `200000 / √params`, floating.
 pub const SPSA_CORES: &str = "spsa_core_cap";
+
+/// Names of the built-in signup rate limits: sign-ups per client address, and for everybody.
+pub const SIGNUP_IP: &str = "signup_ip";
+pub const SIGNUP_ALL: &str = "signup_all";
 
 /// Largest `max` a limit may have (the seed's `uint32` bound).
 pub const MAX_MAX: u64 = u32::MAX as u64;
@@ -108,6 +113,8 @@ pub enum Scope {
     Api,
     /// `POST /login`.
     Login,
+    /// `POST /signup` (a form that got past the cheap bot checks).
+    Signup,
     /// Every page outside `/api`.
     Ui,
 }
@@ -118,6 +125,7 @@ impl fmt::Display for Scope {
             Scope::Endpoint(e) => f.write_str(e),
             Scope::Api => f.write_str("api"),
             Scope::Login => f.write_str("login"),
+            Scope::Signup => f.write_str("signup"),
             Scope::Ui => f.write_str("ui"),
         }
     }
@@ -233,11 +241,12 @@ impl Scope {
         Ok(match s {
             "api" => Scope::Api,
             "login" => Scope::Login,
+            "signup" => Scope::Signup,
             "ui" => Scope::Ui,
             e if ENDPOINTS.contains(&e) => Scope::Endpoint(e.to_string()),
             other => {
                 return Err(format!(
-                    "scope `{other}` is not api, login, ui or one of {}",
+                    "scope `{other}` is not api, login, signup, ui or one of {}",
                     ENDPOINTS.join(", ")
                 ));
             }
@@ -293,6 +302,12 @@ impl LimitDef {
                             "scope `{scope}` is counted before the body is read: key must be \
                              ip or resource:<name>"
                         ));
+                    }
+                    (Scope::Signup, KeyKind::Ip | KeyKind::Resource(_)) => {}
+                    (Scope::Signup, _) => {
+                        return Err("scope `signup` has no user yet: key must be ip or \
+                                    resource:<name>"
+                            .into());
                     }
                     (Scope::Login, KeyKind::Worker) => {
                         return Err("scope `login` has no worker: key must be user, ip, \
@@ -420,6 +435,27 @@ impl LimitDef {
         ]
     }
 
+    /// The built-in signup rate limits: at most `per_ip` sign-ups from one client address and
+    /// `all` from everybody per `window` (scope `signup`).
+    pub fn signup_builtins(per_ip: u64, all: u64, window: Duration) -> Vec<LimitDef> {
+        let rate = |name: &str, key: KeyKind, max: u64| LimitDef {
+            name: name.into(),
+            kind: Kind::Rate,
+            key,
+            max,
+            unit: Unit::Tasks,
+            scope: Some(Scope::Signup),
+            window,
+            source: None,
+            refresh: Duration::ZERO,
+            builtin: true,
+        };
+        vec![
+            rate(SIGNUP_IP, KeyKind::Ip, per_ip),
+            rate(SIGNUP_ALL, KeyKind::Resource("signup".into()), all),
+        ]
+    }
+
     /// Checks every entry and that names are unique (built-in names included).
     pub fn from_specs(specs: &[LimitSpec]) -> Result<Vec<LimitDef>, String> {
         let mut defs: Vec<LimitDef> = Vec::with_capacity(specs.len());
@@ -429,7 +465,7 @@ impl LimitDef {
                 None => format!("entry {}", i + 1),
             };
             let def = LimitDef::from_spec(spec).map_err(|e| format!("{label}: {e}"))?;
-            if [MACHINE, WINDOW, SPSA_CORES].contains(&def.name.as_str())
+            if [MACHINE, WINDOW, SPSA_CORES, SIGNUP_IP, SIGNUP_ALL].contains(&def.name.as_str())
                 || defs.iter().any(|d| d.name == def.name)
             {
                 return Err(format!(

@@ -302,6 +302,9 @@ impl TestServer {
             .env("SHOAL_GITHUB_API_URL", NO_GITHUB)
             .env("SHOAL_GITHUB_RAW_URL", NO_GITHUB)
             .env("SHOAL_GITHUB_TIMEOUT_S", "2")
+            // Test clients fill the signup form in milliseconds: no minimum age unless a
+            // test asks for one (`signup_guard.rs` tests the default).
+            .env("SHOAL_SIGNUP_MIN_FORM_AGE_S", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if !opts.production {

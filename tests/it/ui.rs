@@ -205,25 +205,37 @@ async fn signup_makes_a_pending_user_who_logs_in_once_approved() {
     let server = TestServer::start().await;
     let mut b = Browser::new(&server);
     let strong = "violet otter juggles nine lamps";
-    let fields = |token: &'static str| -> Vec<(&'static str, &'static str)> {
-        vec![
-            ("username", "bob"),
-            ("password", "violet otter juggles nine lamps"),
-            ("password2", "violet otter juggles nine lamps"),
-            ("email", "bob@example.org"),
-            ("tests_repo", "https://github.com/bob/Stockfish/"),
-            ("csrf_token", token),
-        ]
-    };
+    // The page's tokens (CSRF, and the signup form's signed age) with the fields.
+    async fn form_page(b: &mut Browser<'_>) -> (&'static str, &'static str) {
+        let page = b.get("/signup").await;
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        (
+            leak(page.csrf()),
+            leak(page.input("form_token").expect("form_token")),
+        )
+    }
+    let fields =
+        |(token, form): (&'static str, &'static str)| -> Vec<(&'static str, &'static str)> {
+            vec![
+                ("username", "bob"),
+                ("password", "violet otter juggles nine lamps"),
+                ("password2", "violet otter juggles nine lamps"),
+                ("email", "bob@example.org"),
+                ("tests_repo", "https://github.com/bob/Stockfish/"),
+                ("csrf_token", token),
+                ("form_token", form),
+                ("website", ""),
+            ]
+        };
 
     // Without a valid token: 403, no user.
-    b.get("/signup").await;
-    let refused = b.post("/signup", &fields("forged")).await;
+    let (_, form) = form_page(&mut b).await;
+    let refused = b.post("/signup", &fields(("forged", form))).await;
     assert_eq!(refused.status, 403);
     assert!(!user_cli(&server, &["list"]).contains("bob"));
 
     // Validation: every error at once, nothing created.
-    let token = b.get("/signup").await.csrf();
+    let (token, form) = form_page(&mut b).await;
     let bad = b
         .post(
             "/signup",
@@ -233,7 +245,8 @@ async fn signup_makes_a_pending_user_who_logs_in_once_approved() {
                 ("password2", "other"),
                 ("email", "not-an-email"),
                 ("tests_repo", "https://gitlab.com/x/y"),
-                ("csrf_token", &token),
+                ("csrf_token", token),
+                ("form_token", form),
             ],
         )
         .await;
@@ -250,8 +263,8 @@ async fn signup_makes_a_pending_user_who_logs_in_once_approved() {
     assert!(!user_cli(&server, &["list"]).contains("bob"));
 
     // A good form: a pending account, then the login page with the message.
-    let token: &'static str = Box::leak(b.get("/signup").await.csrf().into_boxed_str());
-    let ok = b.post("/signup", &fields(token)).await;
+    let tokens = form_page(&mut b).await;
+    let ok = b.post("/signup", &fields(tokens)).await;
     assert_eq!(ok.status, 302, "{}", ok.body);
     assert_eq!(ok.header("location"), "/login?created=1");
     assert!(
@@ -264,8 +277,8 @@ async fn signup_makes_a_pending_user_who_logs_in_once_approved() {
     assert!(list.contains("bob"), "{list}");
 
     // The same name again is refused.
-    let token: &'static str = Box::leak(b.get("/signup").await.csrf().into_boxed_str());
-    let again = b.post("/signup", &fields(token)).await;
+    let tokens = form_page(&mut b).await;
+    let again = b.post("/signup", &fields(tokens)).await;
     assert!(
         again
             .body

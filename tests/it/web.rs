@@ -32,10 +32,15 @@ impl Page {
 
     /// The CSRF token of the page's first form.
     pub fn csrf(&self) -> String {
-        let mark = "name=\"csrf_token\" value=\"";
-        let at = self.body.find(mark).expect("a form with a csrf_token");
+        self.input("csrf_token").expect("a form with a csrf_token")
+    }
+
+    /// The value of the page's first input named `name` (`name="..." value="..."`).
+    pub fn input(&self, name: &str) -> Option<String> {
+        let mark = format!("name=\"{name}\" value=\"");
+        let at = self.body.find(&mark)?;
         let rest = &self.body[at + mark.len()..];
-        rest[..rest.find('"').expect("end of token")].to_string()
+        Some(rest[..rest.find('"')?].to_string())
     }
 }
 
@@ -88,5 +93,15 @@ impl<'a> Browser<'a> {
     pub async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
         let req = self.client.post(self.server.url(path)).form(form);
         self.send(req).await
+    }
+
+    /// A GET or POST (`form`) as if from `ip`, through a trusted proxy (the server must trust
+    /// 127.0.0.1: setting `trusted_proxies`).
+    pub async fn as_from(&mut self, ip: &str, path: &str, form: Option<&[(&str, &str)]>) -> Page {
+        let req = match form {
+            Some(f) => self.client.post(self.server.url(path)).form(f),
+            None => self.client.get(self.server.url(path)),
+        };
+        self.send(req.header("x-forwarded-for", ip)).await
     }
 }

@@ -1,5 +1,9 @@
 //! Accounts: `/login`, `/logout`, `/signup`.
 //!
+//! Signup runs the cheap bot checks first (`signup_guard`: the honeypot, the form's signed
+//! age), then the signup rate limits (scope `signup`: per address, for everybody), then
+//! Fishtest's field checks, and only then argon2 and the store.
+//!
 //! Login goes through the same path as every API login (`http::auth`, running the accounts'
 //! login policy: the throttle, the credential cache, argon2 in the pool), after the CSRF
 //! check, so a refused form is never counted as a failed login. A refusal is matched by its
@@ -22,6 +26,7 @@ use super::kit::{
     form_or_default, open_page, page, respond,
 };
 use super::session::Ctx;
+use super::signup_guard;
 use crate::accounts::{AuthError, UserError};
 use crate::http::auth::{self, Login, MSG_BLOCKED, MSG_INVALID, MSG_PENDING};
 use crate::http::error::user_error_text;
@@ -48,6 +53,10 @@ pub struct LoginPage {
 #[template(path = "signup.html")]
 pub struct SignupPage {
     pub l: Layout,
+    /// A fresh signed token of when this form was shown (`signup_guard`).
+    pub form_token: String,
+    pub form_token_field: &'static str,
+    pub honeypot_field: &'static str,
 }
 
 #[derive(Deserialize, Default)]
@@ -214,19 +223,25 @@ pub async fn logout(
     .await
 }
 
-fn signup_page(ctx: &Ctx, flashes: Vec<Flash>) -> PageResult {
+fn signup_page(ctx: &Ctx, secret: &[u8], flashes: Vec<Flash>) -> PageResult {
     let mut l = Layout::new(ctx, "Register");
     l.flashes = flashes;
-    Page::ok(&SignupPage { l })
+    Page::ok(&SignupPage {
+        l,
+        form_token: signup_guard::issue(secret, signup_guard::now_ms()),
+        form_token_field: signup_guard::FORM_TOKEN_FIELD,
+        honeypot_field: signup_guard::HONEYPOT_FIELD,
+    })
 }
 
 /// `GET /signup`.
 pub async fn signup_form(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    page(&state, Input::get(&state, &headers), |_, ctx, _| {
+    let secret = state.secret.clone();
+    page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         if ctx.user.is_some() {
             return Page::redirect("/tests");
         }
-        signup_page(ctx, Vec::new())
+        signup_page(ctx, &secret, Vec::new())
     })
     .await
 }
@@ -245,6 +260,12 @@ pub struct SignupForm {
     tests_repo: String,
     #[serde(default)]
     csrf_token: Option<String>,
+    /// `signup_guard::FORM_TOKEN_FIELD`.
+    #[serde(default)]
+    form_token: String,
+    /// `signup_guard::HONEYPOT_FIELD`: people leave it empty.
+    #[serde(default)]
+    website: String,
 }
 
 /// The signup checks, all of them (Fishtest reports every failure at once).
@@ -331,12 +352,39 @@ pub(super) fn valid_tests_repo(repo: &str) -> bool {
 /// `POST /signup`: a pending account, then `/login` with the "account created" message.
 pub async fn signup(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<SignupForm>, FormRejection>,
 ) -> Response {
     let form = form_or_default(form);
     let token = form.csrf_token.clone();
     let accounts = state.accounts.clone();
+    let secret = state.secret.clone();
+    let (min_age, max_age) = state.config.signup_form_ages();
+    // The bot checks cost a MAC; a refused form never reaches the rate limits or argon2.
+    let guard = signup_guard::check(
+        &secret,
+        &form.website,
+        &form.form_token,
+        signup_guard::now_ms(),
+        min_age,
+        max_age,
+    );
+    // The signup rate limits, on the loop, for forms past the bot checks.
+    if guard.is_ok() {
+        let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+        let key = crate::limits::KeyCtx {
+            ip: Some(&ip),
+            ..Default::default()
+        };
+        if let Err(r) = crate::http::limits::check(&state, &crate::limits::Scope::Signup, &key) {
+            tracing::info!(%ip, limit = %r.name, "signup rate-limited");
+            return crate::http::limits::page_429_saying(
+                &r,
+                "Too many sign-ups from your address, or from everybody, in the last hour.",
+            );
+        }
+    }
     page(
         &state,
         Input::post(&state, &headers, token),
@@ -344,9 +392,13 @@ pub async fn signup(
             if ctx.user.is_some() {
                 return Page::redirect("/tests");
             }
+            if let Err(refusal) = guard {
+                tracing::info!(?refusal, "signup form refused");
+                return signup_page(ctx, &secret, vec![Flash::error(refusal.text())]);
+            }
             let errors = signup_errors(&form);
             if !errors.is_empty() {
-                return signup_page(ctx, errors.into_iter().map(Flash::error).collect());
+                return signup_page(ctx, &secret, errors.into_iter().map(Flash::error).collect());
             }
             match accounts.users().register(
                 form.username.trim(),
@@ -365,7 +417,7 @@ pub async fn signup(
                     | UserError::CorruptUser { .. }
                     | UserError::Unstorable { .. }
                     | UserError::Hashing(_)),
-                ) => signup_page(ctx, vec![Flash::error(user_error_text(&e))]),
+                ) => signup_page(ctx, &secret, vec![Flash::error(user_error_text(&e))]),
                 Err(e) => Err(PageError::internal("signup failed", e)),
             }
         },
@@ -384,7 +436,7 @@ mod tests {
             password2: password.into(),
             email: email.into(),
             tests_repo: repo.into(),
-            csrf_token: None,
+            ..SignupForm::default()
         }
     }
 

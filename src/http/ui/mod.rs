@@ -23,6 +23,7 @@ pub mod live_elo;
 pub mod machines;
 pub mod net_upload;
 pub mod nets;
+pub mod pending_bulk;
 pub mod people;
 pub mod rate_limits;
 pub mod results;
@@ -31,6 +32,7 @@ pub mod run_detail;
 pub mod run_diff;
 pub mod run_tasks;
 pub mod session;
+pub mod signup_guard;
 pub mod sprt_calc;
 pub mod stats;
 pub mod stats_tables;
@@ -96,6 +98,10 @@ pub fn router() -> Router<Arc<AppState>> {
             get(people::user_page).post(people::user_action),
         )
         .route("/user_management", get(user_management::user_management))
+        .route(
+            "/user_management/pending",
+            axum::routing::post(pending_bulk::decide_pending),
+        )
         .route(
             "/user_management/pending_count",
             get(user_management::pending_count),

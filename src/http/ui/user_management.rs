@@ -1,6 +1,7 @@
 //! `GET /user_management` (approvers: the accounts by group — pending, blocked, idle,
 //! approvers, all — searched, sorted and paged, or all at once) and
-//! `GET /user_management/pending_count` (the navigation's "Users (N)" link, for anyone).
+//! `GET /user_management/pending_count` (the navigation's "Users (N)" link, for anyone). The
+//! pending group's rows carry checkboxes for `pending_bulk` (accept or reject several).
 //!
 //! Must not: change an account (that is `/user/{name}`, `people.rs`).
 
@@ -53,6 +54,8 @@ pub struct UserManagementPage {
     pub headers: Vec<Column>,
     pub rows: Vec<UserRow>,
     pub empty: &'static str,
+    /// The pending group: rows carry checkboxes to accept or reject several at once.
+    pub bulk: bool,
     pub pager: Pager,
     /// "Show all (N users)" or "Show paginated", and its link.
     pub view_toggle: (String, String),
@@ -74,6 +77,11 @@ pub struct UsersQuery {
     page: Option<String>,
     #[serde(default)]
     done: Option<String>,
+    /// After a bulk decision: how many accounts it decided, and skipped (decided meanwhile).
+    #[serde(default)]
+    n: Option<u64>,
+    #[serde(default)]
+    skipped: Option<u64>,
 }
 
 const GROUPS: [&str; 5] = ["all", "pending", "blocked", "idle", "approvers"];
@@ -223,6 +231,18 @@ fn user_management_page(
     if let Some(text) = q.done.as_deref().and_then(|c| done_message(c, "")) {
         l = l.flash(Flash::info(text));
     }
+    if let Some(verb) = match q.done.as_deref() {
+        Some("bulk-accepted") => Some("Accepted"),
+        Some("bulk-rejected") => Some("Rejected (deleted)"),
+        _ => None,
+    } {
+        let n = q.n.unwrap_or(0);
+        let mut text = format!("{verb} {n} account{}", if n == 1 { "" } else { "s" });
+        if let Some(k) = q.skipped.filter(|k| *k > 0) {
+            text.push_str(&format!("; {k} no longer pending (decided meanwhile)"));
+        }
+        l = l.flash(Flash::info(text));
+    }
     Page::ok(&UserManagementPage {
         l,
         cards,
@@ -231,6 +251,7 @@ fn user_management_page(
         headers,
         rows,
         empty,
+        bulk: group == "pending",
         pager: Pager::new(page, last, |p| base(p, sort, desc)),
         view_toggle,
     })
