@@ -226,6 +226,7 @@ impl Ledger {
     pub fn log_action(&self, action: &str, username: &str, fields: Doc) -> LedgerResult<()> {
         self.store
             .insert(Collection::Actions, document(action, username, fields))?;
+        self.note_kind(action);
         Ok(())
     }
 

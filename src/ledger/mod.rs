@@ -1,6 +1,7 @@
 //! The ledger: what happened and who contributed. The action log (Fishtest's `actions`
 //! documents), the CPU-hour totals stop_run's 1000-hour rule reads, and the contributors
-//! table.
+//! table; the runs each user follows and the notices derived from the action log for them
+//! (`follows.rs`, `notices.rs`).
 //!
 //! Owns: its state and locks (the pending CPU hours and their write lock, the contributors
 //! table), the action document's shape ([`document`]), its reads ([`ActionFilter`]) and the
@@ -16,8 +17,11 @@
 mod actions;
 mod contributors;
 mod cpu_hours;
+mod follows;
+mod notices;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 
 use parking_lot::Mutex;
 
@@ -26,6 +30,8 @@ pub use contributors::{
     Contributor, ContributorRow, DayTotals, MONTH_DAYS, RunContribution, SECONDARY_RELOAD,
     StoredRuns, TaskContribution,
 };
+pub use follows::{Follow, Followed, Follows, MAX_FOLLOWS};
+pub use notices::{MAX_NOTICES, NOTICE_KINDS, Notice, SECONDARY_UNREAD_S, UNREAD_KEPT};
 
 use crate::store::{SharedStore, StoreError};
 
@@ -47,6 +53,12 @@ pub struct Ledger {
     cpu_hours_pending: Mutex<HashMap<String, f64>>,
     /// The contributors table, kept up to date as tasks end and runs start.
     contributors: contributors::ContributorTable,
+    /// Each user's follows (`follows.rs`).
+    follows: follows::FollowTable,
+    /// Bumped when an action of a notice kind is durable (`notices.rs`).
+    notice_epoch: AtomicU64,
+    /// Each user's unread count (`notices.rs`).
+    unread: notices::UnreadCounts,
 }
 
 impl Ledger {
@@ -58,6 +70,9 @@ impl Ledger {
             cpu_hours_lock: Mutex::new(()),
             cpu_hours_pending: Mutex::new(HashMap::new()),
             contributors: Default::default(),
+            follows: Default::default(),
+            notice_epoch: AtomicU64::new(0),
+            unread: Default::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::ledger::Ledger;
 use crate::offload::Offload;
 use crate::store::{Doc, JournalEntry, SharedStore};
 
@@ -62,10 +63,16 @@ pub struct Journal {
 
 impl Journal {
     /// Starts the writer loop on the current runtime. `first_seq` must exceed every seq
-    /// already in the store.
-    pub fn start(store: SharedStore, offload: Offload, first_seq: u64) -> Arc<Journal> {
+    /// already in the store. The ledger is told of the action documents each commit made
+    /// durable ([`Ledger::note_actions`]: the followers' notices).
+    pub fn start(
+        store: SharedStore,
+        offload: Offload,
+        first_seq: u64,
+        ledger: Arc<Ledger>,
+    ) -> Arc<Journal> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer(rx, store, offload));
+        tokio::spawn(writer(rx, store, offload, ledger));
         Arc::new(Journal {
             seq: AtomicU64::new(first_seq),
             tx,
@@ -101,7 +108,12 @@ impl Journal {
     }
 }
 
-async fn writer(mut rx: mpsc::UnboundedReceiver<Pending>, store: SharedStore, offload: Offload) {
+async fn writer(
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    store: SharedStore,
+    offload: Offload,
+    ledger: Arc<Ledger>,
+) {
     let mut batch: Vec<Pending> = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -155,6 +167,9 @@ async fn writer(mut rx: mpsc::UnboundedReceiver<Pending>, store: SharedStore, of
                     break;
                 }
             }
+        }
+        if outcome.is_ok() {
+            ledger.note_actions(&actions);
         }
         metrics::histogram!("shoal_journal_commit_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("shoal_journal_batch_entries").record(batch.len() as f64);

@@ -70,7 +70,7 @@ impl RunDb {
                 "replayed the journal"
             );
         }
-        let journal = journal::Journal::start(store.clone(), offload, first_seq);
+        let journal = journal::Journal::start(store.clone(), offload, first_seq, ledger.clone());
         let limits = std::sync::Arc::new(crate::limits::Engine::new(
             cfg.limits.clone(),
             std::time::Instant::now(),

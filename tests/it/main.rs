@@ -18,6 +18,7 @@ mod core;
 mod fake_github;
 mod fishtest_db;
 mod fleet;
+mod follows;
 mod fuzz;
 mod github;
 mod hardening;

@@ -27,6 +27,8 @@ pub struct TestsPage {
     pub done: Option<controls::Done>,
     /// The rendered content ([`TestsBody`]), with this viewer's CSRF token in its forms.
     pub body: String,
+    /// The runs the viewer follows (not in the shared content: it is per viewer).
+    pub following: Vec<super::follows::FollowRow>,
 }
 
 /// The forms' token as the content's templates read it (`l.csrf`).
@@ -90,6 +92,7 @@ pub async fn tests(
         .and_then(|code| controls::done_message(code, params.get("run").map(String::as_str)));
     let cacheable = q == ListQuery::default_first() && done.is_none();
     let cache = Arc::clone(&state.dashboard);
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let l = Layout::new(ctx, "Tests");
         let body = if cacheable {
@@ -107,7 +110,13 @@ pub async fn tests(
         } else {
             body(db, q, &ctx.csrf)?
         };
-        Page::ok(&TestsPage { l, done, body })
+        let following = super::follows::dashboard_rows(&ledger, ctx)?;
+        Page::ok(&TestsPage {
+            l,
+            done,
+            body,
+            following,
+        })
     })
     .await
 }

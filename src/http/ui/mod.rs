@@ -16,6 +16,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod dashboard_cache;
 pub mod finished;
+pub mod follows;
 pub mod kit;
 pub mod limits;
 pub mod lists;
@@ -23,6 +24,7 @@ pub mod live_elo;
 pub mod machines;
 pub mod net_upload;
 pub mod nets;
+pub mod notices;
 pub mod pending_bulk;
 pub mod people;
 pub mod rate_limits;
@@ -80,6 +82,19 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/purge", axum::routing::post(controls::purge))
         .route("/tests/delete", axum::routing::post(controls::delete))
         .route("/tests/modify", axum::routing::post(controls::modify))
+        .route("/tests/follow", axum::routing::post(follows::follow))
+        .route("/tests/unfollow", axum::routing::post(follows::unfollow))
+        .route(
+            "/notifications/feed",
+            axum::routing::post(follows::feed_action),
+        )
+        .route("/notifications", get(notices::notifications))
+        .route(
+            "/notifications/read",
+            axum::routing::post(notices::mark_read),
+        )
+        .route("/notifications/unread.json", get(notices::unread_json))
+        .route("/feeds/{file}", get(notices::feed))
         .route("/tests/run", get(submit::form).post(submit::submit))
         .route("/tests/stats/{id}", get(stats::stats_page))
         .route("/tests/live_elo/{id}", get(live_elo::live_elo_page))

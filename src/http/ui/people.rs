@@ -107,6 +107,8 @@ fn view_of(ledger: &Ledger, user: &User) -> Result<UserView, UserError> {
 pub struct ProfilePage {
     pub l: Layout,
     pub u: UserView,
+    /// The runs followed and the feed URL (`follows.rs`).
+    pub f: super::follows::FollowsView,
 }
 
 #[derive(Template)]
@@ -149,7 +151,8 @@ fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) ->
     let u = view_of(ledger, user)?;
     let mut l = Layout::new(ctx, "Profile");
     l.flashes = flashes;
-    Page::ok(&ProfilePage { l, u })
+    let f = super::follows::profile_view(ledger, &user.username)?;
+    Page::ok(&ProfilePage { l, u, f })
 }
 
 /// `GET /user`: one's own profile (login-gated).

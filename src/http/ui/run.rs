@@ -103,6 +103,8 @@ pub struct RunPage {
     /// The same comparison on GitHub.
     pub compare_url: Option<String>,
     pub script: String,
+    /// Whether the viewer follows the run (`None`: a visitor, no button).
+    pub following: Option<bool>,
 }
 
 #[derive(Template)]
@@ -225,8 +227,10 @@ pub async fn view(
     };
     let id = id.parse::<RunId>();
     let github = state.github.clone();
+    let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
+        let following = super::follows::following(&ledger, ctx, &run.id)?;
         let heading = page_title(&run);
         let diff = github
             .stored_diff_blocking(&run.id)
@@ -259,6 +263,7 @@ pub async fn view(
             script: asset("refresh.js"),
             diff,
             compare_url,
+            following,
         };
         Page::ok(&p)
     })

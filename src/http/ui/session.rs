@@ -102,6 +102,8 @@ pub struct Ctx {
     pub ended: bool,
     /// For an approver: how many accounts wait for approval (the navigation's badge).
     pub pending_users: Option<u64>,
+    /// For a logged-in user: their unread notices about followed runs (the header's link).
+    pub unread: Option<u64>,
 }
 
 impl Ctx {
@@ -158,6 +160,7 @@ pub fn resolve(
             user: None,
             ended: false,
             pending_users: None,
+            unread: None,
         });
     };
     Ok(match accounts.session(&id)? {
@@ -175,6 +178,7 @@ pub fn resolve(
                 set_cookie: None,
                 ended: false,
                 pending_users,
+                unread: None,
             }
         }
         state => {
@@ -187,6 +191,7 @@ pub fn resolve(
                 user: None,
                 ended,
                 pending_users: None,
+                unread: None,
             }
         }
     })

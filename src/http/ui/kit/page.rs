@@ -22,6 +22,7 @@ use super::error::PageError;
 use crate::accounts::Accounts;
 use crate::http::state::AppState;
 use crate::http::ui::session::{self, CookieKeys, Ctx};
+use crate::ledger::Ledger;
 use crate::rundb::RunDb;
 
 /// The status of a live fragment that will not change any more: "here is the last update,
@@ -71,6 +72,10 @@ pub struct Layout {
     pub pending_users: Option<u64>,
     /// What a link preview shows under the title (`og:description`), when the page says.
     pub description: Option<String>,
+    /// For a logged-in user: unread notices about followed runs (the header's link).
+    pub unread: Option<u64>,
+    /// The notices' script (the header's count kept fresh, browser notifications).
+    pub notify_js: String,
 }
 
 impl Layout {
@@ -87,6 +92,8 @@ impl Layout {
             flashes: Vec::new(),
             pending_users: ctx.pending_users,
             description: None,
+            unread: ctx.unread,
+            notify_js: asset("notify.js"),
         }
     }
 
@@ -322,16 +329,27 @@ fn keys(state: &AppState) -> CookieKeys {
 /// does not match → the 403 page (the handler never runs).
 fn open(
     accounts: &Accounts,
+    ledger: &Ledger,
     keys: &CookieKeys,
     input: Input,
 ) -> Result<Ctx, (Option<(String, bool)>, Page)> {
-    let ctx = match session::resolve(accounts, keys, input.id) {
+    let mut ctx = match session::resolve(accounts, keys, input.id) {
         Ok(ctx) => ctx,
         Err(e) => {
             tracing::error!(error = %e, "session lookup failed");
             return Err((None, internal_page()));
         }
     };
+    if let Some(user) = &ctx.user {
+        // Kept in memory by the ledger until something changes: no store read per page.
+        ctx.unread = match ledger.unread_count(&user.username) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::warn!(error = %e, "unread notices not counted");
+                Some(0)
+            }
+        };
+    }
     if ctx.ended {
         return Err((ctx.set_cookie, Page::Redirect("/tests".into())));
     }
@@ -364,9 +382,10 @@ where
 {
     let db = state.rundb.clone();
     let accounts = state.accounts.clone();
+    let ledger = state.ledger.clone();
     let keys = input.keys.clone();
     let k = keys.clone();
-    let job = move || match open(&accounts, &k, input) {
+    let job = move || match open(&accounts, &ledger, &k, input) {
         Ok(mut ctx) => {
             let out = run_body(&db, &mut ctx, &k, body);
             (ctx.set_cookie, out)
@@ -380,9 +399,14 @@ where
 /// credential check): [`open`] in the pool. `Ok` to go on with [`continue_page`].
 pub async fn open_page(state: &AppState, input: Input) -> Result<Ctx, Response> {
     let accounts = state.accounts.clone();
+    let ledger = state.ledger.clone();
     let keys = input.keys.clone();
     let k = keys.clone();
-    match state.offload.run(move || open(&accounts, &k, input)).await {
+    match state
+        .offload
+        .run(move || open(&accounts, &ledger, &k, input))
+        .await
+    {
         Ok(Ok(ctx)) => Ok(ctx),
         Ok(Err((cookie, out))) => Err(respond(&keys, cookie, out)),
         Err(e) => Err(unavailable(e)),

@@ -111,6 +111,25 @@ pub fn login_next(path: &str) -> String {
     Href::new("/login").param("next", path).build()
 }
 
+/// Where this server is reached, for links that leave the browser (a feed URL): the
+/// configured `public_url`, else the request's `Host` (when it is a plain host name) over
+/// http.
+pub fn site_url(public_url: Option<&str>, headers: &axum::http::HeaderMap) -> String {
+    if let Some(u) = public_url {
+        return u.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
