@@ -43,7 +43,7 @@ fn worker_json(w: &WorkerInfo) -> Value {
 fn report(name: &str, h: &Histogram<u64>) {
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
-        "{name:<44} n={:<7} p50={:>8.2} ms p90={:>8.2} ms p99={:>8.2} ms max={:>8.2} ms",
+        "{name:<52} n={:<7} p50={:>8.2} ms p90={:>8.2} ms p99={:>8.2} ms max={:>8.2} ms",
         h.len(),
         ms(0.5),
         ms(0.9),
