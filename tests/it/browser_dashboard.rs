@@ -1,7 +1,7 @@
 //! The live dashboard in real Chromium (helpers of `browser.rs`), at 390 px and 1400 px: while
 //! a worker plays, the run's numbers change on the open page without a reload (a marker set on
 //! `window` survives); a folded panel stays folded after a reload, an opened workers panel
-//! stays open; an active-run filter ticked off hides its rows at once and still after a reload
+//! stays open and its table is searched as you type; an active-run filter ticked off hides its rows at once and still after a reload
 //! (its cookie); the page never scrolls sideways at 390 px. Screenshots:
 //! `target/screenshots/dashboard_{390,1400}.png`.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
-use crate::browser::{body_text, browser, screenshot, start_driver, wait_for_answer};
+use crate::browser::{body_text, browser, fill, screenshot, start_driver, wait_for_answer};
 use crate::fleet::{Totals, Worker, add_user, approve, create_run, fixed_args, sprt_args};
 use crate::harness::TestServer;
 
@@ -171,6 +171,18 @@ async fn the_dashboard_refreshes_in_place_folds_and_filters() {
         );
         let text = body_text(&c).await;
         assert!(text.contains("alice-8cores-00000002"), "{text}");
+        if width > 1000 {
+            // Searched as you type: the table alone is fetched again.
+            js(&c, "window.__shoalMarker = 'still here'; return null;").await;
+            fill(&c, "workers_q", "8cores").await;
+            let text = wait_for_answer(&c, "1 of 2 machines match").await;
+            assert!(!text.contains("alice-4cores-00000001"), "{text}");
+            assert_eq!(
+                js(&c, "return window.__shoalMarker || null;").await,
+                json!("still here"),
+                "the page was not reloaded"
+            );
+        }
         // Open again for the next width.
         click(&c, "#pending > summary").await;
 
