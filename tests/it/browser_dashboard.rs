@@ -1,9 +1,9 @@
 //! The live dashboard in real Chromium (helpers of `browser.rs`), at 390 px and 1400 px: while
 //! a worker plays, the run's numbers change on the open page without a reload (a marker set on
 //! `window` survives); a folded panel stays folded after a reload, an opened workers panel
-//! stays open and its table is searched as you type; an active-run filter ticked off hides its rows at once and still after a reload
-//! (its cookie); the page never scrolls sideways at 390 px. Screenshots:
-//! `target/screenshots/dashboard_{390,1400}.png`.
+//! stays open and its table is searched as you type; an active-run filter ticked off hides its
+//! rows at once and still after a reload (its cookie); the page never scrolls sideways at
+//! 390 px. Screenshots: `target/screenshots/dashboard_{390,1400}.png`.
 
 use std::time::{Duration, Instant};
 
