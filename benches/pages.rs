@@ -1,5 +1,6 @@
-//! Pages under load: the dashboard (and a run page, when the server has one) rendered for 20
-//! concurrent clients on a run database of 200 approved runs and 10,000 active tasks, and
+//! Pages under load: the dashboard, its live refresh (the panels part unchanged, answered 304
+//! against the client's version, and changed, and the workers table) and a run page (when
+//! the server has one), each for 20 concurrent clients on a run database of 200 approved runs and 10,000 active tasks, and
 //! `beat` measured over HTTP in the same process (server, page clients and beat client on three
 //! runtimes of their own), first alone, then during the page load.
 //!
@@ -42,7 +43,7 @@ fn worker_json(w: &WorkerInfo) -> Value {
 fn report(name: &str, h: &Histogram<u64>) {
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
-        "{name:<44} n={:<7} p50={:>8.2} ms p90={:>8.2} ms p99={:>8.2} ms max={:>8.2} ms",
+        "{name:<52} n={:<7} p50={:>8.2} ms p90={:>8.2} ms p99={:>8.2} ms max={:>8.2} ms",
         h.len(),
         ms(0.5),
         ms(0.9),
@@ -55,13 +56,23 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")
 }
 
-/// Requests `url` in a loop until `stop`, recording latencies (µs).
-async fn load(client: reqwest::Client, url: String, stop: Arc<AtomicBool>) -> Histogram<u64> {
+/// Requests `url` with `headers` in a loop until `stop`, recording latencies (µs).
+async fn load(
+    client: reqwest::Client,
+    url: String,
+    headers: Vec<(&'static str, String)>,
+    stop: Arc<AtomicBool>,
+) -> Histogram<u64> {
     let mut h = histogram();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
-        let r = client.get(&url).send().await.expect("page");
-        assert!(r.status().is_success(), "{url}: {}", r.status());
+        let mut req = client.get(&url);
+        for (k, v) in &headers {
+            req = req.header(*k, v);
+        }
+        let r = req.send().await.expect("page");
+        let ok = r.status().is_success() || r.status() == reqwest::StatusCode::NOT_MODIFIED;
+        assert!(ok, "{url}: {}", r.status());
         let _ = r.bytes().await.expect("page body");
         let _ = h.record(t.elapsed().as_micros().max(1) as u64);
     }
@@ -215,7 +226,40 @@ fn main() {
         .await;
         let alone = beats(client.clone(), beat_url.clone(), bodies.clone(), PHASE).await;
 
-        let mut pages = vec![("/tests".to_string(), "dashboard /tests")];
+        let hx = || vec![("hx-request", "true".to_string())];
+        let mut pages = vec![
+            ("/tests".to_string(), "dashboard /tests", Vec::new()),
+            (
+                "/tests?live=panels".to_string(),
+                "refresh ?live=panels, changed (200)",
+                hx(),
+            ),
+            (
+                "/tests?live=workers".to_string(),
+                "refresh ?live=workers (200)",
+                hx(),
+            ),
+        ];
+        // The client's version: what the refresh sends when nothing changed (304).
+        let etag = client
+            .get(format!("{base}/tests?live=panels"))
+            .header("hx-request", "true")
+            .send()
+            .await
+            .ok()
+            .and_then(|r| r.headers().get("etag")?.to_str().ok().map(str::to_string));
+        if let Some(etag) = etag {
+            let mut h = hx();
+            h.push(("if-none-match", etag));
+            pages.insert(
+                1,
+                (
+                    "/tests?live=panels".to_string(),
+                    "refresh ?live=panels, unchanged (304)",
+                    h,
+                ),
+            );
+        }
         let run_page = format!("/tests/view/{first_run}");
         if client
             .get(format!("{base}{run_page}"))
@@ -223,15 +267,16 @@ fn main() {
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            pages.push((run_page, "run page /tests/view/{id}"));
+            pages.push((run_page, "run page /tests/view/{id}", Vec::new()));
         }
-        for (path, name) in &pages {
+        for (path, name, headers) in &pages {
             let stop = Arc::new(AtomicBool::new(false));
             let loaders: Vec<_> = (0..PAGE_CLIENTS)
                 .map(|_| {
                     load_rt.spawn(load(
                         reqwest::Client::new(),
                         format!("{base}{path}"),
+                        headers.clone(),
                         stop.clone(),
                     ))
                 })

@@ -177,6 +177,8 @@ pub struct Panel {
     pub empty: &'static str,
     /// Pending, paused and failed rows carry a Delete button.
     pub delete: bool,
+    /// HTML shown between the heading and the table (the dashboard's active-run filters).
+    pub intro: &'static str,
 }
 
 fn panel(key: &'static str, name: &str, rows: Vec<RunRow>, empty: &'static str) -> Panel {
@@ -186,6 +188,7 @@ fn panel(key: &'static str, name: &str, rows: Vec<RunRow>, empty: &'static str) 
         delete: key != "active",
         rows,
         empty,
+        intro: "",
     }
 }
 

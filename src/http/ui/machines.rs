@@ -40,7 +40,7 @@ pub struct MachineRow {
 }
 
 impl MachineRow {
-    fn of(m: &Machine) -> Self {
+    pub(super) fn of(m: &Machine) -> Self {
         let tag: String = m.new_tag.chars().take(20).collect();
         let clipped = if m.new_tag.chars().count() > 20 {
             format!("{tag}...")
@@ -65,7 +65,7 @@ impl MachineRow {
     }
 
     /// Whether `q` (lower case) occurs in any shown column.
-    fn matches(&self, q: &str) -> bool {
+    pub(super) fn matches(&self, q: &str) -> bool {
         q.is_empty()
             || [
                 &self.username,

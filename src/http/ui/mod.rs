@@ -15,6 +15,8 @@ pub mod contributors;
 pub mod controls;
 pub mod dashboard;
 pub mod dashboard_cache;
+pub mod dashboard_filters;
+pub mod dashboard_workers;
 pub mod finished;
 pub mod follows;
 pub mod kit;

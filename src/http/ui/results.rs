@@ -330,6 +330,9 @@ pub struct RunRow {
     pub ltc_sprt: bool,
     /// The info text's lines (rendered with line breaks, escaped).
     pub info: Vec<String>,
+    /// The active-run filters' words: test type, time control, threads (the row's
+    /// `data-test-type`, `data-time-control` and `data-threads`).
+    pub kind: [&'static str; 3],
 }
 
 impl RunRow {
@@ -352,6 +355,7 @@ impl RunRow {
             cores: run.cores,
             ltc_sprt: a.sprt.is_some() && !run.finished && tc_ratio_of(run) > 4.0,
             info: a.info.lines().map(str::to_string).collect(),
+            kind: super::dashboard_filters::words(run),
         }
     }
 }

@@ -118,6 +118,9 @@ pub enum Page {
     Redirect(String),
     /// 429 with `Retry-After` (seconds) and a page.
     Throttled(u64, String),
+    /// A live fragment with its version (`ETag`): 200 with the HTML, or 304 with none when
+    /// the client already has that version.
+    Versioned(StatusCode, String, String),
 }
 
 impl Page {
@@ -459,6 +462,13 @@ pub fn respond(keys: &CookieKeys, cookie: Option<(String, bool)>, out: Page) -> 
             let mut r = (StatusCode::TOO_MANY_REQUESTS, axum::response::Html(html)).into_response();
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            r
+        }
+        Page::Versioned(status, html, etag) => {
+            let mut r = (status, axum::response::Html(html)).into_response();
+            if let Ok(v) = HeaderValue::from_str(&etag) {
+                r.headers_mut().insert(header::ETAG, v);
+            }
             r
         }
     };
