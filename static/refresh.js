@@ -1,7 +1,9 @@
 // Live refresh: every element with data-refresh="<url>" gets that URL's HTML fragment as its
 // content every 10 s while the page is visible. The pages work without it. Requests say
 // "HX-Request: true" (the server then answers with the fragment of a page URL); a 204 leaves
-// the element alone and a 286 is the last update (the element stops refreshing).
+// the element alone and a 286 is the last update (the element stops refreshing). The URL is
+// the page's own state (the tasks table sends its page, sort and search), so a refresh sends
+// only what is on screen. An element whose input has the focus is left alone for that turn.
 (function () {
   "use strict";
   function refresh() {
@@ -9,6 +11,11 @@
       return;
     }
     document.querySelectorAll("[data-refresh]").forEach(function (el) {
+      // Someone typing in it (the tasks table's search box): their text is not replaced.
+      var active = document.activeElement;
+      if (active && el.contains(active) && active.matches("input, select, textarea")) {
+        return;
+      }
       fetch(el.getAttribute("data-refresh"), {
         credentials: "same-origin",
         headers: { Accept: "text/html", "HX-Request": "true" }
