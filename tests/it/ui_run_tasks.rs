@@ -45,7 +45,7 @@ fn model(i: usize) -> Model {
         "{user}-{cores}cores-{}",
         key.split('-').take(2).collect::<Vec<_>>().join("-")
     );
-    let (played, state) = if i % 100 == 0 {
+    let (played, state) = if i.is_multiple_of(100) {
         (200, "active")
     } else if i % 10 == 3 {
         (400, "dead")
@@ -56,7 +56,7 @@ fn model(i: usize) -> Model {
         idx: i,
         user,
         worker,
-        windows: i % 5 == 0,
+        windows: i.is_multiple_of(5),
         played,
         state,
         minute: (i * 7919) % TASKS,
