@@ -6,7 +6,9 @@
 // leaves it alone. An element inside a folded <details>, or holding the field someone types
 // in, waits. After a swap, the new content's [data-keep] elements are replaced by the page's
 // own ones (same id) and its <details> keep their open state (same id); the element then
-// gets a "shoal:refreshed" event. window.shoalRefresh(el) refreshes one element now.
+// gets a "shoal:refreshed" event. The URL is the page's own state (the tasks table sends
+// its page, sort and search), so a refresh sends only what is on screen.
+// window.shoalRefresh(el) refreshes one element now.
 (function () {
   "use strict";
   function swap(el, html) {

@@ -226,4 +226,13 @@ impl RunDb {
     pub fn unfinished_ids(&self) -> Vec<String> {
         self.unfinished.read().clone()
     }
+
+    /// The run's size as Fishtest stores it, in bytes: the BSON document its page reports as
+    /// "document size" (MongoDB refuses a document over 16 MiB). `None` when the run does not
+    /// map to BSON (it then could not be stored in MongoDB either). Pure: no store, no lock.
+    pub fn document_size(run: &Run) -> Option<u64> {
+        let doc = super::cache::to_doc(run).ok()?;
+        let bson = crate::store::bson_map::to_bson(Collection::Runs, &doc).ok()?;
+        bson.to_vec().ok().map(|bytes| bytes.len() as u64)
+    }
 }

@@ -42,7 +42,7 @@ const LOGGED_IN: [&str; 7] = [
 ];
 
 /// Sizes the window so that the page's viewport is `width` CSS pixels wide.
-async fn set_width(c: &Client, width: u32) {
+pub(crate) async fn set_width(c: &Client, width: u32) {
     c.set_window_size(width, 900).await.expect("window size");
     let inner = c
         .execute("return window.innerWidth;", vec![])
@@ -52,7 +52,7 @@ async fn set_width(c: &Client, width: u32) {
 }
 
 /// The document's width and the viewport's: equal when nothing sticks out sideways.
-async fn widths(c: &Client) -> (u64, u64) {
+pub(crate) async fn widths(c: &Client) -> (u64, u64) {
     let v = c
         .execute(
             "return [document.documentElement.scrollWidth, window.innerWidth];",

@@ -49,6 +49,7 @@ mod ui_lists;
 mod ui_nets;
 mod ui_record;
 mod ui_run;
+mod ui_run_tasks;
 mod ui_stats;
 mod ui_submit;
 mod ui_users;

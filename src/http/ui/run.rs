@@ -2,13 +2,14 @@
 //! the chi² box and tasks, control buttons) and its three live fragments,
 //! `/tests/view/{id}/detail` (results and statistics), `/tests/view/{id}/charts` (the chart
 //! images, their URLs changing with the run's games so the browser fetches them anew) and
-//! `/tests/tasks/{id}` (the chi² box and the tasks table, `run_tasks.rs`), which render the
+//! `/tests/tasks/{id}` (the chi² box and one page of the tasks table, `run_tasks.rs` and
+//! `run_tasks_view.rs`, whose `tasks_*` parameters the page takes too), which render the
 //! same partial templates without the layout (`static/refresh.js` re-fetches them on
 //! unfinished runs; without JavaScript the page is whole as served).
 //!
 //! The run is read through `RunDb::get_run` (a copy: no lock held while rendering); what is
-//! shown of it is computed by `run_detail.rs` (arguments, results, statistics, SPSA) and
-//! `run_tasks.rs`.
+//! shown of it is computed by `run_args.rs` (arguments, SPSA), `run_detail.rs` (results,
+//! statistics), `run_tasks.rs` and `run_tasks_view.rs`.
 
 use std::sync::Arc;
 
@@ -22,8 +23,10 @@ use super::kit::{
     Input, Layout, OrInternal, Page, PageError, PageResult, STOP_POLLING, asset, page,
 };
 use super::results::status_label;
-use super::run_detail::{ArgRow, Detail, SpsaRow, arg_rows, detail, spsa_rows};
-use super::run_tasks::{Tasks, tasks};
+use super::run_args::{ArgRow, SpsaView, arg_rows, spsa_view};
+use super::run_detail::{Detail, detail};
+use super::run_tasks::tasks;
+use super::run_tasks_view::{TasksPage, TasksQuery, TasksView, page_of};
 use super::session::Ctx;
 use crate::http::run_id::RunId;
 use crate::http::state::AppState;
@@ -79,10 +82,11 @@ pub struct RunPage {
     pub heading: String,
     pub args: Vec<ArgRow>,
     pub d: Detail,
-    pub t: Tasks,
+    /// The page of the tasks table asked for (`run_tasks_view.rs`'s parameters).
+    pub t: TasksPage,
     pub c: RunCharts,
-    pub spsa: Vec<SpsaRow>,
-    pub spsa_iter: String,
+    /// SPSA runs: the settings and the parameter table.
+    pub spsa: Option<SpsaView>,
     pub controls: Controls,
     /// The modify form's current values, for the owner or an approver (`None` otherwise).
     pub modify: Option<ModifyValues>,
@@ -116,7 +120,7 @@ pub struct DetailFragment {
 #[derive(Template)]
 #[template(source = "{% include \"run_tasks.html\" %}", ext = "html")]
 pub struct TasksFragment {
-    pub t: Tasks,
+    pub t: TasksPage,
 }
 
 #[derive(Template)]
@@ -220,24 +224,26 @@ pub async fn view(
     Path(id): Path<String>,
     headers: HeaderMap,
     follow: Result<Query<FollowQuery>, axum::extract::rejection::QueryRejection>,
+    table: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let (submitted, behind) = match follow {
         Ok(Query(q)) => (q.follow.as_deref() == Some("1"), q.behind),
         Err(_) => (false, None),
     };
+    let table = tasks_view(table);
     let id = id.parse::<RunId>();
     let github = state.github.clone();
     let ledger = state.ledger.clone();
     page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let following = super::follows::following(&ledger, ctx, &run.id)?;
+        let table = table?;
         let heading = page_title(&run);
         let diff = github
             .stored_diff_blocking(&run.id)
             .map(|d| super::run_diff::view(&d));
         let compare_url = super::run_diff::compare_url(&run);
         let warnings = warnings(&run, &db.books());
-        let (spsa, spsa_iter) = spsa_rows(&run);
         let d = detail(&run);
         // A link to the run shows its status and results in a chat or a forum's preview.
         let summary = format!("{} · {}", status_label(&run), d.rbox.plain());
@@ -248,10 +254,9 @@ pub async fn view(
             heading,
             args: arg_rows(&run),
             d,
-            t: tasks(&run),
+            t: page_of(tasks(&run), &table, is_approver(ctx)),
             c: run_charts(&run),
-            spsa,
-            spsa_iter,
+            spsa: spsa_view(&run),
             controls: controls(&run, ctx),
             approve_class: if warnings.is_empty() { "ok" } else { "warn" },
             warnings,
@@ -314,19 +319,45 @@ pub async fn detail_fragment(
     .await
 }
 
-/// `GET /tests/tasks/{id}`: the tasks table alone.
+/// The tasks table's parameters checked; a query that does not parse (a key given twice)
+/// is a 400 like a bad value.
+fn tasks_view(
+    q: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<TasksView, PageError> {
+    match q {
+        Ok(Query(q)) => q.view(),
+        Err(e) => Err(PageError::refused(
+            StatusCode::BAD_REQUEST,
+            "Bad tasks table parameters",
+            e.body_text(),
+        )),
+    }
+}
+
+fn is_approver(ctx: &Ctx) -> bool {
+    ctx.user.as_ref().is_some_and(|u| u.is_approver())
+}
+
+/// `GET /tests/tasks/{id}`: one page of the tasks table alone (the same `tasks_*` parameters
+/// as the run page), with the chi² box over every task.
 pub async fn tasks_fragment(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    table: Result<Query<TasksQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    fragment(&state, id, &headers, |run| {
+    let id = id.parse::<RunId>();
+    let table = tasks_view(table);
+    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+        let run = load(db, id?)?;
+        let table = table?;
         let status = if run.finished {
             STOP_POLLING
         } else {
             StatusCode::OK
         };
-        Page::render(status, &TasksFragment { t: tasks(run) })
+        let t = page_of(tasks(&run), &table, is_approver(ctx));
+        Page::render(status, &TasksFragment { t })
     })
     .await
 }

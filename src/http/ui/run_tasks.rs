@@ -3,19 +3,31 @@
 //! Fishtest shows them), Fishtest's "Stats" box (chi², dof, p-value over the run's workers)
 //! and each task's residual in Fishtest's colours, with words beside a yellow or red one.
 //!
-//! Owns: turning a run copy into those rows and that box; the residuals' display rule.
+//! Owns: turning a run copy into those rows (each with its worker's details) and that box;
+//! the residuals' display rule. The residuals are computed over every task; the page of the
+//! table (search, sort, paging) is cut afterwards by `run_tasks_view.rs`.
 //! Must not: compute the chi² or the residuals itself (`crate::purge` does, exactly as a purge
 //! does), take locks or read the store (it gets a copy of the run, in the page job).
 
 use std::collections::HashSet;
 
+use super::kit::Href;
 use crate::purge::{PurgeStats, PurgeTask, ResidualColor, get_chi2, task_residual};
-use crate::rundb::model::{Run, Task};
+use crate::rundb::model::{Run, Task, WorkerInfo};
 
 /// One row of the tasks table.
 pub struct TaskRow {
     pub idx: usize,
+    /// The long worker name (`user-Ncores-uuid1-uuid2[*]`).
     pub worker: String,
+    /// `/workers/{short name}`, the worker's page (approvers get the link); empty for an
+    /// unknown worker.
+    pub worker_href: String,
+    /// The worker's owner.
+    pub username: String,
+    /// The worker's details as Fishtest's Info column gives them (`os: …`, `ram: …MiB`,
+    /// `compiler: …`, `python: …`, `worker: …`, `arch: …`, `features: …`) plus its cores.
+    pub details: Vec<String>,
     pub played: u64,
     pub num_games: u64,
     pub wins: u64,
@@ -34,7 +46,19 @@ pub struct TaskRow {
     pub residual_note: &'static str,
 }
 
-/// The tasks fragment's data.
+impl TaskRow {
+    /// The state the table shows: the mark, or `done`.
+    pub fn state(&self) -> &'static str {
+        if self.mark.is_empty() {
+            "done"
+        } else {
+            self.mark
+        }
+    }
+}
+
+/// Every task's row and the chi² box: what a page of the table is cut from
+/// (`run_tasks_view.rs`).
 pub struct Tasks {
     pub id: String,
     pub rows: Vec<TaskRow>,
@@ -59,11 +83,58 @@ pub struct Chi2Box {
     pub red: usize,
 }
 
+/// A version as dotted numbers (`[11, 4, 0]` is `11.4.0`).
+fn dotted(v: &[i64]) -> String {
+    v.iter().map(i64::to_string).collect::<Vec<_>>().join(".")
+}
+
+/// The worker's details, each `label: value`, the empty ones left out.
+fn details(w: &WorkerInfo) -> Vec<String> {
+    let compiler = format!("{} {}", w.compiler, dotted(&w.gcc_version));
+    let parts = [
+        ("os", w.uname.clone()),
+        (
+            "ram",
+            if w.max_memory > 0 {
+                format!("{}MiB", w.max_memory)
+            } else {
+                String::new()
+            },
+        ),
+        ("compiler", compiler.trim().to_string()),
+        ("python", dotted(&w.python_version)),
+        (
+            "worker",
+            if w.version > 0 {
+                w.version.to_string()
+            } else {
+                String::new()
+            },
+        ),
+        ("cores", w.concurrency.to_string()),
+        ("arch", w.worker_arch.clone()),
+        ("features", w.arch.clone()),
+    ];
+    parts
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect()
+}
+
 fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
     let played = t.stats.games();
+    let w = &t.worker_info;
     TaskRow {
         idx,
-        worker: t.worker_info.long_name(),
+        worker: w.long_name(),
+        worker_href: if w.username.is_empty() || w.username == "Unknown_worker" {
+            String::new()
+        } else {
+            Href::new("/workers").seg(&w.short_name()).to_string()
+        },
+        username: w.username.clone(),
+        details: details(w),
         played,
         num_games: t.num_games,
         wins: t.stats.wins,
