@@ -8,6 +8,7 @@
 //! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
 //!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
 //! - [`offload`]: the token pool, the only door to blocking threads.
+//! - [`mail`]: outgoing mail over SMTP (password-reset links, when `smtp_url` is set).
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend
 //!   and the MongoDB one (Fishtest's own database), and the mapping to Fishtest's documents.
 //! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
@@ -51,6 +52,7 @@ pub mod http;
 pub mod jobs;
 pub mod ledger;
 pub mod limits;
+pub mod mail;
 pub mod nets;
 pub mod offload;
 pub mod process;

@@ -7,7 +7,8 @@
 //! legacy names and the password mode; the login policy ([`Accounts::login_on_loop`],
 //! [`Accounts::login_in_pool`]: the throttle's verdict, the credential cache, the guarded
 //! argon2 check, recording each verdict), an approver's decisions and a user's profile change
-//! (logged in the [`Ledger`]).
+//! (logged in the [`Ledger`]); API tokens (`tokens.rs`) and password-reset links (`reset.rs`),
+//! stored hashed in `kvstore`.
 //! Says what happened in types ([`AuthError`], [`UserError`] with [`NameRefusal`]); the texts
 //! for a refused login or account operation are the HTTP layer's (`http::error`), made in one
 //! place for the API, the pages and the CLI.
@@ -17,8 +18,10 @@
 
 mod login;
 mod people;
+mod reset;
 mod sessions;
 pub mod throttle;
+mod tokens;
 mod user;
 mod users;
 
@@ -30,8 +33,12 @@ use crate::store::{SharedStore, StoreError};
 
 pub use login::{Login, OnLoop, PoolCheck};
 pub use people::{ProfileChange, UserAction};
+pub use reset::{EMAIL_EVERY_S, RESET_TTL_S};
 pub use sessions::{MAX_SESSIONS, REMEMBER_S, SHORT_S, Session, SessionState, random_token};
 pub use throttle::{AuthThrottle, ThrottleConfig, Verdict};
+pub use tokens::{
+    MAX_TOKENS_PER_USER, TOKEN_NAME_MAX, TOKEN_PREFIX, TokenInfo, TokenRefusal, token_hash,
+};
 pub use user::{
     APPROVERS, DEFAULT_MACHINE_LIMIT, LEGACY_NAME_MAX, LEGACY_USERNAMES_DOC, User, valid_username,
 };

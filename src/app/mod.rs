@@ -212,8 +212,20 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         refused_books: Default::default(),
         pgn_retention: pgn_retention.clone(),
     });
+    // Validation has tried the same URL: a failure here is only logged (reset mail off).
+    let mailer = match config.smtp_url.expose() {
+        "" => None,
+        url => match crate::mail::Mailer::new(url, &config.smtp_from) {
+            Ok(m) => Some(Arc::new(m)),
+            Err(e) => {
+                tracing::error!(error = %e, "smtp_url: password-reset mail is off");
+                None
+            }
+        },
+    };
     Ok(Arc::new(AppState {
         dashboard: Default::default(),
+        mailer,
         jobs,
         primary: config.is_primary(),
         request_cap: config

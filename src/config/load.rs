@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{Config, ConfigError, KEYS};
 
 /// Keys whose values no message may quote.
-const SECRET_KEYS: &[&str] = &["secret", "mongodb_uri", "github_token"];
+const SECRET_KEYS: &[&str] = &["secret", "mongodb_uri", "github_token", "smtp_url"];
 
 /// A parse error. TOML's messages quote the offending line; when that line sets a secret key,
 /// the message names the key and says nothing of the value.

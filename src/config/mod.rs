@@ -80,6 +80,8 @@ pub const KEYS: &[&str] = &[
     "github_token",
     "github_timeout_s",
     "github_official_repo",
+    "smtp_url",
+    "smtp_from",
 ];
 
 /// Which `Store` implementation backs the server.
@@ -191,6 +193,12 @@ pub struct Config {
     /// The official repository, `owner/name`: the base of every test, and the root of the
     /// fork network tests repositories must belong to.
     pub github_official_repo: String,
+    /// The SMTP relay for password-reset mail (`smtp://host:port`, `?tls=required` for
+    /// STARTTLS, `smtps://` for TLS, a user and password in the URL); empty: off (approvers
+    /// still issue reset links). A secret: its password is never printed.
+    pub smtp_url: SecretUri,
+    /// The sender of that mail.
+    pub smtp_from: String,
 }
 
 impl Default for Config {
@@ -251,6 +259,8 @@ impl Default for Config {
             github_token: None,
             github_timeout_s: 5.0,
             github_official_repo: "official-stockfish/Stockfish".into(),
+            smtp_url: SecretUri::new(""),
+            smtp_from: "shoal <noreply@localhost>".into(),
         }
     }
 }

@@ -275,6 +275,20 @@ impl Config {
                 "must be a GitHub token (unset it to call GitHub without one)",
             ));
         }
+        if !self.smtp_url.expose().is_empty()
+            && let Err(e) = crate::mail::Mailer::new(self.smtp_url.expose(), &self.smtp_from)
+        {
+            // The URL is not quoted: it may carry a password.
+            let key = match e {
+                crate::mail::MailError::From(_) => "smtp_from",
+                _ => "smtp_url",
+            };
+            return Err(invalid(
+                key,
+                "must be smtp://host[:port][?tls=required|opportunistic] or smtps://host[:port], \
+                 and smtp_from an address",
+            ));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
             return Err(invalid("log", format!("not a valid log filter: {e}")));
         }

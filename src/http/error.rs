@@ -3,7 +3,8 @@
 //! with Fishtest's texts for the run database's and the accounts' refusals (the pages and the
 //! CLI take them from here).
 //!
-//! Owns: which status each failure gets (400 validation, 401 credentials, 404 look-ups, 408
+//! Owns: which status each failure gets (400 validation, 401 credentials, 403 a read-only
+//! token on a change, 404 look-ups, 408
 //! slow bodies, 413 large bodies, 429 throttled logins with `Retry-After`, 503 busy or not
 //! the primary, 500 the unexpected — logged, never sent).
 //! Must not: do I/O or decide business outcomes (scheduling outcomes are 200 replies).
@@ -29,6 +30,10 @@ pub enum ApiError {
     /// 401: credentials, blocked or pending account, unauthorised action.
     #[error("{0}")]
     Unauthorized(String),
+    /// 403: authenticated, but the credential may not do this (a read-only API token on an
+    /// endpoint that changes something).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: read-only lookups.
     #[error("{0}")]
     NotFound(String),
@@ -65,6 +70,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::{Ledger, LedgerResult};
 use crate::store::{Collection, Cond, Doc, Order, Query};
 
-/// The action kinds Fishtest writes.
-pub const ACTION_KINDS: [&str; 18] = [
+/// The action kinds Fishtest writes, then shoal's own (`api_token`, `password_reset`).
+pub const ACTION_KINDS: [&str; 20] = [
     "new_run",
     "approve_run",
     "modify_run",
@@ -33,6 +33,8 @@ pub const ACTION_KINDS: [&str; 18] = [
     "dead_task",
     "system_event",
     "update_stats",
+    "api_token",
+    "password_reset",
 ];
 
 /// Kinds the log hides unless asked for by name.

@@ -29,7 +29,7 @@ pub const MAX_MAX: u64 = u32::MAX as u64;
 pub const MAX_PERIOD_S: f64 = 86_400.0;
 
 /// The API endpoints a rate limit may be scoped to by name (the rest: scope `api`).
-pub const ENDPOINTS: &[&str] = &["request_task", "create_run"];
+pub const ENDPOINTS: &[&str] = &["request_task", "create_run", "api_token", "password_reset"];
 
 /// One `[[limits]]` entry as written in settings.toml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -314,8 +314,10 @@ impl LimitDef {
                                     user_ip or resource:<name>"
                             .into());
                     }
-                    (Scope::Endpoint(e), KeyKind::Worker) if e == "create_run" => {
-                        return Err("scope `create_run` has no worker".into());
+                    (Scope::Endpoint(e), KeyKind::Worker)
+                        if e == "create_run" || e == "api_token" || e == "password_reset" =>
+                    {
+                        return Err(format!("scope `{e}` has no worker"));
                     }
                     _ => {}
                 }

@@ -46,6 +46,7 @@ use crate::http::state::AppState;
         runs::create_run,
         runs::approve_run,
         runs::purge_run,
+        runs::whoami,
         public::calc_elo,
         public::get_elo_route,
         public::get_run,
@@ -64,7 +65,9 @@ use crate::http::state::AppState;
     components(schemas(schema::ErrorReply, schema::NotFoundReply)),
     tags(
         (name = "worker", description = "The worker protocol (primary only; docs/protocol.md)"),
-        (name = "runs", description = "Run submission and control for scripts (primary only)"),
+        (name = "runs", description = "Run submission and control for scripts (primary only): \
+            a username and password in the body, or an API token (made at /user/tokens) as \
+            `Authorization: Bearer shoal_…`"),
         (name = "read", description = "The read-only API (anonymous, any instance)"),
         (name = "files", description = "PGN uploads and the PGN and net downloads"),
     )

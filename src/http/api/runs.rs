@@ -1,6 +1,8 @@
 //! Run submission and control for scripts: create_run, approve_run, purge_run (the pages of
-//! the web UI will call the same domain operations). Primary only: the router carries the
-//! rule as a layer.
+//! the web UI will call the same domain operations), and whoami (who an API token is).
+//! Primary only: the router carries the rule as a layer. Each takes a username and password
+//! in the body or an API token (`Authorization: Bearer`, `http::auth::Cred`); the three run
+//! endpoints change data, so a read-only token is refused on them.
 //!
 //! Owns: the bodies of these endpoints and their replies.
 //! Must not: contain run rules (that is `rundb::create` and the lifecycle).
@@ -9,14 +11,15 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::middleware::from_fn_with_state;
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::call::{ClientAddr, bad};
 use super::schema::ErrorReply;
-use crate::http::auth::{Login, with_user};
+use crate::http::auth::{bearer, cred, token_gate, with_cred};
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiReply, ApiResult};
 use crate::http::run_id::RunId;
@@ -28,6 +31,7 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/api/create_run", post(create_run))
         .route("/api/approve_run", post(approve_run))
         .route("/api/purge_run", post(purge_run))
+        .route("/api/whoami", get(whoami))
         .route_layer(from_fn_with_state(
             state.clone(),
             super::primary::primary_only,
@@ -38,8 +42,11 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRunRequest {
-    username: String,
-    password: String,
+    /// With `password`; omitted when an API token is sent (`Authorization: Bearer`).
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
     args: crate::rundb::create::CreateArgs,
 }
 
@@ -77,7 +84,8 @@ fn reply(body: &impl Serialize) -> ApiReply {
     responses(
         (status = 200, description = "The new run's id", body = CreateRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
-        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 401, description = "Wrong credentials or API token, or a user who may not", body = ErrorReply),
+        (status = 403, description = "A read-only API token", body = ErrorReply),
         (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
@@ -85,22 +93,25 @@ fn reply(body: &impl Serialize) -> ApiReply {
 pub async fn create_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CreateRunRequest>,
 ) -> ApiResult {
-    // Rate limits on the loop, before the password check.
-    let ctx = crate::limits::KeyCtx {
-        user: Some(&req.username),
-        ip: Some(&ip),
-        ..Default::default()
-    };
-    let scope = crate::limits::Scope::Endpoint("create_run".into());
-    crate::http::limits::check(&state, &scope, &ctx)?;
+    if let Some(username) = req.username.as_deref() {
+        // Rate limits on the loop, before the password check (a token's are counted once
+        // its owner is known: `http::auth::token_gate`).
+        let ctx = crate::limits::KeyCtx {
+            user: Some(username),
+            ip: Some(&ip),
+            ..Default::default()
+        };
+        let scope = crate::limits::Scope::Endpoint("create_run".into());
+        crate::http::limits::check(&state, &scope, &ctx)?;
+    }
+    let cred = cred(&headers, ip, req.username, req.password)?;
     let args = req.args;
-    let run_id = with_user(
-        &state,
-        Login::at(ip, req.username, req.password),
-        move |db, user| db.create_run(args, &user),
-    )
+    let run_id = with_cred(&state, cred, "create_run", true, move |db, user| {
+        db.create_run(args, &user)
+    })
     .await?;
     Ok(reply(&CreateRunReply { run_id }))
 }
@@ -109,8 +120,11 @@ pub async fn create_run(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveRunRequest {
-    username: String,
-    password: String,
+    /// With `password`; omitted when an API token is sent (`Authorization: Bearer`).
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
     run_id: String,
 }
 
@@ -123,7 +137,8 @@ pub struct ApproveRunRequest {
     responses(
         (status = 200, description = "The run is approved", body = ApproveRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
-        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 401, description = "Wrong credentials or API token, or a user who may not", body = ErrorReply),
+        (status = 403, description = "A read-only API token", body = ErrorReply),
         (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
@@ -131,16 +146,16 @@ pub struct ApproveRunRequest {
 pub async fn approve_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
     let Ok(run_id) = req.run_id.parse::<RunId>() else {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
     };
-    with_user(
-        &state,
-        Login::at(ip, req.username, req.password),
-        move |db, user| db.approve_run(run_id.as_str(), &user),
-    )
+    let cred = cred(&headers, ip, req.username, req.password)?;
+    with_cred(&state, cred, "approve_run", true, move |db, user| {
+        db.approve_run(run_id.as_str(), &user)
+    })
     .await?;
     Ok(reply(&ApproveRunReply {
         run_id: req.run_id,
@@ -157,7 +172,8 @@ pub async fn approve_run(
     responses(
         (status = 200, description = "The purge's outcome", body = PurgeRunReply),
         (status = 400, description = "A refused argument (its name in the message)", body = ErrorReply),
-        (status = 401, description = "Wrong credentials, or a user who may not", body = ErrorReply),
+        (status = 401, description = "Wrong credentials or API token, or a user who may not", body = ErrorReply),
+        (status = 403, description = "A read-only API token", body = ErrorReply),
         (status = 429, description = "Too many failed logins: retry after `Retry-After` seconds", body = ErrorReply),
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
@@ -165,20 +181,67 @@ pub async fn approve_run(
 pub async fn purge_run(
     State(state): State<Arc<AppState>>,
     ClientAddr(ip): ClientAddr,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ApproveRunRequest>,
 ) -> ApiResult {
     let Ok(run_id) = req.run_id.parse::<RunId>() else {
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
     };
-    let outcome = with_user(
-        &state,
-        Login::at(ip, req.username, req.password),
-        move |db, user| db.purge_run(run_id.as_str(), &user),
-    )
+    let cred = cred(&headers, ip, req.username, req.password)?;
+    let outcome = with_cred(&state, cred, "purge_run", true, move |db, user| {
+        db.purge_run(run_id.as_str(), &user)
+    })
     .await?;
     Ok(reply(&PurgeRunReply {
         run_id: req.run_id,
         purged_tasks: outcome.purged,
         revived: outcome.revived,
+    }))
+}
+
+/// whoami's reply: the token's owner and the token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WhoamiReply {
+    pub username: String,
+    /// The token's name.
+    pub token: String,
+    pub read_only: bool,
+}
+
+/// GET /api/whoami: who an API token belongs to (a read: read-only tokens may call it).
+#[utoipa::path(
+    get,
+    path = "/api/whoami",
+    tag = "runs",
+    responses(
+        (status = 200, description = "The token's owner, name and whether it is read-only", body = WhoamiReply),
+        (status = 401, description = "No API token, an unknown or revoked one, or a blocked owner", body = ErrorReply),
+        (status = 429, description = "A rate limit of scope `api_token`", body = ErrorReply),
+        (status = 503, description = "Not the primary instance", body = ErrorReply),
+    )
+)]
+pub async fn whoami(
+    State(state): State<Arc<AppState>>,
+    ClientAddr(ip): ClientAddr,
+    headers: HeaderMap,
+) -> ApiResult {
+    let Some(token) = bearer(&headers)? else {
+        return Err(crate::http::reply::ApiError::Unauthorized(
+            "an API token is required (Authorization: Bearer)".into(),
+        ));
+    };
+    let st = state.clone();
+    let (user, info) = state
+        .offload
+        .run(move || -> ApiResult<_> {
+            let (user, info) = token_gate(&st, &ip, &token, "whoami", false)?;
+            st.accounts.token_used(&info, "whoami")?;
+            Ok((user, info))
+        })
+        .await??;
+    Ok(reply(&WhoamiReply {
+        username: user.username,
+        token: info.name,
+        read_only: info.read_only,
     }))
 }

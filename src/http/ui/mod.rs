@@ -30,6 +30,7 @@ pub mod notices;
 pub mod pending_bulk;
 pub mod people;
 pub mod rate_limits;
+pub mod reset;
 pub mod results;
 pub mod run;
 pub mod run_args;
@@ -46,6 +47,7 @@ pub mod submit;
 pub mod submit_args;
 pub mod submit_form;
 pub mod submit_github;
+pub mod tokens;
 pub mod user_management;
 pub mod workers;
 
@@ -112,10 +114,15 @@ pub fn router() -> Router<Arc<AppState>> {
             "/user",
             get(people::own_profile).post(people::change_profile),
         )
+        .route("/user/tokens", get(tokens::list).post(tokens::create))
+        .route("/user/tokens/revoke", axum::routing::post(tokens::revoke))
         .route(
             "/user/{name}",
             get(people::user_page).post(people::user_action),
         )
+        .route("/user/{name}/reset_link", axum::routing::post(reset::issue))
+        .route("/reset/{secret}", get(reset::form).post(reset::set))
+        .route("/forgot", get(reset::forgot_form).post(reset::forgot))
         .route("/user_management", get(user_management::user_management))
         .route(
             "/user_management/pending",

@@ -76,7 +76,7 @@ impl From<RunDbError> for PageError {
 impl From<ApiError> for PageError {
     fn from(e: ApiError) -> Self {
         match e {
-            ApiError::Unauthorized(m) => {
+            ApiError::Unauthorized(m) | ApiError::Forbidden(m) => {
                 PageError::refused(StatusCode::FORBIDDEN, "Not allowed", m)
             }
             ApiError::BadRequest(m) => PageError::refused(StatusCode::BAD_REQUEST, "Not done", m),

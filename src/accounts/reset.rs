@@ -1,0 +1,179 @@
+//! Password reset without email infrastructure: one-time links an approver issues for a user
+//! (and, when the operator configured SMTP, that a user asks for by email).
+//!
+//! Owns: making a link's secret (`shoal_` + 32 random bytes in hex), its record in the store's
+//! `kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked, the
+//! creation and expiry dates; the secret itself is never stored), the rules (valid
+//! [`RESET_TTL_S`], single use: the record is deleted before the password changes, so two
+//! uses racing each other cannot both win; a new link for a user replaces the user's older
+//! ones; by email at most one link per user every [`EMAIL_EVERY_S`]), the password set through
+//! a link (which ends every session of the user), and the action-log entries
+//! (`password_reset`: issued, requested by email, used).
+//! Must not: know HTTP or send mail (the edge does), check a password's strength (the edge
+//! does, with the signup's rule), tell whether an account exists to anyone but an approver.
+
+use serde_json::{Value, json};
+
+use super::tokens::{new_secret, token_hash};
+use super::{Accounts, User, UserError};
+use crate::store::{Collection, Cond, Date, Doc, Query};
+
+/// The `kind` of reset-link documents in `kvstore`, and their `_id` prefix.
+const KIND: &str = "password_reset";
+/// A link is valid this long (24 hours).
+pub const RESET_TTL_S: i64 = 24 * 3600;
+/// A user gets at most one emailed link this often (seconds).
+pub const EMAIL_EVERY_S: i64 = 300;
+
+fn kv_id(hash: &str) -> String {
+    format!("{KIND}:{hash}")
+}
+
+fn date_of(doc: &Doc, key: &str) -> Option<Date> {
+    serde_json::from_value(doc.get(key)?.clone()).ok()
+}
+
+impl Accounts {
+    /// The documents of `username`'s reset links.
+    fn reset_docs(&self, username: &str) -> Result<Vec<Doc>, UserError> {
+        Ok(self.store.find(
+            Collection::Kvstore,
+            &Query::new()
+                .with(Cond::Eq("kind".into(), json!(KIND)))
+                .with(Cond::Eq("user".into(), json!(username))),
+        )?)
+    }
+
+    /// Stores a new link for `user` (dropping the user's older ones); returns its secret.
+    fn reset_store(&self, user: &User, by: &str) -> Result<String, UserError> {
+        for doc in self.reset_docs(&user.username)? {
+            if let Some(id) = doc.get("_id").and_then(Value::as_str) {
+                self.store.delete(Collection::Kvstore, id)?;
+            }
+        }
+        let secret = new_secret();
+        let now = Date::now();
+        let expires = Date(now.0 + chrono::Duration::seconds(RESET_TTL_S));
+        let doc = json!({"_id": kv_id(&token_hash(&secret)), "kind": KIND,
+                         "user": user.username, "by": by, "created": now, "expires": expires});
+        if let Value::Object(doc) = doc {
+            self.store.put(Collection::Kvstore, &doc)?;
+        }
+        Ok(secret)
+    }
+
+    fn log_reset(&self, by: &str, user: &str, message: &str) -> Result<(), UserError> {
+        let mut fields = Doc::new();
+        fields.insert("user".into(), json!(user));
+        fields.insert("message".into(), json!(message));
+        self.ledger.log_action("password_reset", by, fields)?;
+        Ok(())
+    }
+
+    /// An approver issues a reset link for `name`; returns the link's secret (to show once).
+    pub fn reset_issue(&self, approver: &User, name: &str) -> Result<String, UserError> {
+        if !approver.is_approver() {
+            return Err(UserError::NotApprover);
+        }
+        let user = self
+            .users
+            .load(name)?
+            .ok_or_else(|| UserError::NoSuchUser(name.to_string()))?;
+        let secret = self.reset_store(&user, &approver.username)?;
+        self.log_reset(&approver.username, &user.username, "reset link issued")?;
+        tracing::info!(user = %user.username, by = %approver.username, "password reset link issued");
+        Ok(secret)
+    }
+
+    /// A user asks for a link by email, naming their username or email address. `Some`: the
+    /// address to send the link to and the link's secret; `None` when there is nobody to send
+    /// it to (no such account, a blocked or pending one, no address) or the user was sent one
+    /// less than [`EMAIL_EVERY_S`] ago. The caller answers the same either way.
+    pub fn reset_request(&self, name_or_email: &str) -> Result<Option<(User, String)>, UserError> {
+        let key = name_or_email.trim();
+        if key.is_empty() || key.len() > 256 {
+            return Ok(None);
+        }
+        let field = if key.contains('@') {
+            "email"
+        } else {
+            "username"
+        };
+        let docs = self.store.find(
+            Collection::Users,
+            &Query::new()
+                .with(Cond::Eq(field.into(), json!(key)))
+                .limit(2),
+        )?;
+        // An address shared by two accounts names nobody.
+        let [doc] = docs.as_slice() else {
+            return Ok(None);
+        };
+        let Ok(user) = serde_json::from_value::<User>(Value::Object(doc.clone())) else {
+            return Ok(None);
+        };
+        if user.blocked || user.pending || !user.email.contains('@') {
+            return Ok(None);
+        }
+        let now = Date::now().0.timestamp();
+        let recent = self.reset_docs(&user.username)?.iter().any(|d| {
+            d.get("by").and_then(Value::as_str) == Some("email")
+                && date_of(d, "created")
+                    .is_some_and(|c| now.saturating_sub(c.0.timestamp()) < EMAIL_EVERY_S)
+        });
+        if recent {
+            return Ok(None);
+        }
+        let secret = self.reset_store(&user, "email")?;
+        self.log_reset(&user.username, &user.username, "reset link sent by email")?;
+        tracing::info!(user = %user.username, "password reset link sent by email");
+        Ok(Some((user, secret)))
+    }
+
+    /// The user a live link (not used, not expired) is for; `None` for anything else.
+    pub fn reset_user(&self, secret: &str) -> Result<Option<User>, UserError> {
+        let Some(doc) = self
+            .store
+            .get(Collection::Kvstore, &kv_id(&token_hash(secret)))?
+        else {
+            return Ok(None);
+        };
+        if date_of(&doc, "expires").is_none_or(|e| e <= Date::now()) {
+            return Ok(None);
+        }
+        let Some(name) = doc.get("user").and_then(Value::as_str) else {
+            return Ok(None);
+        };
+        self.users.load(name)
+    }
+
+    /// Sets `user`'s new password through the link `secret` (its strength already checked):
+    /// the link is used up first, then the password saved, then every session of the user
+    /// ended. `Ok(false)`: the link was not live (used meanwhile, expired, someone else's).
+    pub fn reset_use(&self, secret: &str, user: &User, password: &str) -> Result<bool, UserError> {
+        match self.reset_user(secret)? {
+            Some(u) if u.username == user.username => {}
+            _ => return Ok(false),
+        }
+        if !self
+            .store
+            .delete(Collection::Kvstore, &kv_id(&token_hash(secret)))?
+        {
+            return Ok(false);
+        }
+        let mut saved = self
+            .users
+            .load(&user.username)?
+            .ok_or_else(|| UserError::NoSuchUser(user.username.clone()))?;
+        self.users.set_password(&mut saved, password)?;
+        self.users.save(&saved)?;
+        let ended = self.sessions_end_user(&saved.username)?;
+        self.log_reset(
+            &saved.username,
+            &saved.username,
+            "password set through a reset link",
+        )?;
+        tracing::info!(user = %saved.username, sessions = ended, "password reset");
+        Ok(true)
+    }
+}
