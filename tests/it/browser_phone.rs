@@ -17,7 +17,7 @@ use crate::harness::TestServer;
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
 
 /// The pages anyone sees.
-const PUBLIC: [&str; 10] = [
+const PUBLIC: [&str; 11] = [
     "/tests",
     "/tests/finished",
     "/nns",
@@ -28,10 +28,11 @@ const PUBLIC: [&str; 10] = [
     "/signup",
     "/sprt_calc",
     "/rate_limits",
+    "/forgot",
 ];
 
 /// The pages of a logged-in approver (besides [`PUBLIC`]'s and the run page).
-const LOGGED_IN: [&str; 7] = [
+const LOGGED_IN: [&str; 9] = [
     "/tests/run",
     "/user_management",
     "/upload",
@@ -39,6 +40,8 @@ const LOGGED_IN: [&str; 7] = [
     "/tests/user/alice",
     "/workers/show",
     "/contributors/monthly",
+    "/notifications",
+    "/user/tokens",
 ];
 
 /// Sizes the window so that the page's viewport is `width` CSS pixels wide.
@@ -203,7 +206,7 @@ async fn every_page_fits_a_phone_and_a_wide_screen() {
         let name = if width < 1000 { "phone" } else { "wide" };
         for page in PUBLIC
             .iter()
-            .filter(|p| !matches!(**p, "/login" | "/signup"))
+            .filter(|p| !matches!(**p, "/login" | "/signup" | "/forgot"))
             .chain(LOGGED_IN.iter())
             .copied()
             .chain([view.as_str(), stats.as_str(), live_elo.as_str()])
@@ -311,7 +314,7 @@ async fn on_a_touch_screen_every_control_is_at_least_44_px_tall() {
     let view = format!("/tests/view/{run}");
     for page in PUBLIC
         .iter()
-        .filter(|p| !p.starts_with("/login") && !p.starts_with("/signup"))
+        .filter(|p| !p.starts_with("/login") && !p.starts_with("/signup") && !p.starts_with("/forgot"))
         .chain(LOGGED_IN.iter())
         .copied()
         .chain([view.as_str()])

@@ -755,11 +755,14 @@ fn gz_zeros(member: usize, n: usize) -> Vec<u8> {
 #[tokio::test]
 async fn an_upload_keeps_its_turn_until_its_pool_work_ends() {
     use crate::core::{hang_up, raw_request};
-    // One turn; a cap high enough for the slow gzip below to be accepted.
+    // One turn; a cap high enough for the slow gzip below to be accepted. No periodic job:
+    // "a pool token in use" below must be A's upload, not a job's tick (which made this
+    // test hang up on A before its body was read, on a loaded machine).
     let server = TestServer::start_with(
         Opts::new()
             .set("pgn_upload_concurrency", 1)
-            .set("pgn_inflated_limit_bytes", 1u64 << 40),
+            .set("pgn_inflated_limit_bytes", 1u64 << 40)
+            .set("periodic_jobs", false),
     )
     .await;
     users(&server).await;
