@@ -314,7 +314,9 @@ async fn on_a_touch_screen_every_control_is_at_least_44_px_tall() {
     let view = format!("/tests/view/{run}");
     for page in PUBLIC
         .iter()
-        .filter(|p| !p.starts_with("/login") && !p.starts_with("/signup") && !p.starts_with("/forgot"))
+        .filter(|p| {
+            !p.starts_with("/login") && !p.starts_with("/signup") && !p.starts_with("/forgot")
+        })
         .chain(LOGGED_IN.iter())
         .copied()
         .chain([view.as_str()])
