@@ -153,6 +153,9 @@ pub struct RunDb {
     ledger: Arc<Ledger>,
     /// Changes a run list shows at once ([`RunDb::listed_changes`]).
     listed_changes: std::sync::atomic::AtomicU64,
+    /// Run id → (when, size): the run pages' document sizes, each computed at most once per
+    /// [`queries::DOC_SIZE_FRESH`] (three conversions of the whole run; a leaf lock).
+    doc_sizes: parking_lot::Mutex<HashMap<String, (std::time::Instant, Option<u64>)>>,
 }
 
 pub(crate) fn now() -> Date {

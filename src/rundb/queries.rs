@@ -235,4 +235,31 @@ impl RunDb {
         let bson = crate::store::bson_map::to_bson(Collection::Runs, &doc).ok()?;
         bson.to_vec().ok().map(|bytes| bytes.len() as u64)
     }
+
+    /// [`RunDb::document_size`] as the run page shows it: computed at most once per
+    /// [`DOC_SIZE_FRESH`] per run (at most [`DOC_SIZES_KEPT`] runs remembered), so a page
+    /// storm on an active run does not convert it whole on every view.
+    pub fn document_size_recent(&self, run: &Run) -> Option<u64> {
+        let now = std::time::Instant::now();
+        if let Some((at, size)) = self.doc_sizes.lock().get(&run.id)
+            && now.duration_since(*at) < DOC_SIZE_FRESH
+        {
+            return *size;
+        }
+        let size = Self::document_size(run);
+        let mut sizes = self.doc_sizes.lock();
+        if sizes.len() >= DOC_SIZES_KEPT {
+            sizes.retain(|_, (at, _)| now.duration_since(*at) < DOC_SIZE_FRESH);
+            if sizes.len() >= DOC_SIZES_KEPT {
+                sizes.clear();
+            }
+        }
+        sizes.insert(run.id.clone(), (now, size));
+        size
+    }
 }
+
+/// How long a run page's document size is reused.
+pub const DOC_SIZE_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
+/// The most runs whose document size is remembered.
+const DOC_SIZES_KEPT: usize = 1000;

@@ -85,6 +85,7 @@ impl RunDb {
             limits,
             ledger,
             listed_changes: Default::default(),
+            doc_sizes: Default::default(),
         };
         if db.cfg.primary {
             db.load_unfinished()?;

@@ -252,7 +252,7 @@ pub async fn view(
             l: submitted_flash(l, &run, submitted, behind),
             id: run.id.clone(),
             heading,
-            args: arg_rows(&run),
+            args: arg_rows(&run, db.document_size_recent(&run)),
             d,
             t: page_of(tasks(&run), &table, is_approver(ctx)),
             c: run_charts(&run),

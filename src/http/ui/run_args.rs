@@ -13,10 +13,9 @@
 //! the next iteration uses them) and the wanted `c_end` and `r_end`.
 //!
 //! Must not: compute statistics (`crate::stats` does), read the store or take a lock; the
-//! document's size is the run core's pure conversion (`RunDb::document_size`).
+//! document's size is the run core's (`RunDb::document_size_recent`: at most 10 s old).
 
 use super::kit::Href;
-use crate::rundb::RunDb;
 use crate::rundb::model::Run;
 
 /// One line of the arguments table; `href` empty when the value is not a link; `section`
@@ -113,7 +112,7 @@ fn nets(list: &[String], legacy: Option<&serde_json::Value>) -> String {
 }
 
 /// The arguments table, in an approver's reading order.
-pub(super) fn arg_rows(run: &Run) -> Vec<ArgRow> {
+pub(super) fn arg_rows(run: &Run, size: Option<u64>) -> Vec<ArgRow> {
     let a = &run.args;
     let repo = a.tests_repo.trim_end_matches('/');
     let to_repo = |href: String| {
@@ -259,7 +258,7 @@ pub(super) fn arg_rows(run: &Run) -> Vec<ArgRow> {
     r.row("info", a.info.clone());
     r.row(
         "document size",
-        RunDb::document_size(run).map_or_else(|| "-".into(), |n| format!("{n} bytes")),
+        size.map_or_else(|| "-".into(), |n| format!("{n} bytes")),
     );
     r.link(
         "events",
