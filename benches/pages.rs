@@ -270,6 +270,19 @@ fn main() {
             pages.push((run_page, "run page /tests/view/{id}", Vec::new()));
         }
         for (path, name, headers) in &pages {
+            // What one answer weighs (the body as sent, no compression asked).
+            let mut probe = client.get(format!("{base}{path}"));
+            for (k, v) in headers {
+                probe = probe.header(*k, v);
+            }
+            let bytes = probe
+                .send()
+                .await
+                .expect("probe")
+                .bytes()
+                .await
+                .expect("body");
+            println!("{name}: {} bytes", bytes.len());
             let stop = Arc::new(AtomicBool::new(false));
             let loaders: Vec<_> = (0..PAGE_CLIENTS)
                 .map(|_| {

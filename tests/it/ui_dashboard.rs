@@ -143,7 +143,31 @@ async fn the_active_run_filters_and_the_workers_table() {
         home.body
     );
     assert!(home.body.contains("Workers - 3"));
-    assert!(home.body.contains("3 machines."), "{}", home.body);
+    // Folded, the table is not sent: it comes when the panel is opened (`?live=workers`), or
+    // with `workers=1` without JavaScript.
+    assert!(!home.body.contains("3 machines."), "{}", home.body);
+    assert!(
+        !home.body.contains("href=\"/workers/alice-"),
+        "{}",
+        home.body
+    );
+    assert!(home.body.contains("href=\"/tests?workers=1#workers\""));
+    assert!(
+        home.body
+            .contains("data-refresh=\"/tests?live=workers\" data-etag=\"\"")
+    );
+    let shown = fetch(&server, "/tests?workers=1", &[]).await;
+    assert!(
+        shown
+            .body
+            .contains("id=\"workers\" data-fold=\"workers\" open>"),
+        "{}",
+        shown.body
+    );
+    assert!(shown.body.contains("3 machines."), "{}", shown.body);
+    let part = fetch(&server, "/tests?live=workers", &[("hx-request", "true")]).await;
+    assert_eq!(part.status, 200);
+    assert!(part.body.contains("3 machines."), "{}", part.body);
     let names: Vec<String> = runs
         .iter()
         .map(|(_, w, _, _)| {
@@ -152,15 +176,13 @@ async fn the_active_run_filters_and_the_workers_table() {
         })
         .collect();
     for (name, (run, _, _, _)) in names.iter().zip(&runs) {
-        assert!(
-            home.body.contains(&format!("href=\"/workers/{name}\"")),
-            "{name}: {}",
-            home.body
-        );
-        assert!(
-            home.body
-                .contains(&format!("/tests/view/{run}?show_task=0"))
-        );
+        for body in [&shown.body, &part.body] {
+            assert!(
+                body.contains(&format!("href=\"/workers/{name}\"")),
+                "{name}: {body}"
+            );
+            assert!(body.contains(&format!("/tests/view/{run}?show_task=0")));
+        }
     }
     // Searched (no JavaScript needed): one machine, the panel open, the search kept.
     let found = fetch(&server, &format!("/tests?workers_q={}", names[1]), &[]).await;

@@ -22,7 +22,7 @@ const TASKS: usize = 3000;
 /// The id the big run is written under.
 const BIG: &str = "0badc0ffee0123456789abcd";
 /// Rows a page holds (`run_tasks_view::TASKS_PAGE_SIZE`).
-const PAGE: usize = 50;
+const PAGE: usize = 25;
 
 /// One task of the big run, as the test knows it.
 #[derive(Clone)]
@@ -206,24 +206,26 @@ async fn thousands_of_tasks_are_paged_sorted_and_searched_on_the_server() {
     let mut anon = Browser::new(&server);
     let frag = |q: &str| format!("/tests/tasks/{BIG}{q}");
 
-    // The default: newest update first, 50 rows, the page said in words.
-    let newest = order(&models, |_| true, |a, b| a.minute.cmp(&b.minute), true);
+    // The default (Fishtest's): the highest task number first, 25 rows, the page said in
+    // words.
+    let by_idx = |a: &Model, b: &Model| a.idx.cmp(&b.idx);
+    let newest = order(&models, |_| true, by_idx, true);
     let p = anon.get(&frag("")).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert_eq!(rows(&p.body), page(&newest, 1));
     assert!(
         p.body.contains(&format!(
-            "Tasks 1–50 of {TASKS}; sorted by last update, newest first; 50 a page."
+            "Tasks 1–25 of {TASKS}; sorted by task number, highest first; 25 a page."
         )),
         "{}",
         &p.body[..2000.min(p.body.len())]
     );
     let box1 = chi2_box(&p.body);
 
-    // Page 2 is exactly the next 50; the chi² box is the same (over every task).
+    // Page 2 is exactly the next 25; the chi² box is the same (over every task).
     let p = anon.get(&frag("?tasks_page=2")).await;
     assert_eq!(rows(&p.body), page(&newest, 2));
-    assert!(p.body.contains("Tasks 51–100 of 3000"), "{}", p.body);
+    assert!(p.body.contains("Tasks 26–50 of 3000"), "{}", p.body);
     assert_eq!(chi2_box(&p.body), box1);
     // Past the last page: the last page.
     let p = anon.get(&frag("?tasks_page=999")).await;
@@ -238,7 +240,8 @@ async fn thousands_of_tasks_are_paged_sorted_and_searched_on_the_server() {
         _ => 4,
     };
     let by_state = |a: &Model, b: &Model| rank(a).cmp(&rank(b));
-    let by_idx = |a: &Model, b: &Model| a.idx.cmp(&b.idx);
+    let by_minute = |a: &Model, b: &Model| a.minute.cmp(&b.minute);
+    let no_crashes = |_: &Model, _: &Model| std::cmp::Ordering::Equal;
     let cases: Vec<(&str, Vec<usize>)> = vec![
         (
             "?tasks_sort=worker&tasks_order=asc",
@@ -266,7 +269,34 @@ async fn thousands_of_tasks_are_paged_sorted_and_searched_on_the_server() {
         ),
         (
             "?tasks_sort=updated&tasks_order=asc",
-            order(&models, |_| true, |a, b| a.minute.cmp(&b.minute), false),
+            order(&models, |_| true, by_minute, false),
+        ),
+        (
+            "?tasks_sort=updated",
+            order(&models, |_| true, by_minute, true),
+        ),
+        // Fishtest's parameter and key names.
+        (
+            "?sort=last_updated&order=asc",
+            order(&models, |_| true, by_minute, false),
+        ),
+        (
+            "?sort=played&page=2",
+            page(&order(&models, |_| true, by_games, true), 2),
+        ),
+        (
+            "?sort=worker&order=desc&page=3",
+            page(&order(&models, |_| true, by_worker, true), 3),
+        ),
+        (
+            "?sort=crashes&order=asc",
+            order(&models, |_| true, no_crashes, false),
+        ),
+        ("?sort=time", order(&models, |_| true, no_crashes, true)),
+        // Ours win over Fishtest's when both are given.
+        (
+            "?tasks_sort=idx&tasks_order=asc&sort=worker&order=desc",
+            order(&models, |_| true, by_idx, false),
         ),
     ];
     for (q, want) in cases {
@@ -279,7 +309,7 @@ async fn thousands_of_tasks_are_paged_sorted_and_searched_on_the_server() {
     let p = anon.get(&frag("?tasks_sort=state")).await;
     assert_eq!(
         p.body.matches("<tr class=\"task-active").count(),
-        TASKS / 100
+        (TASKS / 100).min(PAGE)
     );
 
     // Search: a user, a state, a system; with paging; nothing found.
@@ -291,12 +321,14 @@ async fn thousands_of_tasks_are_paged_sorted_and_searched_on_the_server() {
         ("DEAD", Box::new(|m: &Model| m.state == "dead")),
         ("windows", Box::new(|m: &Model| m.windows)),
     ] {
-        let want = order(&models, &keep, |a, b| a.minute.cmp(&b.minute), true);
+        let want = order(&models, &keep, by_idx, true);
         let p = anon.get(&frag(&format!("?tasks_q={q}&tasks_page=2"))).await;
         assert_eq!(rows(&p.body), page(&want, 2), "{q}");
+        let fishtest = anon.get(&frag(&format!("?q={q}&page=2"))).await;
+        assert_eq!(rows(&fishtest.body), page(&want, 2), "q={q}");
         assert!(
             p.body.contains(&format!(
-                "Tasks 51–100 of {} matching “{q}” (of {TASKS})",
+                "Tasks 26–50 of {} matching “{q}” (of {TASKS})",
                 want.len()
             )),
             "{q}: {}",
@@ -367,7 +399,7 @@ async fn the_run_page_carries_the_table_state_and_its_refresh_sends_that_page() 
     add_user(&server, "boss", &["--approver"]);
     let mut anon = Browser::new(&server);
 
-    // The default page: 50 rows of 3000, the bare fragment URL, links back to the page.
+    // The default page: 25 rows of 3000, the bare fragment URL, links back to the page.
     let view = format!("/tests/view/{BIG}");
     let p = anon.get(&view).await;
     assert_eq!(p.status, 200, "{}", p.body);
@@ -376,9 +408,11 @@ async fn the_run_page_carries_the_table_state_and_its_refresh_sends_that_page() 
     for link in [
         format!("href=\"{view}?tasks_sort=worker&#38;tasks_order=asc#tasks\""),
         format!("href=\"{view}?tasks_sort=games&#38;tasks_order=desc#tasks\""),
-        format!("href=\"{view}?tasks_sort=updated&#38;tasks_order=asc#tasks\""),
+        format!("href=\"{view}?tasks_sort=updated&#38;tasks_order=desc#tasks\""),
+        format!("href=\"{view}?tasks_sort=idx&#38;tasks_order=asc#tasks\""),
+        format!("href=\"{view}?tasks_sort=crashes&#38;tasks_order=desc#tasks\""),
         format!("href=\"{view}?tasks_page=2#tasks\""),
-        format!("href=\"{view}?tasks_page=60#tasks\""),
+        format!("href=\"{view}?tasks_page=120#tasks\""),
         format!("action=\"{view}#tasks\""),
         "name=\"tasks_q\"".to_string(),
         "id=\"tasks\"".to_string(),
@@ -400,6 +434,32 @@ async fn the_run_page_carries_the_table_state_and_its_refresh_sends_that_page() 
         "{}",
         p.body
     );
+
+    // `show_task` (the machines lists link to it): the page that holds the task, the task
+    // highlighted and anchored, and the refresh keeps both.
+    let p = anon.get(&format!("{view}?show_task=2950")).await;
+    assert_eq!(p.status, 200);
+    let by_idx = order(&models, |_| true, |a, b| a.idx.cmp(&b.idx), true);
+    assert_eq!(rows(&p.body), page(&by_idx, 2));
+    assert!(
+        p.body
+            .contains("task-shown\" data-task=\"2950\" id=\"task-2950\""),
+        "{}",
+        p.body
+    );
+    assert_eq!(p.body.matches("task-shown").count(), 1);
+    assert_eq!(
+        tasks_refresh(&p.body),
+        format!("/tests/tasks/{BIG}?tasks_page=2&show_task=2950")
+    );
+    // A page asked for wins; an unknown task shows page 1, nothing highlighted.
+    let p = anon
+        .get(&format!("{view}?show_task=2950&tasks_page=3"))
+        .await;
+    assert_eq!(rows(&p.body), page(&by_idx, 3));
+    let p = anon.get(&format!("{view}?show_task=99999")).await;
+    assert_eq!(rows(&p.body), page(&by_idx, 1));
+    assert!(!p.body.contains("task-shown"));
 
     // A page asked for with sort, search and page: its refresh asks for the same page only.
     let q = "?tasks_sort=games&tasks_order=asc&tasks_q=user2&tasks_page=3";
@@ -554,7 +614,7 @@ async fn the_run_page_and_its_tasks_table_in_chromium_at_390_and_1400_px() {
     for width in [390u32, 1400] {
         set_width(&c, width).await;
         c.goto(&server.url(&view)).await.expect("the run page");
-        wait_for_answer(&c, "50 a page").await;
+        wait_for_answer(&c, "25 a page").await;
         let (scroll, inner) = widths(&c).await;
         assert!(
             scroll <= inner,

@@ -1,5 +1,7 @@
 //! The dashboard: `/` (a redirect) and `/tests`: the stats cards (cores, Mnps, games per
-//! minute, time remaining), the workers panel (a searchable table of the machines at work),
+//! minute, time remaining), the workers panel (a searchable table of the machines at work,
+//! folded, and sent only when it is opened: `?live=workers`, or `?workers=1` without
+//! JavaScript),
 //! and the panels pending approval, paused, failed (among this page's finished runs), active
 //! (with the active-run filters) and finished (25 a page, with the finished lists' colour
 //! filters); `?page=N` past 1 shows only the finished runs. Every panel folds.
@@ -37,15 +39,15 @@ use crate::scheduler::Scheduler;
 
 #[derive(Template)]
 #[template(path = "tests.html")]
-pub struct TestsPage {
+pub struct TestsPage<'a> {
     pub l: Layout,
     /// The flash of a control that just succeeded (its run linked).
     pub done: Option<controls::Done>,
     /// The wrapper's classes hiding the active rows the filters leave out.
     pub hide: String,
-    /// The live part (page 1 only), its slots filled.
-    pub live: Option<String>,
-    pub finished: String,
+    /// The live part (page 1 only), its slots filled as it is written out.
+    pub live: Option<Filled<'a>>,
+    pub finished: Filled<'a>,
     /// The default view refreshes in place.
     pub refresh: bool,
     pub live_etag: String,
@@ -54,6 +56,30 @@ pub struct TestsPage {
     pub dashboard_js: String,
     /// The runs the viewer follows (not in the shared content: it is per viewer).
     pub following: Vec<super::follows::FollowRow>,
+}
+
+/// A shared rendering and one viewer's slot values: written straight into the page (the
+/// shared HTML is copied once per request, never searched).
+pub struct Filled<'a> {
+    piece: &'a Piece,
+    slots: Vec<(&'static str, String)>,
+}
+
+impl Filled<'_> {
+    fn slots(&self) -> Vec<(&str, &str)> {
+        self.slots.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    /// As a string (a live fragment's answer).
+    fn into_string(self) -> String {
+        self.piece.filled(&self.slots())
+    }
+}
+
+impl std::fmt::Display for Filled<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.piece.write_filled(f, &self.slots())
+    }
 }
 
 /// The forms' token as the content's templates read it (`l.csrf`).
@@ -115,7 +141,8 @@ pub async fn root() -> Response {
 }
 
 /// `GET /tests[?page=N&success_only=1|yellow_only=1|ltc_only=1][&filters=1&sprt=1…]
-/// [&workers_q=…]`: the dashboard. `done` names a run control that just succeeded (only
+/// [&workers=1|workers_q=…]`: the dashboard; the workers table is in it (its panel open)
+/// only with `workers=1` or a search, else fetched when the panel is opened. `done` names a run control that just succeeded (only
 /// known codes are flashed, so a link cannot put words on the page); `user` or `text` go to
 /// the finished runs' search; `live` asks for one part (the module's comment).
 pub async fn tests(
@@ -146,6 +173,7 @@ pub async fn tests(
     let cacheable = q == ListQuery::default_first() && done.is_none();
     let (mask, cookie) = filters::choice(&params, &headers);
     let wq = workers::query(&params);
+    let show_workers = !wq.is_empty() || params.get("workers").is_some_and(|v| v == "1");
     let cache = Arc::clone(&state.dashboard);
     let ledger = state.ledger.clone();
     let scheduler = Arc::clone(&state.scheduler);
@@ -153,15 +181,26 @@ pub async fn tests(
         let l = Layout::new(ctx, "Tests");
         let dash = dash_for(db, &cache, q, cacheable)?;
         let live = if q.page == 1 {
-            let table = workers_table(db, &scheduler, &cache, &wq)?;
-            let boxed = WorkersBox {
-                refresh: workers_href(&wq),
-                etag: workers_etag(&table),
-                q: wq.clone(),
-                table: table.html.clone(),
+            let boxed = if show_workers {
+                let table = workers_table(db, &scheduler, &cache, &wq)?;
+                WorkersBox {
+                    refresh: workers_href(&wq),
+                    etag: workers_etag(&table),
+                    q: wq.clone(),
+                    table: table.html.clone(),
+                }
+            } else {
+                // Folded: the table comes when the panel is opened (no version yet, so the
+                // first refresh fetches it), or with `workers=1` without JavaScript.
+                WorkersBox {
+                    refresh: workers_href(""),
+                    etag: String::new(),
+                    q: String::new(),
+                    table: WORKERS_LATER.to_string(),
+                }
             }
             .render()?;
-            Some(fill_live(&dash, &ctx.csrf, mask, &boxed, !wq.is_empty())?)
+            Some(fill_live(&dash, &ctx.csrf, mask, boxed, show_workers)?)
         } else {
             None
         };
@@ -172,14 +211,21 @@ pub async fn tests(
             following,
             hide: filters::hide_classes(mask),
             live,
-            finished: fill(&dash.finished.html, &[(TOKEN_SLOT, &ctx.csrf)]),
+            finished: Filled {
+                piece: &dash.finished,
+                slots: vec![(TOKEN_SLOT, ctx.csrf.clone())],
+            },
             refresh: cacheable,
             live_etag: live_etag(&dash, mask),
             finished_etag: finished_etag(&dash),
             refresh_js: asset("refresh.js"),
             dashboard_js: asset("dashboard.js"),
         };
-        Page::ok(&p)
+        // Sized for the shared parts, so they are copied once, with no regrowth.
+        let mut html =
+            String::with_capacity(dash.live.html.len() + dash.finished.html.len() + 32 * 1024);
+        p.render_into(&mut html)?;
+        Ok(Page::Html(StatusCode::OK, html))
     })
     .await;
     if let Some(c) = cookie {
@@ -228,12 +274,12 @@ async fn live(
         let (etag, html) = match part.as_str() {
             "panels" => {
                 let dash = dash_for(db, &cache, first, true)?;
-                let html = fill_live(&dash, &ctx.csrf, mask, WORKERS_KEPT, false)?;
-                (live_etag(&dash, mask), html)
+                let html = fill_live(&dash, &ctx.csrf, mask, WORKERS_KEPT.to_string(), false)?;
+                (live_etag(&dash, mask), html.into_string())
             }
             "finished" => {
                 let dash = dash_for(db, &cache, first, true)?;
-                let html = fill(&dash.finished.html, &[(TOKEN_SLOT, &ctx.csrf)]);
+                let html = dash.finished.filled(&[(TOKEN_SLOT, &ctx.csrf)]);
                 (finished_etag(&dash), html)
             }
             "workers" => {
@@ -277,6 +323,12 @@ fn is_fragment(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v == "navigate");
     hx && !navigate
 }
+
+/// The folded workers panel's content until it is opened: the whole table (up to 100 rows)
+/// is not sent with every dashboard.
+const WORKERS_LATER: &str = "<p class=\"count lazy\">The table is fetched when this panel is \
+     opened. <a href=\"/tests?workers=1#workers\">Show the workers</a> \
+     (without JavaScript) or <a href=\"/tests/machines\">every machine, sorted and paged</a>.</p>";
 
 /// Marks an answer that differs with `HX-Request` (page or part).
 fn vary(mut r: Response) -> Response {
@@ -346,53 +398,33 @@ fn workers_table(
 }
 
 /// The live part for one viewer: its token, the workers panel's content (`boxed`, open when
-/// searched), the filters' form and the count they show.
-fn fill_live(
-    dash: &Dash,
+/// shown), the filters' form and the count they show.
+fn fill_live<'a>(
+    dash: &'a Dash,
     token: &str,
     mask: u8,
-    boxed: &str,
+    boxed: String,
     open: bool,
-) -> Result<String, PageError> {
+) -> Result<Filled<'a>, PageError> {
     let form = filters::form(mask, &dash.kinds);
     let shown = if mask == ALL {
         String::new()
     } else {
         format!(" ({})", form.shown)
     };
-    let form = form.render()?;
-    Ok(fill(
-        &dash.live.html,
-        &[
-            (TOKEN_SLOT, token),
+    Ok(Filled {
+        piece: &dash.live,
+        slots: vec![
+            (TOKEN_SLOT, token.to_string()),
             (WORKERS_SLOT, boxed),
-            (WORKERS_OPEN_SLOT, if open { " open" } else { "" }),
-            (FILTERS_SLOT, &form),
-            (SHOWN_SLOT, &shown),
+            (
+                WORKERS_OPEN_SLOT,
+                if open { " open" } else { "" }.to_string(),
+            ),
+            (FILTERS_SLOT, form.render()?),
+            (SHOWN_SLOT, shown),
         ],
-    ))
-}
-
-/// `html` with each slot replaced by its value, in one pass.
-fn fill(html: &str, slots: &[(&str, &str)]) -> String {
-    let mut out = String::with_capacity(html.len() + 4096);
-    let mut rest = html;
-    while let Some(at) = rest.find("__shoal_") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at..];
-        match slots.iter().find(|(slot, _)| tail.starts_with(slot)) {
-            Some((slot, value)) => {
-                out.push_str(value);
-                rest = &tail[slot.len()..];
-            }
-            None => {
-                out.push_str("__shoal_");
-                rest = &tail["__shoal_".len()..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    })
 }
 
 /// Renders the dashboard's parts for query `q`, with slots for each viewer's choices (the
@@ -451,17 +483,4 @@ fn render(db: &RunDb, q: ListQuery) -> Result<Dash, PageError> {
         finished: Piece::new(finished),
         kinds: busy().map(filters::kind).collect(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_are_filled_in_one_pass_and_others_left_alone() {
-        let html = "a __shoal_csrf_token__ b __shoal_x__ c __shoal_shown__";
-        let out = fill(html, &[(TOKEN_SLOT, "T"), (SHOWN_SLOT, " (2)")]);
-        assert_eq!(out, "a T b __shoal_x__ c  (2)");
-        assert_eq!(fill("plain", &[(TOKEN_SLOT, "T")]), "plain");
-    }
 }

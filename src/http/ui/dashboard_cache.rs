@@ -20,11 +20,18 @@ const CACHE_TTL: Duration = Duration::from_secs(1);
 /// it stale after [`CACHE_TTL`] only, so a busy fleet costs one table a second at most).
 const WORKERS_TTL: Duration = Duration::from_secs(5);
 
+/// What every slot's name starts with (`__shoal_csrf_token__`…).
+pub const SLOT_PREFIX: &str = "__shoal_";
+
 /// One rendered piece of HTML and its version (a hash of the HTML: equal pieces, equal
-/// versions, whoever rendered them).
+/// versions, whoever rendered them), with where its slots are, found once when it is made:
+/// a request fills them by copying the text between them ([`Piece::write_filled`]), never
+/// searching the whole piece again.
 pub struct Piece {
     pub html: String,
     pub version: u64,
+    /// The byte offsets of every [`SLOT_PREFIX`], in order.
+    marks: Vec<usize>,
 }
 
 impl Piece {
@@ -33,8 +40,39 @@ impl Piece {
         html.hash(&mut h);
         Piece {
             version: h.finish(),
+            marks: html.match_indices(SLOT_PREFIX).map(|(at, _)| at).collect(),
             html,
         }
+    }
+
+    /// Writes the HTML with each slot named in `slots` replaced by its value (a name not in
+    /// `slots` is left as it is).
+    pub fn write_filled<W: std::fmt::Write>(
+        &self,
+        out: &mut W,
+        slots: &[(&str, &str)],
+    ) -> std::fmt::Result {
+        let mut from = 0;
+        for &at in &self.marks {
+            let Some(tail) = self.html.get(at..).filter(|_| at >= from) else {
+                continue;
+            };
+            if let Some((slot, value)) = slots.iter().find(|(slot, _)| tail.starts_with(slot)) {
+                out.write_str(&self.html[from..at])?;
+                out.write_str(value)?;
+                from = at + slot.len();
+            }
+        }
+        out.write_str(&self.html[from..])
+    }
+
+    /// The HTML with its slots filled ([`Piece::write_filled`]), as a string.
+    pub fn filled(&self, slots: &[(&str, &str)]) -> String {
+        let extra: usize = slots.iter().map(|(_, v)| v.len()).sum();
+        let mut out = String::with_capacity(self.html.len() + extra);
+        // Writing to a String cannot fail.
+        let _ = self.write_filled(&mut out, slots);
+        out
     }
 }
 
@@ -121,6 +159,25 @@ mod tests {
         let c = Piece::new("<p>2</p>".into());
         assert_eq!(a.version, b.version);
         assert_ne!(a.version, c.version);
+    }
+
+    #[test]
+    fn slots_are_filled_and_other_names_left_alone() {
+        let p = Piece::new("a __shoal_csrf__ b __shoal_x__ c __shoal_shown__".into());
+        assert_eq!(
+            p.filled(&[("__shoal_csrf__", "T"), ("__shoal_shown__", " (2)")]),
+            "a T b __shoal_x__ c  (2)"
+        );
+        assert_eq!(
+            Piece::new("plain".into()).filled(&[("__shoal_x__", "T")]),
+            "plain"
+        );
+        // A value is never searched for slots.
+        let p = Piece::new("__shoal_a____shoal_b__".into());
+        assert_eq!(
+            p.filled(&[("__shoal_a__", "__shoal_b__"), ("__shoal_b__", "B")]),
+            "__shoal_b__B"
+        );
     }
 
     #[test]

@@ -76,14 +76,14 @@ pub struct Controls {
 
 #[derive(Template)]
 #[template(path = "run.html")]
-pub struct RunPage {
+pub struct RunPage<'a> {
     pub l: Layout,
     pub id: String,
     pub heading: String,
     pub args: Vec<ArgRow>,
     pub d: Detail,
     /// The page of the tasks table asked for (`run_tasks_view.rs`'s parameters).
-    pub t: TasksPage,
+    pub t: TasksPage<'a>,
     pub c: RunCharts,
     /// SPSA runs: the settings and the parameter table.
     pub spsa: Option<SpsaView>,
@@ -119,8 +119,8 @@ pub struct DetailFragment {
 
 #[derive(Template)]
 #[template(source = "{% include \"run_tasks.html\" %}", ext = "html")]
-pub struct TasksFragment {
-    pub t: TasksPage,
+pub struct TasksFragment<'a> {
+    pub t: TasksPage<'a>,
 }
 
 #[derive(Template)]
@@ -245,6 +245,7 @@ pub async fn view(
         let compare_url = super::run_diff::compare_url(&run);
         let warnings = warnings(&run, &db.books());
         let d = detail(&run);
+        let all = tasks(&run);
         // A link to the run shows its status and results in a chat or a forum's preview.
         let summary = format!("{} · {}", status_label(&run), d.rbox.plain());
         let l = Layout::new(ctx, &heading).describe(summary);
@@ -254,7 +255,7 @@ pub async fn view(
             heading,
             args: arg_rows(&run, db.document_size_recent(&run)),
             d,
-            t: page_of(tasks(&run), &table, is_approver(ctx)),
+            t: page_of(&all, &table, is_approver(ctx)),
             c: run_charts(&run),
             spsa: spsa_view(&run),
             controls: controls(&run, ctx),
@@ -356,7 +357,8 @@ pub async fn tasks_fragment(
         } else {
             StatusCode::OK
         };
-        let t = page_of(tasks(&run), &table, is_approver(ctx));
+        let all = tasks(&run);
+        let t = page_of(&all, &table, is_approver(ctx));
         Page::render(status, &TasksFragment { t })
     })
     .await

@@ -4,30 +4,33 @@
 //! and each task's residual in Fishtest's colours, with words beside a yellow or red one.
 //!
 //! Owns: turning a run copy into those rows (each with its worker's details) and that box;
-//! the residuals' display rule. The residuals are computed over every task; the page of the
-//! table (search, sort, paging) is cut afterwards by `run_tasks_view.rs`.
+//! the residuals' display rule. The residuals are computed over every task, as cheap
+//! entries ([`Entry`]); the page of the table (search, sort, paging) is cut afterwards by
+//! `run_tasks_view.rs`, and only its rows are drawn.
 //! Must not: compute the chi² or the residuals itself (`crate::purge` does, exactly as a purge
 //! does), take locks or read the store (it gets a copy of the run, in the page job).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::fmt::{self, Display, Formatter};
 
 use super::kit::Href;
 use crate::purge::{PurgeStats, PurgeTask, ResidualColor, get_chi2, task_residual};
 use crate::rundb::model::{Run, Task, WorkerInfo};
 
-/// One row of the tasks table.
-pub struct TaskRow {
+/// One row of the tasks table (the worker's details are written from its `worker_info`, with
+/// no string made for them).
+pub struct TaskRow<'a> {
     pub idx: usize,
     /// The long worker name (`user-Ncores-uuid1-uuid2[*]`).
     pub worker: String,
-    /// `/workers/{short name}`, the worker's page (approvers get the link); empty for an
-    /// unknown worker.
+    /// `/workers/{short name}`, the worker's page, for approvers; empty for others and for
+    /// an unknown worker.
     pub worker_href: String,
-    /// The worker's owner.
-    pub username: String,
-    /// The worker's details as Fishtest's Info column gives them (`os: …`, `ram: …MiB`,
-    /// `compiler: …`, `python: …`, `worker: …`, `arch: …`, `features: …`) plus its cores.
-    pub details: Vec<String>,
+    /// The worker's owner and details as Fishtest's Info column gives them (`os: …`,
+    /// `ram: …MiB`, `compiler: …`, `python: …`, `worker: …`, `arch: …`, `features: …`)
+    /// plus its cores.
+    pub w: &'a WorkerInfo,
     pub played: u64,
     pub num_games: u64,
     pub wins: u64,
@@ -35,7 +38,7 @@ pub struct TaskRow {
     pub draws: u64,
     pub crashes: u64,
     pub time_losses: u64,
-    pub last_updated: String,
+    pub last_updated: Stamp,
     /// `active`, `dead`, `bad`, `purged` or empty (done).
     pub mark: &'static str,
     /// The residual with 3 decimals, or `-` when the worker is not in the chi² table.
@@ -44,9 +47,11 @@ pub struct TaskRow {
     pub residual_colour: &'static str,
     /// The words beside a residual that is out of line (the colour is not the only cue).
     pub residual_note: &'static str,
+    /// The task `show_task` names (highlighted).
+    pub shown: bool,
 }
 
-impl TaskRow {
+impl TaskRow<'_> {
     /// The state the table shows: the mark, or `done`.
     pub fn state(&self) -> &'static str {
         if self.mark.is_empty() {
@@ -55,15 +60,160 @@ impl TaskRow {
             self.mark
         }
     }
+
+    /// `compiler: …`'s value: the compiler and its version, either alone when the other is
+    /// unknown.
+    pub fn compiler(&self) -> Compiler<'_> {
+        Compiler(self.w)
+    }
+
+    pub fn python(&self) -> Dotted<'_> {
+        Dotted(&self.w.python_version)
+    }
 }
 
-/// Every task's row and the chi² box: what a page of the table is cut from
+/// A version as dotted numbers, written out (`[11, 4, 0]` is `11.4.0`).
+pub struct Dotted<'a>(pub &'a [i64]);
+
+impl Display for Dotted<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        for (i, n) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            write!(f, "{n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A worker's compiler and its version (`g++ 12.2.0`), written out.
+pub struct Compiler<'a>(&'a WorkerInfo);
+
+impl Compiler<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.0.compiler.trim().is_empty() && self.0.gcc_version.is_empty()
+    }
+}
+
+impl Display for Compiler<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let name = self.0.compiler.trim();
+        f.write_str(name)?;
+        if !name.is_empty() && !self.0.gcc_version.is_empty() {
+            f.write_str(" ")?;
+        }
+        Dotted(&self.0.gcc_version).fmt(f)
+    }
+}
+
+/// A time as the table shows it, `YYYY-MM-DD HH:MM:SS` (UTC), written out.
+#[derive(Clone, Copy)]
+pub struct Stamp(pub chrono::DateTime<chrono::Utc>);
+
+impl Display for Stamp {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        use chrono::{Datelike, Timelike};
+        let t = &self.0;
+        write!(
+            f,
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )
+    }
+}
+
+/// Every task of the run and the chi² box: what a page of the table is cut from
 /// (`run_tasks_view.rs`).
-pub struct Tasks {
+pub struct Tasks<'a> {
     pub id: String,
-    pub rows: Vec<TaskRow>,
+    pub entries: Vec<Entry<'a>>,
     /// The chi² box and the residual column (runs that are not SPSA, with tasks).
     pub chi2: Option<Chi2Box>,
+}
+
+impl Tasks<'_> {
+    /// Every task's row, in task order (the page draws only its own: [`Entry::row`]).
+    pub fn rows(&self) -> Vec<TaskRow<'_>> {
+        self.entries.iter().map(|e| e.row(false)).collect()
+    }
+}
+
+/// One task before its row is drawn: what sorting and counting need, cheap to make for
+/// every task of a run (a row's strings are made for the rows of the page alone).
+pub struct Entry<'a> {
+    pub idx: usize,
+    task: Cow<'a, Task>,
+    purged: bool,
+    /// The residual and its colour, when the table shows one.
+    residual: Option<(f64, ResidualColor)>,
+}
+
+impl Entry<'_> {
+    /// Games played.
+    pub fn played(&self) -> u64 {
+        self.task.stats.games()
+    }
+
+    /// `active`, `dead`, `bad`, `purged` or empty (done), as [`TaskRow::mark`].
+    pub fn mark(&self) -> &'static str {
+        let t = &self.task;
+        if self.purged {
+            "purged"
+        } else if t.bad {
+            "bad"
+        } else if t.active {
+            "active"
+        } else if self.played() < t.num_games {
+            "dead"
+        } else {
+            ""
+        }
+    }
+
+    /// The last update in whole seconds (the table shows no finer).
+    pub fn updated(&self) -> i64 {
+        self.task.last_updated.0.timestamp()
+    }
+
+    /// The task's counts.
+    pub fn stats(&self) -> &crate::rundb::model::Stats {
+        &self.task.stats
+    }
+
+    /// The residual the row shows, if it shows a number.
+    pub fn shown_residual(&self) -> Option<f64> {
+        self.residual.map(|(r, _)| r).filter(|r| r.is_finite())
+    }
+
+    /// The worker's information, as the task holds it.
+    pub fn info(&self) -> &WorkerInfo {
+        &self.task.worker_info
+    }
+
+    /// The long worker name, as the row shows it.
+    pub fn worker(&self) -> String {
+        self.task.worker_info.long_name()
+    }
+
+    /// The residual's colour as the row shows it (none for a residual that is not finite).
+    fn colour(&self) -> Option<ResidualColor> {
+        self.residual.filter(|(r, _)| r.is_finite()).map(|(_, c)| c)
+    }
+
+    /// The row drawn; `approver`: its worker links to the worker's page.
+    pub fn row(&self, approver: bool) -> TaskRow<'_> {
+        let mut row = task_row(self.idx, &self.task, self.mark(), approver);
+        if let Some((residual, colour)) = self.residual {
+            set_residual(&mut row, residual, colour, self.task.stats.crash_or_time());
+        }
+        row
+    }
 }
 
 /// Fishtest's "Stats" box over the run's workers: chi², degrees of freedom, p-value.
@@ -83,80 +233,60 @@ pub struct Chi2Box {
     pub red: usize,
 }
 
-/// A version as dotted numbers (`[11, 4, 0]` is `11.4.0`).
-fn dotted(v: &[i64]) -> String {
-    v.iter().map(i64::to_string).collect::<Vec<_>>().join(".")
+/// The worker's details, each `label: value`, the empty ones left out (what the row shows,
+/// as strings: for the search).
+pub fn details(w: &WorkerInfo) -> Vec<String> {
+    let compiler = Compiler(w);
+    let mut out = Vec::with_capacity(8);
+    if !w.uname.is_empty() {
+        out.push(format!("os: {}", w.uname));
+    }
+    if w.max_memory > 0 {
+        out.push(format!("ram: {}MiB", w.max_memory));
+    }
+    if !compiler.is_empty() {
+        out.push(format!("compiler: {compiler}"));
+    }
+    if !w.python_version.is_empty() {
+        out.push(format!("python: {}", Dotted(&w.python_version)));
+    }
+    if w.version > 0 {
+        out.push(format!("worker: {}", w.version));
+    }
+    out.push(format!("cores: {}", w.concurrency));
+    if !w.worker_arch.is_empty() {
+        out.push(format!("arch: {}", w.worker_arch));
+    }
+    if !w.arch.is_empty() {
+        out.push(format!("features: {}", w.arch));
+    }
+    out
 }
 
-/// The worker's details, each `label: value`, the empty ones left out.
-fn details(w: &WorkerInfo) -> Vec<String> {
-    let compiler = format!("{} {}", w.compiler, dotted(&w.gcc_version));
-    let parts = [
-        ("os", w.uname.clone()),
-        (
-            "ram",
-            if w.max_memory > 0 {
-                format!("{}MiB", w.max_memory)
-            } else {
-                String::new()
-            },
-        ),
-        ("compiler", compiler.trim().to_string()),
-        ("python", dotted(&w.python_version)),
-        (
-            "worker",
-            if w.version > 0 {
-                w.version.to_string()
-            } else {
-                String::new()
-            },
-        ),
-        ("cores", w.concurrency.to_string()),
-        ("arch", w.worker_arch.clone()),
-        ("features", w.arch.clone()),
-    ];
-    parts
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}: {v}"))
-        .collect()
-}
-
-fn task_row(idx: usize, t: &Task, purged: bool) -> TaskRow {
-    let played = t.stats.games();
+fn task_row<'a>(idx: usize, t: &'a Task, mark: &'static str, approver: bool) -> TaskRow<'a> {
     let w = &t.worker_info;
     TaskRow {
         idx,
         worker: w.long_name(),
-        worker_href: if w.username.is_empty() || w.username == "Unknown_worker" {
+        worker_href: if !approver || w.username.is_empty() || w.username == "Unknown_worker" {
             String::new()
         } else {
             Href::new("/workers").seg(&w.short_name()).to_string()
         },
-        username: w.username.clone(),
-        details: details(w),
-        played,
+        w,
+        played: t.stats.games(),
         num_games: t.num_games,
         wins: t.stats.wins,
         losses: t.stats.losses,
         draws: t.stats.draws,
         crashes: t.stats.crashes,
         time_losses: t.stats.time_losses,
-        last_updated: t.last_updated.0.format("%Y-%m-%d %H:%M:%S").to_string(),
-        mark: if purged {
-            "purged"
-        } else if t.bad {
-            "bad"
-        } else if t.active {
-            "active"
-        } else if played < t.num_games {
-            "dead"
-        } else {
-            ""
-        },
+        last_updated: Stamp(t.last_updated.0),
+        mark,
         residual: "-".into(),
         residual_colour: "",
         residual_note: "",
+        shown: false,
     }
 }
 
@@ -195,7 +325,7 @@ fn finite(v: f64, text: impl FnOnce(f64) -> String) -> String {
     if v.is_finite() { text(v) } else { "-".into() }
 }
 
-pub(super) fn tasks(run: &Run) -> Tasks {
+pub(super) fn tasks(run: &Run) -> Tasks<'_> {
     let spsa = run.args.spsa.is_some();
     let pentanomial = run.results.pentanomial.iter().any(|c| *c > 0);
     let view: Vec<PurgeTask<'_>> = run
@@ -213,20 +343,22 @@ pub(super) fn tasks(run: &Run) -> Tasks {
         .iter()
         .filter_map(|v| v.get("task_id").and_then(serde_json::Value::as_u64))
         .collect();
-    let mut rows = Vec::with_capacity(run.tasks.len() + run.bad_tasks.len());
+    let mut entries = Vec::with_capacity(run.tasks.len() + run.bad_tasks.len());
     for (i, t) in run.tasks.iter().enumerate() {
         // A purged task is shown from its copy in bad_tasks (as Fishtest does).
         if t.bad && purged_ids.contains(&(i as u64)) {
             continue;
         }
-        let mut row = task_row(i, t, false);
-        if let (Some(chi2), Some(task)) = (&table, view.get(i))
-            && !t.bad
-        {
-            let (residual, colour) = task_residual(task, chi2);
-            set_residual(&mut row, residual, colour, t.stats.crash_or_time());
-        }
-        rows.push(row);
+        let residual = match (&table, view.get(i)) {
+            (Some(chi2), Some(task)) if !t.bad => Some(task_residual(task, chi2)),
+            _ => None,
+        };
+        entries.push(Entry {
+            idx: i,
+            task: Cow::Borrowed(t),
+            purged: false,
+            residual,
+        });
     }
     for v in &run.bad_tasks {
         let idx = v
@@ -234,18 +366,20 @@ pub(super) fn tasks(run: &Run) -> Tasks {
             .and_then(serde_json::Value::as_u64)
             .unwrap_or_default() as usize;
         if let Ok(t) = serde_json::from_value::<Task>(v.clone()) {
-            let mut row = task_row(idx, &t, true);
             // Frozen at purge time: `residual` a number or "inf", `residual_color` a name.
             let residual = v.get("residual").and_then(serde_json::Value::as_f64);
             let colour = v
                 .get("residual_color")
                 .and_then(|c| serde_json::from_value::<ResidualColor>(c.clone()).ok());
-            if !spsa && let (Some(r), Some(c)) = (residual, colour) {
-                set_residual(&mut row, r, c, t.stats.crash_or_time());
-            }
-            rows.push(row);
+            entries.push(Entry {
+                idx,
+                task: Cow::Owned(t),
+                purged: true,
+                residual: residual.zip(colour).filter(|_| !spsa),
+            });
         }
     }
+    let count = |c: ResidualColor| entries.iter().filter(|e| e.colour() == Some(c)).count();
     let chi2 = table.map(|c| Chi2Box {
         chi2: finite(c.chi2, |v| format!("{v:.2}")),
         dof: c.dof,
@@ -253,15 +387,12 @@ pub(super) fn tasks(run: &Run) -> Tasks {
         workers: c.residuals.len(),
         z95: finite(c.z_95, |v| format!("{v:.2}")),
         z99: finite(c.z_99, |v| format!("{v:.2}")),
-        yellow: rows
-            .iter()
-            .filter(|r| r.residual_colour == "yellow")
-            .count(),
-        red: rows.iter().filter(|r| r.residual_colour == "red").count(),
+        yellow: count(ResidualColor::Yellow),
+        red: count(ResidualColor::Red),
     });
     Tasks {
         id: run.id.clone(),
-        rows,
+        entries,
         chi2,
     }
 }
@@ -308,10 +439,11 @@ mod tests {
         }
         let mut run = f.get(&id);
         let t = tasks(&run);
+        let rows = t.rows();
         let c = t.chi2.as_ref().expect("a chi² box");
         assert_eq!(c.dof, 4);
         assert_eq!(c.workers, 3);
-        let crashed = &t.rows[2];
+        let crashed = &rows[2];
         assert_eq!(
             (crashed.residual.as_str(), crashed.residual_colour),
             ("10.000", "red")
@@ -319,10 +451,10 @@ mod tests {
         assert_eq!(crashed.residual_note, "crashes or time losses");
         // Identical results: residual 0, green, no words.
         assert_eq!(
-            (t.rows[0].residual.as_str(), t.rows[0].residual_colour),
+            (rows[0].residual.as_str(), rows[0].residual_colour),
             ("0.000", "green")
         );
-        assert_eq!(t.rows[0].residual_note, "");
+        assert_eq!(rows[0].residual_note, "");
         assert_eq!(c.red, 1);
 
         // A purge's copy shows its frozen residual, once; "inf" shows as "-".
@@ -340,7 +472,8 @@ mod tests {
         run.tasks[0].stats = Stats::default();
         run.tasks[1].bad = true;
         let t = tasks(&run);
-        let zero: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 0).collect();
+        let rows = t.rows();
+        let zero: Vec<&TaskRow> = rows.iter().filter(|r| r.idx == 0).collect();
         assert_eq!(zero.len(), 1);
         assert_eq!(zero[0].mark, "purged");
         assert_eq!(
@@ -351,7 +484,7 @@ mod tests {
             ),
             ("5.500", "yellow", "high")
         );
-        let one: Vec<&TaskRow> = t.rows.iter().filter(|r| r.idx == 1).collect();
+        let one: Vec<&TaskRow> = rows.iter().filter(|r| r.idx == 1).collect();
         assert_eq!(
             (one[0].residual.as_str(), one[0].residual_colour),
             ("-", "")

@@ -24,23 +24,35 @@ use serde::Deserialize;
 use super::kit::pager::MAX_PAGE;
 use super::kit::table::{next_desc, order_text};
 use super::kit::{Href, PageError, Pager};
-use super::run_tasks::{Chi2Box, TaskRow, Tasks};
+use super::run_tasks::{Chi2Box, Entry, TaskRow, Tasks, details};
 
-/// Tasks a page of the table holds.
-pub const TASKS_PAGE_SIZE: usize = 50;
+/// Tasks a page of the table holds (Fishtest's 25).
+pub const TASKS_PAGE_SIZE: usize = 25;
 /// The longest search accepted, in characters.
 pub const MAX_SEARCH_CHARS: usize = 100;
 
-/// The sort keys: key, header label, descending first. The first is the default.
-const SORTS: [(&str, &str, bool); 5] = [
-    ("updated", "Last updated", true),
-    ("idx", "Idx", false),
+/// The sort keys: key, header label, descending first. The first is the default (Fishtest's:
+/// the highest task number first).
+const SORTS: [(&str, &str, bool); 10] = [
+    ("idx", "Idx", true),
     ("worker", "Worker", false),
+    ("residual", "Residual", true),
     ("games", "Games", true),
+    ("crashes", "Crashes", true),
+    ("time", "Time losses", true),
+    ("updated", "Last updated", true),
     ("state", "State", false),
+    // Keys without a column of their own (Fishtest's): the details text, the pentanomial.
+    ("info", "Info", false),
+    ("pentanomial", "Pentanomial", true),
 ];
 
-/// The tasks table's query parameters, as sent.
+/// Fishtest's names for two of the keys.
+const SORT_ALIASES: [(&str, &str); 2] = [("last_updated", "updated"), ("played", "games")];
+
+/// The tasks table's query parameters, as sent: `tasks_*` (the run page's), or Fishtest's
+/// names `page`, `sort`, `order` and `q` (a `tasks_*` one wins when both are given), and
+/// `show_task`.
 #[derive(Deserialize, Default, Clone, Debug)]
 pub struct TasksQuery {
     #[serde(default)]
@@ -51,25 +63,41 @@ pub struct TasksQuery {
     pub tasks_order: Option<String>,
     #[serde(default)]
     pub tasks_q: Option<String>,
+    #[serde(default)]
+    pub page: Option<String>,
+    #[serde(default)]
+    pub sort: Option<String>,
+    #[serde(default)]
+    pub order: Option<String>,
+    #[serde(default)]
+    pub q: Option<String>,
+    #[serde(default)]
+    pub show_task: Option<String>,
 }
 
 /// What the viewer asked to see: checked parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TasksView {
     pub page: u64,
+    /// The page was asked for (else `show` picks the page holding its task).
+    pub page_given: bool,
     pub sort: &'static str,
     pub desc: bool,
     pub q: String,
+    /// `show_task`: the task to show (its page, highlighted).
+    pub show: Option<usize>,
 }
 
 impl Default for TasksView {
-    /// The newest updates first (the active tasks, then the latest finished), page 1.
+    /// The highest task number first (the newest tasks), page 1.
     fn default() -> Self {
         TasksView {
             page: 1,
+            page_given: false,
             sort: SORTS[0].0,
             desc: SORTS[0].2,
             q: String::new(),
+            show: None,
         }
     }
 }
@@ -85,13 +113,20 @@ fn bad(detail: String) -> PageError {
 impl TasksQuery {
     /// The checked view; a parameter that is not understood is a 400 page saying which.
     pub fn view(&self) -> Result<TasksView, PageError> {
-        let given = |v: &Option<String>| {
+        let one = |v: &Option<String>| {
             v.as_deref()
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
         };
-        let (sort, default_desc) = match given(&self.tasks_sort) {
+        let given = |ours: &Option<String>, fishtest: &Option<String>| one(ours).or(one(fishtest));
+        let sort_given = given(&self.tasks_sort, &self.sort).map(|s| {
+            SORT_ALIASES
+                .iter()
+                .find(|(alias, _)| *alias == s)
+                .map_or(s, |(_, key)| (*key).to_string())
+        });
+        let (sort, default_desc) = match sort_given {
             None => (SORTS[0].0, SORTS[0].2),
             Some(s) => match SORTS.iter().find(|c| c.0 == s) {
                 Some(c) => (c.0, c.2),
@@ -104,13 +139,14 @@ impl TasksQuery {
                 }
             },
         };
-        let desc = match given(&self.tasks_order).as_deref() {
+        let desc = match given(&self.tasks_order, &self.order).as_deref() {
             None => default_desc,
             Some("asc") => false,
             Some("desc") => true,
             Some(_) => return Err(bad("tasks_order must be asc or desc.".into())),
         };
-        let page = match given(&self.tasks_page) {
+        let page_given = given(&self.tasks_page, &self.page);
+        let page = match page_given.as_deref() {
             None => 1,
             Some(p) => match p.parse::<u64>() {
                 Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
@@ -121,12 +157,9 @@ impl TasksQuery {
                 }
             },
         };
-        let q = self
-            .tasks_q
-            .as_deref()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
+        let q = given(&self.tasks_q, &self.q).unwrap_or_default();
+        // A task number that does not parse shows no task (it is only a highlight).
+        let show = one(&self.show_task).and_then(|s| s.parse::<usize>().ok());
         if q.chars().count() > MAX_SEARCH_CHARS {
             return Err(bad(format!(
                 "tasks_q (the search) is longer than {MAX_SEARCH_CHARS} characters."
@@ -134,9 +167,11 @@ impl TasksQuery {
         }
         Ok(TasksView {
             page,
+            page_given: page_given.is_some(),
             sort,
             desc,
             q,
+            show,
         })
     }
 }
@@ -153,12 +188,12 @@ pub struct Header {
 }
 
 /// One page of the tasks table, ready to draw (`run_tasks.html`).
-pub struct TasksPage {
+pub struct TasksPage<'a> {
     pub id: String,
     /// This page's rows.
-    pub rows: Vec<TaskRow>,
+    pub rows: Vec<TaskRow<'a>>,
     /// The chi² box, over every task (not only this page's).
-    pub chi2: Option<Chi2Box>,
+    pub chi2: Option<&'a Chi2Box>,
     /// Every task of the run, and those the search matches.
     pub total: usize,
     pub matched: usize,
@@ -202,8 +237,8 @@ fn view_path(id: &str) -> Href {
 }
 
 /// The rank of a state when sorting by state: active first, then the ones to look at.
-fn state_rank(row: &TaskRow) -> u8 {
-    match row.mark {
+fn state_rank(mark: &str) -> u8 {
+    match mark {
         "active" => 0,
         "bad" => 1,
         "dead" => 2,
@@ -212,30 +247,46 @@ fn state_rank(row: &TaskRow) -> u8 {
     }
 }
 
-/// Whether a row matches the lowercased search.
-fn matches(row: &TaskRow, needle: &str) -> bool {
-    if needle.parse::<usize>().ok() == Some(row.idx) {
+/// Whether a task matches the lowercased search: its number, worker name, user, state or
+/// any of the details its row shows.
+fn matches(e: &Entry<'_>, needle: &str) -> bool {
+    if needle.parse::<usize>().ok() == Some(e.idx) {
         return true;
     }
     let has = |s: &str| s.to_lowercase().contains(needle);
-    has(&row.worker)
-        || has(&row.username)
-        || row.state().contains(needle)
-        || row.details.iter().any(|d| has(d))
+    let state = match e.mark() {
+        "" => "done",
+        mark => mark,
+    };
+    has(&e.worker())
+        || has(&e.info().username)
+        || state.contains(needle)
+        || details(e.info()).iter().any(|d| has(d))
 }
 
 /// Sorts in place: by `key`, ties by task number; `desc` reverses the whole order.
-fn sort_rows(rows: &mut [TaskRow], key: &str, desc: bool) {
+fn sort_entries(entries: &mut [&Entry<'_>], key: &str, desc: bool) {
     match key {
-        "idx" => rows.sort_by_key(|r| r.idx),
-        "worker" => rows.sort_by_cached_key(|r| (r.worker.to_lowercase(), r.idx)),
-        "games" => rows.sort_by_key(|r| (r.played, r.idx)),
-        "state" => rows.sort_by_key(|r| (state_rank(r), r.idx)),
-        // `YYYY-MM-DD HH:MM:SS` sorts as text.
-        _ => rows.sort_by(|a, b| a.last_updated.cmp(&b.last_updated).then(a.idx.cmp(&b.idx))),
+        "idx" => entries.sort_by_key(|e| e.idx),
+        "worker" => entries.sort_by_cached_key(|e| (e.worker().to_lowercase(), e.idx)),
+        "games" => entries.sort_by_key(|e| (e.played(), e.idx)),
+        "state" => entries.sort_by_key(|e| (state_rank(e.mark()), e.idx)),
+        "crashes" => entries.sort_by_key(|e| (e.stats().crashes, e.idx)),
+        "time" => entries.sort_by_key(|e| (e.stats().time_losses, e.idx)),
+        "pentanomial" => entries.sort_by_key(|e| (e.stats().pentanomial, e.idx)),
+        "info" => {
+            entries.sort_by_cached_key(|e| (details(e.info()).join("; ").to_lowercase(), e.idx))
+        }
+        // No residual ("-") below every number.
+        "residual" => entries.sort_by(|a, b| {
+            let r = |e: &Entry<'_>| e.shown_residual().unwrap_or(f64::NEG_INFINITY);
+            r(a).total_cmp(&r(b)).then(a.idx.cmp(&b.idx))
+        }),
+        // Whole seconds, as the column shows them.
+        _ => entries.sort_by_key(|e| (e.updated(), e.idx)),
     }
     if desc {
-        rows.reverse();
+        entries.reverse();
     }
 }
 
@@ -245,32 +296,54 @@ fn sorted_by(key: &str, desc: bool) -> String {
         "worker" => ("worker name", "A to Z", "Z to A"),
         "games" => ("games played", "fewest first", "most first"),
         "state" => ("state", "active first", "done first"),
+        "crashes" => ("crashes", "fewest first", "most first"),
+        "time" => ("time losses", "fewest first", "most first"),
+        "residual" => ("residual", "lowest first", "highest first"),
+        "info" => ("worker details", "A to Z", "Z to A"),
+        "pentanomial" => ("pentanomial counts", "lowest first", "highest first"),
         _ => ("last update", "oldest first", "newest first"),
     };
     format!("{what}, {}", if desc { dsc } else { asc })
 }
 
 /// The page of `all` that `v` asks for (a page past the last is the last).
-pub fn page_of(all: Tasks, v: &TasksView, approver: bool) -> TasksPage {
-    let Tasks { id, rows, chi2 } = all;
-    let total = rows.len();
+pub fn page_of<'a>(all: &'a Tasks<'_>, v: &TasksView, approver: bool) -> TasksPage<'a> {
+    let id = all.id.clone();
+    let chi2 = all.chi2.as_ref();
+    let total = all.entries.len();
     let needle = v.q.to_lowercase();
-    let mut rows: Vec<TaskRow> = if needle.is_empty() {
-        rows
-    } else {
-        rows.into_iter().filter(|r| matches(r, &needle)).collect()
-    };
-    sort_rows(&mut rows, v.sort, v.desc);
-    let matched = rows.len();
+    // Only the page's rows are drawn (a search looks in each task's details).
+    let mut entries: Vec<&Entry<'_>> = all
+        .entries
+        .iter()
+        .filter(|e| needle.is_empty() || matches(e, &needle))
+        .collect();
+    sort_entries(&mut entries, v.sort, v.desc);
+    let matched = entries.len();
     let last_page = u64::try_from(matched.div_ceil(TASKS_PAGE_SIZE))
         .unwrap_or(u64::MAX)
         .max(1);
-    let page = v.page.min(last_page);
+    // `show_task` without a page: the page that holds it.
+    let shown_at = v
+        .show
+        .and_then(|k| entries.iter().position(|e| e.idx == k))
+        .filter(|_| !v.page_given)
+        .and_then(|at| u64::try_from(at / TASKS_PAGE_SIZE + 1).ok());
+    let page = shown_at.unwrap_or(v.page).min(last_page);
     let skip = usize::try_from(page - 1)
         .ok()
         .and_then(|p| p.checked_mul(TASKS_PAGE_SIZE))
         .unwrap_or(usize::MAX);
-    let rows: Vec<TaskRow> = rows.into_iter().skip(skip).take(TASKS_PAGE_SIZE).collect();
+    let rows: Vec<TaskRow<'a>> = entries
+        .iter()
+        .skip(skip)
+        .take(TASKS_PAGE_SIZE)
+        .map(|e| {
+            let mut row = e.row(approver);
+            row.shown = v.show == Some(e.idx);
+            row
+        })
+        .collect();
     let first = if rows.is_empty() { 0 } else { skip + 1 };
     let last = skip.saturating_add(rows.len());
 
@@ -305,13 +378,13 @@ pub fn page_of(all: Tasks, v: &TasksView, approver: bool) -> TasksPage {
     };
     let mut headers = vec![sortable("idx"), sortable("worker")];
     if chi2.is_some() {
-        headers.push(plain("Residual"));
+        headers.push(sortable("residual"));
     }
     headers.extend([
         sortable("games"),
         plain("W/L/D"),
-        plain("Crashes"),
-        plain("Time losses"),
+        sortable("crashes"),
+        sortable("time"),
         sortable("updated"),
         sortable("state"),
     ]);
@@ -327,6 +400,7 @@ pub fn page_of(all: Tasks, v: &TasksView, approver: bool) -> TasksPage {
             &v.q,
             page,
         )
+        .param_if(v.show.is_some(), "show_task", v.show.unwrap_or_default())
         .to_string(),
         action: view_path(&id).to_string(),
         clear: at_tasks(with_state(view_path(&id), v.sort, v.desc, "", 1)),
@@ -360,6 +434,7 @@ mod tests {
             tasks_sort: some(sort),
             tasks_order: some(order),
             tasks_q: some(search),
+            ..TasksQuery::default()
         }
     }
 
@@ -375,9 +450,31 @@ mod tests {
             v,
             Some(TasksView {
                 page: 3,
+                page_given: true,
                 sort: "worker",
                 desc: false,
-                q: "Bob".into()
+                q: "Bob".into(),
+                show: None,
+            })
+        );
+        // Fishtest's names, and its key names.
+        let fishtest = TasksQuery {
+            sort: Some("last_updated".into()),
+            order: Some("asc".into()),
+            page: Some("2".into()),
+            q: Some("x".into()),
+            show_task: Some("7".into()),
+            ..TasksQuery::default()
+        };
+        assert_eq!(
+            fishtest.view().ok(),
+            Some(TasksView {
+                page: 2,
+                page_given: true,
+                sort: "updated",
+                desc: false,
+                q: "x".into(),
+                show: Some(7),
             })
         );
         for bad in [
@@ -398,7 +495,7 @@ mod tests {
         let h = |sort, desc, q, page| {
             with_state(Href::new("/tests/tasks/ab"), sort, desc, q, page).to_string()
         };
-        assert_eq!(h("updated", true, "", 1), "/tests/tasks/ab");
+        assert_eq!(h("idx", true, "", 1), "/tests/tasks/ab");
         assert_eq!(
             h("worker", false, "a b", 2),
             "/tests/tasks/ab?tasks_sort=worker&tasks_order=asc&tasks_q=a%20b&tasks_page=2"
