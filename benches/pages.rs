@@ -1,8 +1,9 @@
 //! Pages under load: the dashboard, its live refresh (the panels part unchanged, answered 304
 //! against the client's version, and changed, and the workers table) and a run page (when
-//! the server has one), each for 20 concurrent clients on a run database of 200 approved runs and 10,000 active tasks, and
-//! `beat` measured over HTTP in the same process (server, page clients and beat client on three
-//! runtimes of their own), first alone, then during the page load.
+//! the server has one) and its tasks table's refresh, each for 20 concurrent clients on a
+//! run database of 200 approved runs and 10,000 active tasks, and `beat` measured over HTTP
+//! in the same process (server, page clients and beat client on three runtimes of their
+//! own), first alone, then during the page load.
 //!
 //! Run with `cargo bench --bench pages`. The server is the real one (state, router, middleware,
 //! connection loop) on a loopback port of this process; the clients are `reqwest`. Numbers, not
@@ -182,8 +183,10 @@ fn main() {
             })
             .await
             .expect("set-up");
+        let first_tasks = tasks.iter().filter(|(run, _, _)| *run == first_run).count();
         println!(
-            "set-up: {RUNS} runs, {ACTIVE_TASKS} active tasks in {:.1?}",
+            "set-up: {RUNS} runs, {ACTIVE_TASKS} active tasks in {:.1?} (the run page's run has \
+             {first_tasks})",
             started.elapsed()
         );
 
@@ -268,6 +271,11 @@ fn main() {
             .is_ok_and(|r| r.status().is_success())
         {
             pages.push((run_page, "run page /tests/view/{id}", Vec::new()));
+            pages.push((
+                format!("/tests/tasks/{first_run}"),
+                "refresh /tests/tasks/{id} (one page of tasks)",
+                hx(),
+            ));
         }
         for (path, name, headers) in &pages {
             // What one answer weighs (the body as sent, no compression asked).

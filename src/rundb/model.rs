@@ -218,7 +218,7 @@ pub struct Task {
     #[serde(default)]
     pub stats: Stats,
     #[serde(default)]
-    pub worker_info: WorkerInfo,
+    pub worker_info: std::sync::Arc<WorkerInfo>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bad: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -244,7 +244,7 @@ impl RunDb {
             wi.country_code = task.worker_info.country_code.clone();
             task.stats = a.stats;
             task.last_updated = now();
-            task.worker_info = wi;
+            task.worker_info = std::sync::Arc::new(wi);
         }
         if let Some(result) = a.spsa {
             let Run {

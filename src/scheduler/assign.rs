@@ -268,7 +268,7 @@ impl Scheduler {
             last_updated: now(),
             start: run.total_games,
             stats: Stats::default(),
-            worker_info: wi.clone(),
+            worker_info: std::sync::Arc::new(wi.clone()),
             bad: false,
             spsa_params: None,
             extra: Default::default(),
