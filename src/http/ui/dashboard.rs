@@ -30,7 +30,9 @@ use super::controls;
 use super::dashboard_cache::{Dash, DashboardCache, Piece};
 use super::dashboard_filters::{self as filters, ALL};
 use super::dashboard_workers as workers;
-use super::kit::{Href, Input, Layout, OrInternal, Page, PageError, Pager, asset, page};
+use super::kit::{
+    Href, Input, Layout, OrInternal, Page, PageError, Pager, asset, is_fragment, page, vary,
+};
 use super::lists::{ListQuery, Panel, failed_panel, finished_part, parse_query, unfinished_panels};
 use super::results::{RunRow, remaining_hours};
 use crate::http::state::AppState;
@@ -311,31 +313,11 @@ fn not_modified(etag: String) -> Response {
     r
 }
 
-/// Whether the request is the live refresh's (`HX-Request: true`, not a navigation).
-fn is_fragment(headers: &HeaderMap) -> bool {
-    let hx = headers
-        .get("hx-request")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let navigate = headers
-        .get("sec-fetch-mode")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == "navigate");
-    hx && !navigate
-}
-
 /// The folded workers panel's content until it is opened: the whole table (up to 100 rows)
 /// is not sent with every dashboard.
 const WORKERS_LATER: &str = "<p class=\"count lazy\">The table is fetched when this panel is \
      opened. <a href=\"/tests?workers=1#workers\">Show the workers</a> \
      (without JavaScript) or <a href=\"/tests/machines\">every machine, sorted and paged</a>.</p>";
-
-/// Marks an answer that differs with `HX-Request` (page or part).
-fn vary(mut r: Response) -> Response {
-    r.headers_mut()
-        .append(header::VARY, HeaderValue::from_static("HX-Request"));
-    r
-}
 
 fn live_etag(dash: &Dash, mask: u8) -> String {
     format!("\"L{:x}-{mask:x}\"", dash.live.version)

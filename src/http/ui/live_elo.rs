@@ -12,9 +12,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::kit::vary;
 use super::kit::{Input, Layout, Page, PageError, STOP_POLLING, asset, page};
 use super::run::{load, page_title};
-use super::stats::vary;
 use super::stats_tables::{fixed, results_of};
 use crate::http::run_id::{InvalidRunId, RunId};
 use crate::http::state::AppState;

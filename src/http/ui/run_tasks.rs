@@ -54,26 +54,81 @@ pub struct TaskRow<'a> {
 impl TaskRow<'_> {
     /// The state the table shows: the mark, or `done`.
     pub fn state(&self) -> &'static str {
-        if self.mark.is_empty() {
-            "done"
-        } else {
-            self.mark
+        state_label(self.mark)
+    }
+
+    /// The worker's details, written out as the row shows them.
+    pub fn details(&self) -> Details<'_> {
+        Details(self.w)
+    }
+}
+
+/// The state a table shows for a task's mark: the mark, or `done`.
+pub fn state_label(mark: &'static str) -> &'static str {
+    if mark.is_empty() { "done" } else { mark }
+}
+
+/// A worker's details as Fishtest's Info column gives them, `label: value` joined by `; `,
+/// the empty ones left out (`os`, `ram`, `compiler`, `python`, `worker`, `cores`, `arch`,
+/// `features`): the one rule for what a row shows and what the search looks in.
+pub struct Details<'a>(pub &'a WorkerInfo);
+
+impl Details<'_> {
+    /// Calls `each` with every detail shown, in order.
+    fn each(&self, mut each: impl FnMut(fmt::Arguments<'_>) -> fmt::Result) -> fmt::Result {
+        let w = self.0;
+        let compiler = Compiler(w);
+        if !w.uname.is_empty() {
+            each(format_args!("os: {}", w.uname))?;
         }
+        if w.max_memory > 0 {
+            each(format_args!("ram: {}MiB", w.max_memory))?;
+        }
+        if !compiler.is_empty() {
+            each(format_args!("compiler: {compiler}"))?;
+        }
+        if !w.python_version.is_empty() {
+            each(format_args!("python: {}", Dotted(&w.python_version)))?;
+        }
+        if w.version > 0 {
+            each(format_args!("worker: {}", w.version))?;
+        }
+        each(format_args!("cores: {}", w.concurrency))?;
+        if !w.worker_arch.is_empty() {
+            each(format_args!("arch: {}", w.worker_arch))?;
+        }
+        if !w.arch.is_empty() {
+            each(format_args!("features: {}", w.arch))?;
+        }
+        Ok(())
     }
 
-    /// `compiler: …`'s value: the compiler and its version, either alone when the other is
-    /// unknown.
-    pub fn compiler(&self) -> Compiler<'_> {
-        Compiler(self.w)
+    /// Each detail as a string (for the search).
+    pub fn strings(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(8);
+        let _ = self.each(|d| {
+            out.push(d.to_string());
+            Ok(())
+        });
+        out
     }
+}
 
-    pub fn python(&self) -> Dotted<'_> {
-        Dotted(&self.w.python_version)
+impl Display for Details<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        self.each(|d| {
+            if !first {
+                f.write_str("; ")?;
+            }
+            first = false;
+            f.write_fmt(d)
+        })
     }
 }
 
 /// A version as dotted numbers, written out (`[11, 4, 0]` is `11.4.0`).
-pub struct Dotted<'a>(pub &'a [i64]);
+struct Dotted<'a>(&'a [i64]);
 
 impl Display for Dotted<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -88,10 +143,10 @@ impl Display for Dotted<'_> {
 }
 
 /// A worker's compiler and its version (`g++ 12.2.0`), written out.
-pub struct Compiler<'a>(&'a WorkerInfo);
+struct Compiler<'a>(&'a WorkerInfo);
 
 impl Compiler<'_> {
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.0.compiler.trim().is_empty() && self.0.gcc_version.is_empty()
     }
 }
@@ -231,36 +286,6 @@ pub struct Chi2Box {
     /// Tasks whose residual is yellow, and red.
     pub yellow: usize,
     pub red: usize,
-}
-
-/// The worker's details, each `label: value`, the empty ones left out (what the row shows,
-/// as strings: for the search).
-pub fn details(w: &WorkerInfo) -> Vec<String> {
-    let compiler = Compiler(w);
-    let mut out = Vec::with_capacity(8);
-    if !w.uname.is_empty() {
-        out.push(format!("os: {}", w.uname));
-    }
-    if w.max_memory > 0 {
-        out.push(format!("ram: {}MiB", w.max_memory));
-    }
-    if !compiler.is_empty() {
-        out.push(format!("compiler: {compiler}"));
-    }
-    if !w.python_version.is_empty() {
-        out.push(format!("python: {}", Dotted(&w.python_version)));
-    }
-    if w.version > 0 {
-        out.push(format!("worker: {}", w.version));
-    }
-    out.push(format!("cores: {}", w.concurrency));
-    if !w.worker_arch.is_empty() {
-        out.push(format!("arch: {}", w.worker_arch));
-    }
-    if !w.arch.is_empty() {
-        out.push(format!("features: {}", w.arch));
-    }
-    out
 }
 
 fn task_row<'a>(idx: usize, t: &'a Task, mark: &'static str, approver: bool) -> TaskRow<'a> {

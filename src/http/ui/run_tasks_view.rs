@@ -24,7 +24,7 @@ use serde::Deserialize;
 use super::kit::pager::MAX_PAGE;
 use super::kit::table::{next_desc, order_text};
 use super::kit::{Href, PageError, Pager};
-use super::run_tasks::{Chi2Box, Entry, TaskRow, Tasks, details};
+use super::run_tasks::{Chi2Box, Details, Entry, TaskRow, Tasks, state_label};
 
 /// Tasks a page of the table holds (Fishtest's 25).
 pub const TASKS_PAGE_SIZE: usize = 25;
@@ -217,8 +217,6 @@ pub struct TasksPage<'a> {
     /// This very page as a fragment: what the live refresh asks for.
     pub refresh: String,
     pub page_size: usize,
-    /// Worker names link to `/workers/{name}` (approvers only).
-    pub approver: bool,
 }
 
 /// A link to the table in state (`sort`, `desc`, `q`, `page`): the default values left out,
@@ -254,14 +252,10 @@ fn matches(e: &Entry<'_>, needle: &str) -> bool {
         return true;
     }
     let has = |s: &str| s.to_lowercase().contains(needle);
-    let state = match e.mark() {
-        "" => "done",
-        mark => mark,
-    };
     has(&e.worker())
         || has(&e.info().username)
-        || state.contains(needle)
-        || details(e.info()).iter().any(|d| has(d))
+        || state_label(e.mark()).contains(needle)
+        || Details(e.info()).strings().iter().any(|d| has(d))
 }
 
 /// Sorts in place: by `key`, ties by task number; `desc` reverses the whole order.
@@ -275,7 +269,7 @@ fn sort_entries(entries: &mut [&Entry<'_>], key: &str, desc: bool) {
         "time" => entries.sort_by_key(|e| (e.stats().time_losses, e.idx)),
         "pentanomial" => entries.sort_by_key(|e| (e.stats().pentanomial, e.idx)),
         "info" => {
-            entries.sort_by_cached_key(|e| (details(e.info()).join("; ").to_lowercase(), e.idx))
+            entries.sort_by_cached_key(|e| (Details(e.info()).to_string().to_lowercase(), e.idx))
         }
         // No residual ("-") below every number.
         "residual" => entries.sort_by(|a, b| {
@@ -418,7 +412,6 @@ pub fn page_of<'a>(all: &'a Tasks<'_>, v: &TasksView, approver: bool) -> TasksPa
         sorted: v.sort != default.sort || v.desc != default.desc,
         sorted_by: sorted_by(v.sort, v.desc),
         page_size: TASKS_PAGE_SIZE,
-        approver,
         id,
     }
 }

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::charts::{self, Chart};
-use super::kit::{Input, Layout, Page, PageError, STOP_POLLING, asset, page};
+use super::kit::{Input, Layout, Page, PageError, STOP_POLLING, asset, is_fragment, page, vary};
 use super::run::{load, page_title};
 use super::stats_tables::{StatsContent, stats_content};
 use crate::http::run_id::RunId;
@@ -41,26 +41,6 @@ pub struct StatsPage {
 #[template(source = "{% include \"stats_content.html\" %}", ext = "html")]
 pub struct StatsFragment {
     pub c: StatsContent,
-}
-
-/// Whether the request is the live refresh's (`HX-Request: true`, not a navigation).
-fn is_fragment(headers: &HeaderMap) -> bool {
-    let hx = headers
-        .get("hx-request")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let navigate = headers
-        .get("sec-fetch-mode")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == "navigate");
-    hx && !navigate
-}
-
-/// Marks an answer that differs with `HX-Request` (page or fragment).
-pub(super) fn vary(mut r: Response) -> Response {
-    r.headers_mut()
-        .append(header::VARY, HeaderValue::from_static("HX-Request"));
-    r
 }
 
 /// `GET /tests/stats/{id}`: the page, or its content for the live refresh.

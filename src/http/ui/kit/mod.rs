@@ -26,7 +26,7 @@ pub use assets::asset;
 pub use error::{OrInternal, PageError};
 pub use page::{
     Flash, Input, Layout, Page, PageResult, STOP_POLLING, continue_page, form_or_default,
-    open_page, page, respond,
+    is_fragment, open_page, page, respond, vary,
 };
 pub use pager::Pager;
 pub use table::Column;

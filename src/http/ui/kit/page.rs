@@ -25,6 +25,26 @@ use crate::http::ui::session::{self, CookieKeys, Ctx};
 use crate::ledger::Ledger;
 use crate::rundb::RunDb;
 
+/// Whether the request is the live refresh's (`HX-Request: true`, not a navigation).
+pub fn is_fragment(headers: &HeaderMap) -> bool {
+    let hx = headers
+        .get("hx-request")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let navigate = headers
+        .get("sec-fetch-mode")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == "navigate");
+    hx && !navigate
+}
+
+/// Marks an answer that differs with `HX-Request` (a page or its live fragment).
+pub fn vary(mut r: Response) -> Response {
+    r.headers_mut()
+        .append(header::VARY, HeaderValue::from_static("HX-Request"));
+    r
+}
+
 /// The status of a live fragment that will not change any more: "here is the last update,
 /// stop polling" (Fishtest's 286, which htmx understands and `static/refresh.js` too).
 pub const STOP_POLLING: StatusCode = match StatusCode::from_u16(286) {
