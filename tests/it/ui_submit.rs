@@ -601,7 +601,7 @@ async fn arch_filters_in_fishtests_regex_dialect() {
     let id = create_run(
         &server,
         "alice",
-        api_args(json!({"arch_filter": "^x86-64-(?!vnni|avx512)"})),
+        api_args(json!({"num_games": 4000, "arch_filter": "^x86-64-(?!vnni|avx512)"})),
     )
     .await;
     let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
@@ -618,7 +618,7 @@ async fn arch_filters_in_fishtests_regex_dialect() {
             .post_json(
                 "/api/create_run",
                 &json!({"username": "alice", "password": PASSWORD,
-                        "args": api_args(json!({"arch_filter": filter}))}),
+                        "args": api_args(json!({"num_games": 4000, "arch_filter": filter}))}),
             )
             .await;
         assert_eq!(status, 400, "{filter}: {v}");

@@ -179,8 +179,14 @@ pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
         let run = match state.offload.run(move || db.get_run(&id)).await {
             Ok(Ok(Some(run))) => run,
             Ok(Ok(None)) => return,
-            Ok(Err(e)) => return tracing::warn!(run = %run_id, error = %e, "is_master not set"),
-            Err(e) => return tracing::warn!(run = %run_id, error = %e, "is_master not set"),
+            Ok(Err(e)) => {
+                tracing::warn!(run = %run_id, error = %e, "is_master not set");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "is_master not set");
+                return;
+            }
         };
         let names = run.args.base_nets.clone();
         if names.is_empty() || state.github.on_master(&run.args.resolved_base).await != Some(true) {
