@@ -3,7 +3,7 @@
 //! Owns: the net directory (`nn_dir`, by default `<data_dir>/nn`) and the `nns` collection,
 //! through [`Nets`] (the list and which nets have a file, whether a name is taken, an upload's
 //! installation with its `upload_nn` action in the ledger, the download count and the lock
-//! that serialises it) and the net store's functions in `store.rs` (the layout, the name rule,
+//! that serialises it; an approval's bookkeeping: test records and `is_master`) and the net store's functions in `store.rs` (the layout, the name rule,
 //! the streamed content check, the temporary files; `add` and `import_file` for the command
 //! line and the dump import, which run without a server).
 //! Must not: run on the event loop (file and store I/O); know HTTP, runs or another

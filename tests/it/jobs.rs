@@ -874,3 +874,42 @@ async fn the_refreshed_book_list_is_kept_across_restarts_in_fishtests_shape() {
         "{offered:?}"
     );
 }
+
+#[tokio::test]
+async fn prune_github_drops_old_diffs_of_runs_that_are_over_and_keeps_the_rest() {
+    let server = server().await;
+    let running = approved(&server, "alice", fixed_args(100_000)).await;
+    let old = chrono::Utc::now().timestamp() - 31 * 86_400;
+    let diff = |run: &str, at: i64| {
+        json!({"_id": format!("run_diff:{run}"), "value": {
+            "repo": "official-stockfish/Stockfish", "base": "a", "new": "b",
+            "diff": "x", "truncated": false, "fetched_at": at}})
+    };
+    let gone = "0123456789abcdef01234567";
+    {
+        let store = open_store(&server.data_dir).expect("store");
+        for doc in [
+            diff(gone, old),
+            diff(&running, old),
+            diff("fedcba9876543210fedcba98", chrono::Utc::now().timestamp()),
+        ] {
+            store
+                .put(shoal::store::Collection::Kvstore, doc.as_object().unwrap())
+                .expect("put");
+        }
+    }
+    run_job(&server, "prune_github").await;
+    let kept = |run: &str| {
+        open_store(&server.data_dir)
+            .expect("store")
+            .get(
+                shoal::store::Collection::Kvstore,
+                &format!("run_diff:{run}"),
+            )
+            .expect("get")
+            .is_some()
+    };
+    assert!(!kept(gone), "an old diff of a run that is gone");
+    assert!(kept(&running), "an unfinished run keeps its diff");
+    assert!(kept("fedcba9876543210fedcba98"), "a recent diff is kept");
+}

@@ -4,7 +4,9 @@
 //! in the body or an API token (`Authorization: Bearer`, `http::auth::Cred`); the three run
 //! endpoints change data, so a read-only token is refused on them.
 //!
-//! Owns: the bodies of these endpoints and their replies.
+//! Owns: the bodies of these endpoints and their replies; the nets check of create_run (every
+//! net named must have been uploaded, `rundb::create::check_nets`); after an approval (here
+//! or on the run page), marking a master base's nets `is_master` in the background.
 //! Must not: contain run rules (that is `rundb::create` and the lifecycle).
 
 use std::sync::Arc;
