@@ -349,7 +349,9 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
     if let Some(f) = &args.arch_filter
         && !f.is_empty()
     {
-        ArchFilter::check(f, SUPPORTED_ARCHES).map_err(|e| refuse("arch_filter", e))?;
+        // Fishtest's words, after the argument's name (the form shows the words alone).
+        ArchFilter::check(f, SUPPORTED_ARCHES)
+            .map_err(|e| refuse("arch_filter", format!("arch_filter: {e}")))?;
     }
     if args.sprt.is_some() && args.spsa.is_some() {
         return Err(refuse("sprt", "a run is either SPRT or SPSA, not both"));
