@@ -296,10 +296,15 @@ fn submitted_flash(l: Layout, run: &Run, submitted: bool, behind: Option<u64>) -
         // An account older than Fishtest's fork rule may still test from outside the fork
         // network: it is told, every time.
         if let Some(root) = run.args.master_repo.as_deref().filter(|m| !m.is_empty()) {
+            let repo = &run.args.tests_repo;
+            let network = if root == repo {
+                String::new()
+            } else {
+                format!(" (it is a fork of {root})")
+            };
             l = l.flash(super::kit::Flash::warning(format!(
-                "{} is not a fork of official-stockfish/Stockfish (its network's root is {root}): \
-                 please fork official-stockfish/Stockfish and test from your fork.",
-                run.args.tests_repo
+                "{repo} is not a fork of official-stockfish/Stockfish{network}: please fork \
+                 official-stockfish/Stockfish and test from your fork."
             )));
         }
         match behind {
