@@ -176,6 +176,12 @@ pub const JOBS: &[Job] = &[
         work: Work::Github(|gh| Box::pin(async move { gh.refresh_master().await.map(|_| ()) })),
     },
     Job {
+        name: "prune_github",
+        first: Every::Secs(300),
+        period: Every::Secs(3600),
+        work: Work::Async(|cx| Box::pin(prune_github(cx))),
+    },
+    Job {
         name: "refresh_books",
         first: Every::Secs(60),
         period: Every::Secs(900),
@@ -208,6 +214,32 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
         tracing::error!(job = job.name, error = %e, "periodic job failed");
     }
     result
+}
+
+/// What the GitHub component keeps, bounded (`Github::prune_blocking`): the oldest stored
+/// replies beyond the cap, and old diffs of runs that are finished, deleted or gone.
+async fn prune_github(cx: &JobContext) -> Result<(), JobError> {
+    let github = Arc::clone(&cx.github);
+    let rundb = Arc::clone(&cx.rundb);
+    let pruned = cx
+        .offload
+        .run(move || {
+            github.prune_blocking(|run_id| match rundb.get_run(run_id) {
+                Ok(Some(run)) => run.finished || run.deleted,
+                Ok(None) => true,
+                Err(_) => false,
+            })
+        })
+        .await?
+        .map_err(|e| JobError::Runs(RunDbError::Store(e)))?;
+    if pruned != crate::github::Pruned::default() {
+        tracing::info!(
+            replies = pruned.replies,
+            diffs = pruned.diffs,
+            "GitHub replies and diffs pruned"
+        );
+    }
+    Ok(())
 }
 
 /// The book list refreshed from the official books repository: unchanged and checked books
@@ -260,6 +292,10 @@ async fn refresh_books(cx: &JobContext) -> Result<(), JobError> {
         ));
         cx.rundb.set_books(Books(next));
     }
+    // Stored at every refresh (not only on a change): a list that could not be stored once,
+    // or one never stored (a first start), is stored the next time.
+    let db = Arc::clone(&cx.rundb);
+    cx.offload.run(move || db.save_books()).await??;
     metrics::gauge!("shoal_books").set(cx.rundb.books().0.len() as f64);
     if !messages.is_empty() {
         let ledger = Arc::clone(&cx.ledger);

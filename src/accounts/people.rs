@@ -1,5 +1,6 @@
 //! People: an approver's decisions about accounts (accept, reject, block, unblock) and a
-//! user's own profile change (email, tests repository, password).
+//! user's own profile change (email, tests repository, password; the tests repository also
+//! when a submission used another one).
 //!
 //! Owns: who may decide (approvers only), the state changes and their action-log entries as
 //! Fishtest writes them (`accept_user` "accepted", `block_user` "blocked"/"unblocked"; a
@@ -80,6 +81,21 @@ impl Accounts {
                 self.sessions_end_user(&user.username)?;
                 tracing::info!(user = %user.username, by = %approver.username, "signup rejected: user deleted");
             }
+        }
+        Ok(())
+    }
+
+    /// Saves the tests repository a submission used as the user's own (Fishtest saves a
+    /// changed `tests_repo` at `/tests/run`); nothing is written when it is unchanged.
+    pub fn set_tests_repo(&self, username: &str, repo: &str) -> Result<(), UserError> {
+        let mut saved = self
+            .users
+            .load(username)?
+            .ok_or_else(|| UserError::NoSuchUser(username.to_string()))?;
+        let repo = repo.trim().trim_end_matches('/');
+        if saved.tests_repo != repo {
+            saved.tests_repo = repo.to_string();
+            self.users.save(&saved)?;
         }
         Ok(())
     }

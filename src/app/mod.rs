@@ -157,7 +157,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 tracing::warn!(nn_url = %url, "nn_url ends in /nn: workers are sent to <nn_url>/nn/<name>");
             }
             let store = open_store(&c)?;
-            let books = Books::load(c.books_file.as_deref())?;
+            let books = Books::at_start(c.books_file.as_deref(), &*store)?;
             let cfg = RunDbConfig {
                 primary: c.is_primary(),
                 dead_task: c.dead_task_timeout(),

@@ -3,7 +3,8 @@
 //! reply's `X-RateLimit-*` headers, and conditional requests: a reply with an `ETag` is kept
 //! (in memory and in the store's `kvstore`, so a restart does not spend the quota again) and
 //! the next request for the same URL sends `If-None-Match`; GitHub's 304 does not count
-//! against the quota.
+//! against the quota. The stored replies are bounded: [`prune_replies`] deletes the oldest
+//! kept beyond [`MAX_STORED_REPLIES`] (the periodic `prune_github` job).
 //!
 //! Must not: log or return the token; run on the worker API's paths (nothing there awaits
 //! GitHub); touch the store but through the offload pool.
@@ -21,10 +22,12 @@ use sha2::{Digest, Sha256};
 use super::GithubError;
 use crate::offload::Offload;
 use crate::secret::Secret;
-use crate::store::{Collection, Doc, SharedStore};
+use crate::store::{Collection, Cond, Doc, Order, Query, SharedStore, Store, StoreResult};
 
 /// Replies kept in memory (the store keeps them all; this bounds the process).
 const MEMORY_ENTRIES: usize = 2_000;
+/// Replies kept in the store at most (the oldest kept are deleted beyond it).
+pub const MAX_STORED_REPLIES: u64 = 5_000;
 /// A reply larger than this is not kept (a huge diff is stored with its run instead).
 const MAX_KEPT_BYTES: usize = 2 << 20;
 /// Wait before the one retry.
@@ -298,6 +301,7 @@ impl Client {
         doc.insert("url".into(), json!(url));
         doc.insert("etag".into(), json!(etag));
         doc.insert("body".into(), json!(&*body));
+        doc.insert("kept_at".into(), json!(chrono::Utc::now().timestamp()));
         let store = Arc::clone(&self.store);
         match self
             .offload
@@ -321,6 +325,31 @@ impl Client {
         }
         map.insert(url.to_string(), kept);
     }
+}
+
+/// Deletes the stored replies kept longest ago beyond `max` (replies stored before they
+/// carried `kept_at` count as the oldest); returns how many. Blocking: the pool's.
+pub(super) fn prune_replies(store: &dyn Store, max: u64) -> StoreResult<u64> {
+    let kept = [
+        Cond::Exists("etag".into(), true),
+        Cond::Exists("url".into(), true),
+    ];
+    let n = store.count(Collection::Kvstore, &kept)?;
+    let Some(excess) = n.checked_sub(max).filter(|e| *e > 0) else {
+        return Ok(0);
+    };
+    let mut q = Query::new().sort("kept_at", Order::Asc).limit(excess);
+    q.filter.extend(kept);
+    let mut deleted = 0;
+    for doc in store.find(Collection::Kvstore, &q)? {
+        if let Some(id) = doc.get("_id").and_then(Value::as_str)
+            && id.starts_with("github_cache:")
+            && store.delete(Collection::Kvstore, id)?
+        {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 /// The `kvstore` id a reply is kept under.
@@ -356,5 +385,55 @@ fn refusal(status: StatusCode, body: &str, quota: Option<&Quota>) -> GithubError
     GithubError::Refused {
         status: status.as_u16(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(store: &dyn Store, id: &str, kept_at: Option<i64>) {
+        let mut doc = Doc::new();
+        doc.insert("_id".into(), json!(id));
+        doc.insert("url".into(), json!(format!("https://api.github.com/{id}")));
+        doc.insert("etag".into(), json!("\"e\""));
+        doc.insert("body".into(), json!("{}"));
+        if let Some(t) = kept_at {
+            doc.insert("kept_at".into(), json!(t));
+        }
+        store.put(Collection::Kvstore, &doc).unwrap();
+    }
+
+    #[test]
+    fn the_oldest_replies_beyond_the_cap_are_pruned() {
+        let (_dir, store) = crate::store::testkit::temp_store();
+        put(&*store, "github_cache:legacy", None);
+        for i in 1..=6 {
+            put(&*store, &format!("github_cache:{i}"), Some(1_000 + i));
+        }
+        let mut other = Doc::new();
+        other.insert("_id".into(), json!("books"));
+        other.insert("value".into(), json!({}));
+        store.put(Collection::Kvstore, &other).unwrap();
+
+        assert_eq!(prune_replies(&*store, 3).unwrap(), 4);
+        let left: Vec<String> = store
+            .find(Collection::Kvstore, &Query::new())
+            .unwrap()
+            .iter()
+            .filter_map(|d| d.get("_id").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let mut left = left;
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "books",
+                "github_cache:4",
+                "github_cache:5",
+                "github_cache:6"
+            ]
+        );
+        assert_eq!(prune_replies(&*store, 3).unwrap(), 0);
     }
 }

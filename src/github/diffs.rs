@@ -2,6 +2,10 @@
 //! beside the run (`kvstore` `run_diff:<run id>`), so the run page shows it while GitHub is
 //! down and it costs the quota once.
 //!
+//! The kept diffs are bounded: a diff fetched more than [`DIFF_KEEP_DAYS`] days ago is
+//! deleted once its run is finished (or gone), by the periodic `prune_github` job
+//! ([`Github::prune_blocking`], which also bounds the kept GitHub replies).
+//!
 //! Must not: fetch while a page waits (the run page reads only what is kept), or keep more
 //! than [`MAX_DIFF_BYTES`] of one diff.
 
@@ -16,6 +20,18 @@ use crate::store::{Collection, Doc};
 /// The most of one diff kept (a longer one is cut at a line, and says so).
 pub const MAX_DIFF_BYTES: usize = 1 << 20;
 
+/// A kept diff older than this many days is deleted once its run is finished.
+pub const DIFF_KEEP_DAYS: i64 = 30;
+/// The most diffs one pruning pass deletes (the next pass goes on).
+const PRUNE_BATCH: u64 = 100;
+
+/// What one pruning pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub replies: u64,
+    pub diffs: u64,
+}
+
 /// A kept diff.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredDiff {
@@ -28,6 +44,38 @@ pub struct StoredDiff {
     pub truncated: bool,
     /// When it was fetched (Unix seconds).
     pub fetched_at: i64,
+    /// Where the base stood against official master when the diff was fetched (absent when
+    /// master was not known yet or GitHub could not say).
+    #[serde(default)]
+    pub ancestry: Option<BaseAncestry>,
+}
+
+/// Where a run's base commit stands, as the run page warns about it (Fishtest's three
+/// warnings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseAncestry {
+    /// The base is official master or one of its ancestors.
+    pub on_master: bool,
+    /// The base is the new commit or one of its ancestors.
+    pub ancestor_of_new: bool,
+    /// The base is the newest commit both the new commit and master contain.
+    pub latest_common: bool,
+}
+
+impl BaseAncestry {
+    /// The run page's warnings, in Fishtest's words.
+    pub fn warnings(&self) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if !self.on_master {
+            w.push("base is not an ancestor of master");
+        }
+        if !self.ancestor_of_new {
+            w.push("base is not an ancestor of new");
+        } else if self.on_master && !self.latest_common {
+            w.push("base is not the latest common ancestor of new and master");
+        }
+        w
+    }
 }
 
 fn key(run_id: &str) -> String {
@@ -35,6 +83,39 @@ fn key(run_id: &str) -> String {
 }
 
 impl Github {
+    /// Bounds what the component keeps in the store: the oldest GitHub replies beyond
+    /// `client::MAX_STORED_REPLIES`, and the diffs fetched more than [`DIFF_KEEP_DAYS`] ago
+    /// whose run `finished` says is finished (or gone). Blocking: the pool's.
+    pub fn prune_blocking(
+        &self,
+        finished: impl Fn(&str) -> bool,
+    ) -> Result<Pruned, crate::store::StoreError> {
+        let replies =
+            super::client::prune_replies(&*self.store, super::client::MAX_STORED_REPLIES)?;
+        let before = chrono::Utc::now().timestamp() - DIFF_KEEP_DAYS * 86_400;
+        let q = crate::store::Query::new()
+            .with(crate::store::Cond::Lt(
+                "value.fetched_at".into(),
+                json!(before),
+            ))
+            .with(crate::store::Cond::Exists("value.diff".into(), true))
+            .sort("value.fetched_at", crate::store::Order::Asc)
+            .limit(PRUNE_BATCH);
+        let mut diffs = 0;
+        for doc in self.store.find(Collection::Kvstore, &q)? {
+            let Some(id) = doc.get("_id").and_then(Value::as_str) else {
+                continue;
+            };
+            if let Some(run_id) = id.strip_prefix("run_diff:")
+                && finished(run_id)
+                && self.store.delete(Collection::Kvstore, id)?
+            {
+                diffs += 1;
+            }
+        }
+        Ok(Pruned { replies, diffs })
+    }
+
     /// The diff kept for a run, if any (a blocking store read: call it in the pool).
     pub fn stored_diff_blocking(&self, run_id: &str) -> Option<StoredDiff> {
         let doc = self.store.get(Collection::Kvstore, &key(run_id)).ok()??;
@@ -81,6 +162,7 @@ impl Github {
             return Ok(());
         }
         let text = self.diff(&repo, base, new).await?;
+        let ancestry = self.base_ancestry(&repo, base, new).await;
         let (diff, truncated) = cut(&text, MAX_DIFF_BYTES);
         let stored = StoredDiff {
             repo: repo.full(),
@@ -89,6 +171,7 @@ impl Github {
             diff: diff.to_string(),
             truncated,
             fetched_at: chrono::Utc::now().timestamp(),
+            ancestry,
         };
         let mut doc = Doc::new();
         doc.insert("_id".into(), json!(key(run_id)));
@@ -112,6 +195,69 @@ impl Github {
     }
 }
 
+impl Github {
+    /// Where `base` stands against official master (as last refreshed) and `new`: three
+    /// comparisons in `repo`'s network. `None` when master is not known or GitHub fails.
+    pub async fn base_ancestry(
+        &self,
+        repo: &RepoName,
+        base: &str,
+        new: &str,
+    ) -> Option<BaseAncestry> {
+        let master = self.known_master().await?;
+        let (to_master, to_new, master_to_new) = tokio::join!(
+            self.ancestry(repo, &master.sha, base),
+            self.ancestry(repo, base, new),
+            self.ancestry(repo, &master.sha, new),
+        );
+        let (to_master, to_new, master_to_new) = match (to_master, to_new, master_to_new) {
+            (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+            (a, b, c) => {
+                for e in [a.err(), b.err(), c.err()].into_iter().flatten() {
+                    tracing::info!(error = %e, "base's ancestry not known");
+                }
+                return None;
+            }
+        };
+        // master...base ahead by nothing: base is in master. base...new behind by nothing:
+        // base is in new. Then base is their newest common commit exactly when new has as
+        // many commits of its own over base as over master.
+        let on_master = to_master.ahead_by == 0;
+        let ancestor_of_new = to_new.behind_by == 0;
+        Some(BaseAncestry {
+            on_master,
+            ancestor_of_new,
+            latest_common: on_master
+                && ancestor_of_new
+                && to_new.ahead_by == master_to_new.ahead_by,
+        })
+    }
+
+    /// Official master as last refreshed, asked of GitHub first when it was never known
+    /// (before the periodic refresh's first run).
+    async fn known_master(&self) -> Option<Arc<super::Master>> {
+        if self.master().is_none()
+            && let Err(e) = self.refresh_master().await
+        {
+            tracing::info!(error = %e, "official master not known");
+        }
+        self.master()
+    }
+
+    /// Whether `sha` is official master or one of its ancestors (as master was last
+    /// refreshed); `None` when that cannot be known now.
+    pub async fn on_master(&self, sha: &str) -> Option<bool> {
+        let master = self.known_master().await?;
+        match self.ancestry(&self.official, &master.sha, sha).await {
+            Ok(a) => Some(a.ahead_by == 0),
+            Err(e) => {
+                tracing::info!(error = %e, "whether the base is on master is not known");
+                None
+            }
+        }
+    }
+}
+
 /// `text` cut to at most `max` bytes at a line's end; whether it was cut.
 fn cut(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
@@ -128,6 +274,74 @@ fn cut(text: &str, max: usize) -> (&str, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_diffs_of_finished_runs_are_pruned() {
+        let (_dir, store) = crate::store::testkit::temp_store();
+        let ledger = Arc::new(crate::ledger::Ledger::new(Arc::clone(&store), true));
+        let gh = Github::new(
+            &super::super::GithubConfig::default(),
+            Arc::clone(&store),
+            crate::offload::Offload::new(1),
+            ledger,
+        )
+        .unwrap();
+        let now = chrono::Utc::now().timestamp();
+        let old = now - (DIFF_KEEP_DAYS + 1) * 86_400;
+        for (run, at) in [
+            ("finished_old", old),
+            ("running_old", old),
+            ("gone_old", old),
+            ("finished_new", now),
+        ] {
+            let d = StoredDiff {
+                repo: "a/b".into(),
+                base: "1".into(),
+                new: "2".into(),
+                diff: "x".into(),
+                truncated: false,
+                fetched_at: at,
+                ancestry: None,
+            };
+            let mut doc = Doc::new();
+            doc.insert("_id".into(), json!(key(run)));
+            doc.insert("value".into(), json!(d));
+            store.put(Collection::Kvstore, &doc).unwrap();
+        }
+        let pruned = gh.prune_blocking(|run| run != "running_old").unwrap();
+        assert_eq!(
+            pruned,
+            Pruned {
+                replies: 0,
+                diffs: 2
+            }
+        );
+        assert!(gh.stored_diff_blocking("finished_old").is_none());
+        assert!(gh.stored_diff_blocking("gone_old").is_none());
+        assert!(gh.stored_diff_blocking("running_old").is_some());
+        assert!(gh.stored_diff_blocking("finished_new").is_some());
+    }
+
+    #[test]
+    fn the_base_warnings_in_fishtests_words() {
+        let a = |on_master, ancestor_of_new, latest_common| BaseAncestry {
+            on_master,
+            ancestor_of_new,
+            latest_common,
+        };
+        assert!(a(true, true, true).warnings().is_empty());
+        assert_eq!(
+            a(false, false, false).warnings(),
+            [
+                "base is not an ancestor of master",
+                "base is not an ancestor of new"
+            ]
+        );
+        assert_eq!(
+            a(true, true, false).warnings(),
+            ["base is not the latest common ancestor of new and master"]
+        );
+    }
 
     #[test]
     fn a_long_diff_is_cut_at_a_line() {

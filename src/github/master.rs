@@ -1,7 +1,10 @@
 //! Official master as shoal last saw it: its newest commit and the newest bench its messages
 //! state (the base bench of a new test and the presets' default). Refreshed by a periodic job;
-//! kept in the store (`kvstore` `shoal_official_master`) so a restart starts from it; a change
-//! is logged as a `system_event` and shown in `/metrics`.
+//! kept in the store (`kvstore` `shoal_official_master`) so a restart starts from it, and its
+//! SHA in Fishtest's `kvstore` `official_master_sha` (`{_id, value: <40 hex>}`), which Fishtest
+//! reads when it compares commits; a change is logged as a `system_event` and shown in
+//! `/metrics`. A store write that fails is made again at the next refresh, master changed or
+//! not.
 //!
 //! Must not: be awaited by a page or the worker API (they read [`Github::master`], memory).
 
@@ -14,6 +17,8 @@ use super::{Github, GithubError};
 use crate::store::{Collection, Doc};
 
 const KEY: &str = "shoal_official_master";
+/// Fishtest's key for official master's SHA.
+pub const SHA_KEY: &str = "official_master_sha";
 
 /// Official master, as last refreshed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +57,15 @@ impl Github {
                 ) {
                     Ok(m) => {
                         publish(&m);
+                        // Stored as Fishtest reads it too? If not (a store written before
+                        // shoal kept `official_master_sha`), the next refresh writes it.
+                        let sha_stored = matches!(
+                            self.store.get(Collection::Kvstore, SHA_KEY),
+                            Ok(Some(d)) if d.get("value").and_then(Value::as_str) == Some(m.sha.as_str())
+                        );
+                        if sha_stored {
+                            *self.master_stored.lock() = Some(m.sha.clone());
+                        }
                         self.master.store(Some(Arc::new(m)));
                     }
                     Err(e) => tracing::warn!(error = %e, "stored official master unreadable"),
@@ -77,15 +91,22 @@ impl Github {
             refreshed_at: chrono::Utc::now().timestamp(),
         };
         let before = self.master();
-        if before
+        let unchanged = before
             .as_ref()
-            .is_some_and(|b| b.sha == m.sha && b.bench == m.bench)
-        {
+            .is_some_and(|b| b.sha == m.sha && b.bench == m.bench);
+        let stored = self.master_stored.lock().as_deref() == Some(m.sha.as_str());
+        if unchanged && stored {
             return Ok(MasterRefresh::Unchanged);
         }
-        let m = Arc::new(m);
-        publish(&m);
-        self.master.store(Some(Arc::clone(&m)));
+        let m = match (unchanged, before) {
+            (true, Some(b)) => b,
+            _ => {
+                let m = Arc::new(m);
+                publish(&m);
+                self.master.store(Some(Arc::clone(&m)));
+                m
+            }
+        };
         let store = Arc::clone(&self.store);
         let ledger = Arc::clone(&self.ledger);
         let doc_m = Arc::clone(&m);
@@ -96,6 +117,13 @@ impl Github {
                 doc.insert("_id".into(), json!(KEY));
                 doc.insert("value".into(), json!(&*doc_m));
                 store.put(Collection::Kvstore, &doc)?;
+                let mut doc = Doc::new();
+                doc.insert("_id".into(), json!(SHA_KEY));
+                doc.insert("value".into(), json!(doc_m.sha));
+                store.put(Collection::Kvstore, &doc)?;
+                if unchanged {
+                    return Ok(());
+                }
                 ledger.log_system_event(format!(
                     "official master {}: {}{}",
                     &doc_m.sha[..doc_m.sha.len().min(10)],
@@ -108,11 +136,15 @@ impl Github {
             })
             .await;
         match saved {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => *self.master_stored.lock() = Some(m.sha.clone()),
             Ok(Err(e)) => tracing::warn!(error = %e, "official master not stored"),
             Err(e) => tracing::warn!(error = %e, "official master not stored"),
         }
-        Ok(MasterRefresh::Changed(m))
+        if unchanged {
+            Ok(MasterRefresh::Unchanged)
+        } else {
+            Ok(MasterRefresh::Changed(m))
+        }
     }
 }
 

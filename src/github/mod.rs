@@ -29,11 +29,11 @@ use serde_json::Value;
 pub use books::{BOOKS_REPO, BookCheck, book_sri};
 pub use client::Quota;
 use client::{Client, Got};
-pub use diffs::{MAX_DIFF_BYTES, StoredDiff};
+pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, MAX_DIFF_BYTES, Pruned, StoredDiff};
 pub use error::GithubError;
 pub use master::{Master, MasterRefresh};
 pub use parse::RepoName;
-pub use submit::{BEHIND_WARNING, Field, Problem, Resolved, Side, Wanted};
+pub use submit::{BEHIND_WARNING, FORK_REQUIRED_SINCE, Field, Problem, Resolved, Side, Wanted};
 
 use crate::ledger::Ledger;
 use crate::offload::Offload;
@@ -116,6 +116,9 @@ pub struct Github {
     client: Client,
     /// Official master as last refreshed (`master.rs`).
     master: arc_swap::ArcSwapOption<Master>,
+    /// The master SHA last written to the store (`master.rs`): a write that failed is made
+    /// again at the next refresh, even when master did not change.
+    master_stored: parking_lot::Mutex<Option<String>>,
     store: SharedStore,
     offload: Offload,
     ledger: Arc<Ledger>,
@@ -142,6 +145,7 @@ impl Github {
                 offload.clone(),
             )?,
             master: arc_swap::ArcSwapOption::empty(),
+            master_stored: parking_lot::Mutex::new(None),
             store,
             offload,
             ledger,

@@ -1,8 +1,11 @@
-//! A test submitted by branch name, resolved through GitHub: the tests repository checked (the
-//! official one or a fork of it, under the name GitHub spells now), both branches resolved to
-//! their commits, the benches read from the messages (the base's from master when the base is
-//! master), the nets read from each commit's sources, and how far the new commit is from
-//! master. Every problem is reported at once, each against the field it belongs to, in words.
+//! A test submitted by branch name, resolved through GitHub: the tests repository checked
+//! (under the name GitHub spells now; outside the official fork network it is refused for
+//! accounts registered from 2025-07-01 and warned about for older ones, its network's root
+//! becoming the run's `master_repo`), both branches resolved to their commits, the benches
+//! read from the messages (the base's from master when the base is master; one given by hand
+//! for a master base checked against master's), the nets read from each commit's sources,
+//! and how far the new commit is from master. Every problem is reported at once, each against
+//! the field it belongs to, in words.
 //!
 //! Must not: check the nets against the ones uploaded (the caller asks `nets`), create
 //! anything, or decide what the form shows.
@@ -11,6 +14,10 @@ use super::{Commit, Github, GithubError, RepoName, parse};
 
 /// A new commit further behind official master than this is warned about.
 pub const BEHIND_WARNING: u64 = 20;
+
+/// Accounts registered from this moment on (2025-07-01 00:00 UTC, Unix seconds) must test
+/// from a fork of the official repository; older accounts are warned (Fishtest's rule).
+pub const FORK_REQUIRED_SINCE: i64 = 1_751_328_000;
 
 /// What the developer typed (empty strings for what they left out).
 #[derive(Debug, Clone, Default)]
@@ -22,6 +29,9 @@ pub struct Wanted {
     /// Benches given by hand (they win over the messages').
     pub new_signature: Option<u64>,
     pub base_signature: Option<u64>,
+    /// When the submitter's account was registered (Unix seconds): a repository outside the
+    /// official fork network is refused from [`FORK_REQUIRED_SINCE`] on, warned about before.
+    pub registered_at: i64,
 }
 
 /// The field a problem belongs to.
@@ -81,6 +91,9 @@ pub struct Resolved {
     pub warnings: Vec<String>,
     /// How many official master commits the new commit does not contain (when GitHub said).
     pub behind_by: Option<u64>,
+    /// The root of the repository's fork network, when it is not the official repository
+    /// (`https://github.com/<owner>/<name>`; the run's `master_repo`).
+    pub master_repo: Option<String>,
 }
 
 impl Github {
@@ -138,18 +151,31 @@ impl Github {
                 }
             },
         );
+        let mut warnings = Vec::new();
+        let mut master_repo = None;
         let repo = match info {
             Ok(info) => {
                 if !self.in_official_network(&info) {
-                    problems.push(Problem::new(
-                        Field::TestsRepo,
-                        format!(
-                            "{} is neither {} nor a fork of it: fork {} on GitHub and push your branch there",
+                    let root = info.source.as_deref().unwrap_or(&info.full_name);
+                    master_repo = Some(format!("https://github.com/{root}"));
+                    if w.registered_at >= FORK_REQUIRED_SINCE {
+                        problems.push(Problem::new(
+                            Field::TestsRepo,
+                            format!(
+                                "{} is neither {} nor a fork of it: fork {} on GitHub and push your branch there",
+                                info.full_name,
+                                self.official.full(),
+                                self.official.url()
+                            ),
+                        ));
+                    } else {
+                        warnings.push(format!(
+                            "{} is not a fork of {}: please fork {} on GitHub and test from your fork from now on",
                             info.full_name,
                             self.official.full(),
                             self.official.url()
-                        ),
-                    ));
+                        ));
+                    }
                 }
                 RepoName::from_full(&info.full_name).unwrap_or(repo)
             }
@@ -206,20 +232,34 @@ impl Github {
             }
             b
         });
-        // A fork's master must be at official master's bench (skipped when GitHub could not
-        // say what that is, or the developer gave the base bench by hand).
+        // A master base: a bench given by hand must be the bench of master in the tests
+        // repository (Fishtest's check), else official master's; one read from the fork's
+        // master must be official master's. Skipped when GitHub could not say.
         if base_tag == "master"
-            && w.base_signature.is_none()
-            && let (Some(b), Some(official)) = (base_bench, official_bench)
-            && b != official
+            && let Some(b) = base_bench
         {
-            problems.push(Problem::new(
-                Field::BaseTag,
-                format!(
-                    "The bench of master in {} is {b}, official master's is {official}: run \"git pull upstream master\" and push, or give the base bench by hand",
-                    repo.full()
-                ),
-            ));
+            let (master_bench, whose) = match (w.base_signature, history) {
+                (Some(_), Some(h)) => (Some(h), format!("master in {}", repo.full())),
+                _ => (official_bench, "official master".to_string()),
+            };
+            if let Some(m) = master_bench
+                && b != m
+            {
+                let message = if w.base_signature.is_some() {
+                    typed_bench_message(b, m, &whose)
+                } else {
+                    format!(
+                        "The bench of master in {} is {b}, official master's is {m}: run \"git pull upstream master\" and push, or give the base bench by hand",
+                        repo.full()
+                    )
+                };
+                let field = if w.base_signature.is_some() {
+                    Field::BaseSignature
+                } else {
+                    Field::BaseTag
+                };
+                problems.push(Problem::new(field, message));
+            }
         }
         let (Some(new), Some(base), Some(new_bench), Some(base_bench)) =
             (new, base, new_bench, base_bench)
@@ -235,7 +275,6 @@ impl Github {
         let new_nets = new_nets.map_err(|e| vec![Problem::github(Field::NewTag, &e)])?;
         let base_nets = base_nets.map_err(|e| vec![Problem::github(Field::BaseTag, &e)])?;
 
-        let mut warnings = Vec::new();
         let mut behind_by = None;
         if let Ok((head, _)) = &master {
             match self.ancestry(&repo, &head.sha, &new.sha).await {
@@ -267,8 +306,45 @@ impl Github {
             },
             warnings,
             behind_by,
+            master_repo,
         })
     }
+}
+
+impl Github {
+    /// A master base's bench given by hand (the commits given by hand too): it must be the
+    /// bench of master in the tests repository (the newest its messages state). `None` when
+    /// it is, or when GitHub cannot say (the check is skipped, as Fishtest skips it).
+    pub async fn check_master_bench(&self, tests_repo: &str, typed: u64) -> Option<Problem> {
+        let repo = match tests_repo {
+            "" => self.official.clone(),
+            url => parse::repo_from_url(url)?,
+        };
+        let commits = match self
+            .recent_commits(&repo, "master", super::BENCH_SEARCH)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!(error = %e, "base bench not checked against master's");
+                return None;
+            }
+        };
+        let master = commits.iter().find_map(Commit::bench)?;
+        (master != typed).then(|| {
+            Problem::new(
+                Field::BaseSignature,
+                typed_bench_message(typed, master, &format!("master in {}", repo.full())),
+            )
+        })
+    }
+}
+
+/// The refusal of a master base's bench given by hand that is not master's.
+fn typed_bench_message(typed: u64, master: u64, whose: &str) -> String {
+    format!(
+        "The base bench {typed} is not the bench of {whose} ({master}): give {master}, or run \"git pull upstream master\" and push"
+    )
 }
 
 fn short(sha: &str) -> &str {

@@ -3,7 +3,7 @@
 //! Owns: the net directory (`nn_dir`, by default `<data_dir>/nn`) and the `nns` collection,
 //! through [`Nets`] (the list and which nets have a file, whether a name is taken, an upload's
 //! installation with its `upload_nn` action in the ledger, the download count and the lock
-//! that serialises it) and the net store's functions in `store.rs` (the layout, the name rule,
+//! that serialises it; an approval's bookkeeping: test records and `is_master`) and the net store's functions in `store.rs` (the layout, the name rule,
 //! the streamed content check, the temporary files; `add` and `import_file` for the command
 //! line and the dump import, which run without a server).
 //! Must not: run on the event loop (file and store I/O); know HTTP, runs or another
@@ -92,6 +92,12 @@ impl Nets {
         Ok(())
     }
 
+    /// Marks the nets of a base on official master `is_master` (Fishtest's approval, see
+    /// [`mark_master`]); returns the names skipped.
+    pub fn mark_master(&self, names: &[String]) -> Result<Vec<String>, NetError> {
+        mark_master(&self.store, names)
+    }
+
     /// Counts one download of a net; `false` (and nothing counted) when no net of that name
     /// is recorded.
     pub fn count_download(&self, name: &str) -> Result<bool, NetError> {
@@ -122,4 +128,29 @@ pub fn record_tests(
         store.put(crate::store::Collection::Nns, &doc)?;
     }
     Ok(())
+}
+
+/// An approved run's base on official master: each of its nets gets `is_master: true` if it
+/// has none. Fishtest's net schema allows `is_master` only beside both test records (and only
+/// the literal `true`), so a net never tested (or without a record) is skipped and named in
+/// the result, as Fishtest's attempt fails and is logged.
+pub fn mark_master(store: &SharedStore, names: &[String]) -> Result<Vec<String>, NetError> {
+    let mut skipped = Vec::new();
+    for name in names {
+        let Some(mut doc) = store::find(store, name)? else {
+            skipped.push(name.clone());
+            continue;
+        };
+        if doc.get("is_master") == Some(&json!(true)) {
+            continue;
+        }
+        if !(doc.contains_key("first_test") && doc.contains_key("last_test")) {
+            tracing::warn!(net = %name, "not marked is_master: never tested");
+            skipped.push(name.clone());
+            continue;
+        }
+        doc.insert("is_master".into(), json!(true));
+        store.put(crate::store::Collection::Nns, &doc)?;
+    }
+    Ok(skipped)
 }

@@ -229,6 +229,30 @@ fn spsa_refusal(e: crate::spsa::ParamsError) -> ArgError {
     refuse(field, e.to_string())
 }
 
+/// Every net a submission names must have been uploaded (`known`): the first side with nets
+/// never uploaded is refused, naming them (Fishtest's words), whatever filled the arguments in
+/// (GitHub, a person by hand, a rerun, a script through `/api/create_run`).
+pub fn check_nets(args: &CreateArgs, known: impl Fn(&str) -> bool) -> Result<(), ArgError> {
+    for (field, nets) in [("new_nets", &args.new_nets), ("base_nets", &args.base_nets)] {
+        let missing: Vec<&str> = nets
+            .iter()
+            .map(String::as_str)
+            // A name that is not one is `build_run`'s refusal.
+            .filter(|n| crate::nets::valid_name(n) && !known(n))
+            .collect();
+        if !missing.is_empty() {
+            return Err(refuse(
+                field,
+                format!(
+                    "Missing net(s). Please upload to this server the following net(s): {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Validates a submission and builds the new run document (not yet approved).
 pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run, ArgError> {
     for (name, value) in [("base_tag", &args.base_tag), ("new_tag", &args.new_tag)] {
@@ -325,31 +349,9 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
     if let Some(f) = &args.arch_filter
         && !f.is_empty()
     {
-        if f.chars().count() > super::schedule::MAX_ARCH_FILTER_LEN {
-            return Err(refuse(
-                "arch_filter",
-                format!(
-                    "arch_filter is longer than {} characters",
-                    super::schedule::MAX_ARCH_FILTER_LEN
-                ),
-            ));
-        }
-        match ArchFilter::compile(f) {
-            ArchFilter::Regex(re) => {
-                if !SUPPORTED_ARCHES.iter().any(|a| re.is_match(a)) {
-                    return Err(refuse(
-                        "arch_filter",
-                        format!("arch_filter {f:?} matches no supported arch"),
-                    ));
-                }
-            }
-            ArchFilter::Invalid => {
-                return Err(refuse(
-                    "arch_filter",
-                    format!("arch_filter {f:?} is not a valid regex"),
-                ));
-            }
-        }
+        // Fishtest's words, after the argument's name (the form shows the words alone).
+        ArchFilter::check(f, SUPPORTED_ARCHES)
+            .map_err(|e| refuse("arch_filter", format!("arch_filter: {e}")))?;
     }
     if args.sprt.is_some() && args.spsa.is_some() {
         return Err(refuse("sprt", "a run is either SPRT or SPSA, not both"));

@@ -56,6 +56,7 @@
 //! Must not: know HTTP or a store backend; call the scheduler; do work proportional to all
 //! tasks ever created on request_task's path.
 
+pub mod arch_filter;
 pub mod books;
 mod cache;
 mod control;

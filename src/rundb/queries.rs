@@ -91,6 +91,12 @@ impl RunDb {
         self.books.store(Arc::new(books));
     }
 
+    /// Stores the current book list (`kvstore` `books`, Fishtest's shape), so a restart
+    /// starts from it. A blocking store write: call it in the pool.
+    pub fn save_books(&self) -> DbResult<()> {
+        Ok(self.books.load().save(&*self.store)?)
+    }
+
     /// One page of finished, undeleted runs, newest first. Unreadable documents are skipped
     /// (and logged).
     pub fn finished_runs(&self, f: &FinishedFilter) -> DbResult<Vec<Run>> {

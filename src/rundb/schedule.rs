@@ -9,8 +9,7 @@
 
 use std::cmp::Ordering;
 
-use regex::Regex;
-
+pub use super::arch_filter::{ArchFilter, MAX_ARCH_FILTER_LEN};
 pub use crate::protocol::{REFERENCE_NPS, TimeControl, parse_tc, tc_duration};
 
 /// Seconds a task should last.
@@ -129,47 +128,6 @@ pub struct Candidate {
     pub in_worker_runs: bool,
     /// A limit keyed by this run (its window, the SPSA core cap, a configured one) is full.
     pub limited: bool,
-}
-
-/// The longest `arch_filter` accepted, in characters (real ones are a few alternatives:
-/// "avx2|bmi2|vnni").
-pub const MAX_ARCH_FILTER_LEN: usize = 256;
-
-/// A compiled `arch_filter`. An invalid pattern excludes nothing (Fishtest logs and ignores it).
-#[derive(Debug, Clone)]
-pub enum ArchFilter {
-    Regex(Regex),
-    Invalid,
-}
-
-impl ArchFilter {
-    /// Compiles with a size limit: the `regex` crate matches in linear time, and the limit
-    /// stops a hostile pattern from costing memory at compile time.
-    pub fn compile(pattern: &str) -> ArchFilter {
-        let len = pattern.chars().count();
-        if len > MAX_ARCH_FILTER_LEN {
-            tracing::warn!(len, "over-long arch_filter ignored");
-            return ArchFilter::Invalid;
-        }
-        match regex::RegexBuilder::new(pattern)
-            .size_limit(1 << 18)
-            .dfa_size_limit(1 << 18)
-            .build()
-        {
-            Ok(r) => ArchFilter::Regex(r),
-            Err(e) => {
-                tracing::warn!(pattern, error = %e, "invalid arch_filter ignored");
-                ArchFilter::Invalid
-            }
-        }
-    }
-
-    pub fn allows(&self, worker_arch: &str) -> bool {
-        match self {
-            ArchFilter::Regex(r) => r.is_match(worker_arch),
-            ArchFilter::Invalid => true,
-        }
-    }
 }
 
 /// The worker's side of the match.

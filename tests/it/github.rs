@@ -222,6 +222,8 @@ fn wanted(repo: &str, new: &str, base: &str) -> shoal::github::Wanted {
         tests_repo: repo.into(),
         new_tag: new.into(),
         base_tag: base.into(),
+        // An account registered today (Fishtest's fork rule applies to it).
+        registered_at: chrono::Utc::now().timestamp(),
         ..Default::default()
     }
 }
@@ -318,6 +320,31 @@ async fn a_submission_by_branch_name_resolves_everything() {
         .unwrap_err();
     assert_eq!(e[0].field, Field::TestsRepo);
     assert!(e[0].message.contains("nor a fork of it"), "{e:?}");
+    // An account registered before 2025-07-01 is warned, not refused; the network's root is
+    // the run's master_repo. A fork has none.
+    let mut old = wanted("https://github.com/stranger/Engine", "main", "main");
+    old.registered_at = shoal::github::FORK_REQUIRED_SINCE - 1;
+    let r = gh.resolve_submission(&old).await.unwrap();
+    assert_eq!(
+        r.master_repo.as_deref(),
+        Some("https://github.com/stranger/Engine")
+    );
+    assert!(
+        r.warnings.iter().any(|w| w.contains("is not a fork of")),
+        "{:?}",
+        r.warnings
+    );
+    old.registered_at = shoal::github::FORK_REQUIRED_SINCE;
+    assert!(gh.resolve_submission(&old).await.is_err());
+    let r = gh
+        .resolve_submission(&wanted(
+            "https://github.com/dev-one/Stockfish",
+            "lmr-tweak",
+            "",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.master_repo, None);
     let e = gh
         .resolve_submission(&wanted("https://gitlab.com/a/b", "x", ""))
         .await
@@ -388,4 +415,55 @@ async fn official_master_is_refreshed_kept_and_logged() {
     fake.set_mode(Mode::ServerError);
     assert!(g2.refresh_master().await.is_err());
     assert_eq!(g2.master().map(|m| m.sha.clone()), Some(m.sha.clone()));
+}
+
+/// Fishtest's `kvstore` `official_master_sha`.
+fn official_master_sha(dir: &std::path::Path) -> Option<serde_json::Value> {
+    let store = harness::open_store(dir).unwrap();
+    store
+        .get(shoal::store::Collection::Kvstore, "official_master_sha")
+        .unwrap()
+        .map(serde_json::Value::Object)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_master_sha_is_kept_in_fishtests_shape_and_written_after_a_miss() {
+    use shoal::github::MasterRefresh;
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gh = github(&fake, dir.path(), 5);
+    // A failed refresh first: nothing known, nothing written.
+    fake.set_mode(Mode::ServerError);
+    assert!(gh.refresh_master().await.is_err());
+    assert_eq!(official_master_sha(dir.path()), None);
+    fake.set_mode(Mode::Normal);
+    assert!(matches!(
+        gh.refresh_master().await.unwrap(),
+        MasterRefresh::Changed(_)
+    ));
+    assert_eq!(
+        official_master_sha(dir.path()),
+        Some(serde_json::json!({"_id": "official_master_sha",
+                                "value": "3333333333333333333333333333333333333333"}))
+    );
+
+    // A store where shoal's own record is there but Fishtest's key is not (written before
+    // shoal kept it, or deleted): the next refresh writes it, master unchanged.
+    drop(gh);
+    harness::open_store(dir.path())
+        .unwrap()
+        .delete(shoal::store::Collection::Kvstore, "official_master_sha")
+        .unwrap();
+    let gh = Arc::new(github(&fake, dir.path(), 5));
+    let g = Arc::clone(&gh);
+    tokio::task::spawn_blocking(move || g.load_master_blocking())
+        .await
+        .unwrap();
+    assert_eq!(gh.refresh_master().await.unwrap(), MasterRefresh::Unchanged);
+    assert_eq!(
+        official_master_sha(dir.path()).map(|d| d["value"].clone()),
+        Some(serde_json::json!(
+            "3333333333333333333333333333333333333333"
+        ))
+    );
 }

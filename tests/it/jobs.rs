@@ -809,3 +809,107 @@ async fn refresh_books_takes_checked_books_and_refuses_a_bad_checksum() {
     stored_actions(&server, "system_event", 3).await;
     assert!(only_good(offered_books(&server).await));
 }
+
+#[tokio::test]
+async fn the_refreshed_book_list_is_kept_across_restarts_in_fishtests_shape() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let opts = || {
+        no_jobs()
+            .data_dir(&data)
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url())
+    };
+    let server = server_on(opts()).await;
+    let text = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -\n";
+    let sri = base64::engine::general_purpose::STANDARD.encode(sha2::Sha384::digest(text));
+    let list = json!({
+        "kept_book.epd": {"total": 3, "white": 2, "black": 1, "min_depth": 2, "max_depth": null,
+                          "sri": sri},
+    });
+    fake.put_raw(
+        "official-stockfish/books/master/books.json",
+        list.to_string().into_bytes(),
+    );
+    fake.put_raw(
+        "official-stockfish/books/master/kept_book.epd.zip",
+        zipped("kept_book.epd", text),
+    );
+    run_job(&server, "refresh_books").await;
+    // Stored as Fishtest keeps it: `{_id: "books", value: {<book>: {...}}}`, nothing else.
+    let stored = open_store(&data)
+        .expect("store")
+        .get(shoal::store::Collection::Kvstore, "books")
+        .expect("get")
+        .expect("the stored list");
+    assert_eq!(
+        Value::Object(stored),
+        json!({"_id": "books", "value": list})
+    );
+    drop(server);
+
+    // Restarted with GitHub gone: the list is the one refreshed, not the shipped one.
+    let mut fake = fake;
+    let api = fake.api_url();
+    fake.stop().await;
+    let server = TestServer::start_with(
+        no_jobs()
+            .data_dir(&data)
+            .set("github_api_url", api.clone())
+            .set("github_raw_url", api),
+    )
+    .await;
+    let offered = offered_books(&server).await;
+    assert!(
+        offered.contains(&"kept_book.epd".to_string()),
+        "{offered:?}"
+    );
+    assert!(
+        offered
+            .iter()
+            .all(|b| b == "kept_book.epd" || b == "UHO_Lichess_4852_v1.epd"),
+        "{offered:?}"
+    );
+}
+
+#[tokio::test]
+async fn prune_github_drops_old_diffs_of_runs_that_are_over_and_keeps_the_rest() {
+    let server = server().await;
+    let running = approved(&server, "alice", fixed_args(100_000)).await;
+    let old = chrono::Utc::now().timestamp() - 31 * 86_400;
+    let diff = |run: &str, at: i64| {
+        json!({"_id": format!("run_diff:{run}"), "value": {
+            "repo": "official-stockfish/Stockfish", "base": "a", "new": "b",
+            "diff": "x", "truncated": false, "fetched_at": at}})
+    };
+    let gone = "0123456789abcdef01234567";
+    {
+        let store = open_store(&server.data_dir).expect("store");
+        for doc in [
+            diff(gone, old),
+            diff(&running, old),
+            diff("fedcba9876543210fedcba98", chrono::Utc::now().timestamp()),
+        ] {
+            store
+                .put(shoal::store::Collection::Kvstore, doc.as_object().unwrap())
+                .expect("put");
+        }
+    }
+    run_job(&server, "prune_github").await;
+    let kept = |run: &str| {
+        open_store(&server.data_dir)
+            .expect("store")
+            .get(
+                shoal::store::Collection::Kvstore,
+                &format!("run_diff:{run}"),
+            )
+            .expect("get")
+            .is_some()
+    };
+    assert!(!kept(gone), "an old diff of a run that is gone");
+    assert!(kept(&running), "an unfinished run keeps its diff");
+    assert!(kept("fedcba9876543210fedcba98"), "a recent diff is kept");
+}

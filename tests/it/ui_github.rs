@@ -328,3 +328,323 @@ async fn a_preset_button_keeps_what_was_typed_and_submits_nothing() {
     assert_eq!(run_count(&server), 0);
     assert_eq!(fake.used(), 0, "a preset asks GitHub nothing");
 }
+
+/// Sets a user's registration time in the store (before they first log in).
+fn registered_at(server: &TestServer, name: &str, iso: &str) {
+    let store = open_store(&server.data_dir).expect("store");
+    let mut doc = store
+        .find(
+            shoal::store::Collection::Users,
+            &shoal::store::Query::new()
+                .with(shoal::store::Cond::Eq("username".into(), json!(name))),
+        )
+        .expect("find")
+        .pop()
+        .expect("the user");
+    doc.insert("registration_time".into(), json!({"$date": iso}));
+    store
+        .put(shoal::store::Collection::Users, &doc)
+        .expect("put");
+}
+
+fn user_field(server: &TestServer, name: &str, key: &str) -> Value {
+    let store = open_store(&server.data_dir).expect("store");
+    let doc = store
+        .find(
+            shoal::store::Collection::Users,
+            &shoal::store::Query::new()
+                .with(shoal::store::Cond::Eq("username".into(), json!(name))),
+        )
+        .expect("find")
+        .pop()
+        .expect("the user");
+    doc.get(key).cloned().unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_repository_outside_the_fork_network_is_refused_for_new_accounts_only() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "veteran", &[]);
+    registered_at(&server, "veteran", "2024-06-30T23:59:59.000Z");
+    let stranger = [
+        ("tests_repo", "https://github.com/stranger/Engine"),
+        ("new_tag", "main"),
+        ("base_tag", "main"),
+    ];
+
+    // Registered from 2025-07-01 on (alice, today): refused, nothing created.
+    let mut alice = logged_in(&server, "alice").await;
+    let page = submit(&mut alice, &stranger).await;
+    assert_eq!(page.status, 200);
+    assert!(error_at(&page.body, "tests_repo").contains("nor a fork of it"));
+    assert_eq!(run_count(&server), 0);
+
+    // Older: warned, and the run records the network's root as master_repo.
+    let mut veteran = logged_in(&server, "veteran").await;
+    let page = submit(&mut veteran, &stranger).await;
+    let id = created(&page);
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert_eq!(
+        run["args"]["tests_repo"],
+        "https://github.com/stranger/Engine"
+    );
+    assert_eq!(
+        run["args"]["master_repo"],
+        "https://github.com/stranger/Engine"
+    );
+    let page = veteran.get(&format!("/tests/view/{id}?follow=1")).await;
+    assert!(
+        page.body.contains(
+            "https://github.com/stranger/Engine is not a fork of official-stockfish/Stockfish"
+        ),
+        "{}",
+        page.body
+    );
+    // The repository a submission used becomes the profile's (Fishtest saves it).
+    assert_eq!(
+        user_field(&server, "veteran", "tests_repo"),
+        "https://github.com/stranger/Engine"
+    );
+
+    // A fork: no master_repo, and the profile follows the repository used.
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let id = created(
+        &submit(
+            &mut alice,
+            &[("tests_repo", FORK_URL), ("new_tag", "lmr-tweak")],
+        )
+        .await,
+    );
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert!(run["args"].get("master_repo").is_none(), "{}", run["args"]);
+    assert_eq!(user_field(&server, "alice", "tests_repo"), FORK_URL);
+}
+
+#[tokio::test]
+async fn commits_by_hand_with_no_repository_and_a_master_base_bench_checked() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+    let by_hand = |base_bench: &'static str| {
+        vec![
+            ("tests_repo", ""),
+            ("new_tag", "lmr-tweak"),
+            ("resolved_new", "aaaa000000000000000000000000000000000001"),
+            ("resolved_base", "3333333333333333333333333333333333333333"),
+            ("new_signature", "1893224"),
+            ("base_signature", base_bench),
+            ("run-info", "by hand"),
+        ]
+    };
+
+    // A master base's bench given by hand that is not master's: refused at the field.
+    let page = submit(&mut b, &by_hand("1234567")).await;
+    assert_eq!(page.status, 200);
+    let e = error_at(&page.body, "base_signature");
+    assert!(
+        e.contains("The base bench 1234567 is not the bench of master") && e.contains("1947203"),
+        "{e}"
+    );
+    assert_eq!(run_count(&server), 0);
+
+    // Master's bench: created, the empty repository taken as the official one (the field's
+    // hint says it may be left empty).
+    let id = created(&submit(&mut b, &by_hand("1947203")).await);
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert_eq!(
+        run["args"]["tests_repo"],
+        "https://github.com/official-stockfish/Stockfish"
+    );
+
+    // By branch name, a bench given by hand is checked too.
+    let page = submit(
+        &mut b,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "lmr-tweak"),
+            ("base_signature", "1234567"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        error_at(&page.body, "base_signature")
+            .contains("is not the bench of master in dev-one/Stockfish"),
+        "{}",
+        page.body
+    );
+
+    // GitHub down: the check is skipped, the test is still submitted.
+    let mut fake = fake;
+    fake.stop().await;
+    created(&submit(&mut b, &by_hand("1234567")).await);
+}
+
+#[tokio::test]
+async fn nets_are_checked_on_every_path() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    let mut b = logged_in(&server, "alice").await;
+    let missing = "nn-0123456789ab.nnue";
+    // Commits and nets by hand.
+    let page = submit(
+        &mut b,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "x"),
+            ("base_tag", "old-base"),
+            ("resolved_new", &sha('b')),
+            ("resolved_base", &sha('a')),
+            ("new_signature", "1893224"),
+            ("base_signature", "1947203"),
+            ("new_nets", missing),
+            ("run-info", "by hand"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    assert!(error_at(&page.body, "new_nets").contains(&format!("following net(s): {missing}")));
+    // The API.
+    let mut args = crate::fleet::sprt_args(0.0, 2.0);
+    args["base_nets"] = json!([missing]);
+    let (status, v) = server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": "alice", "password": crate::fleet::PASSWORD, "args": args}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap_or_default().contains(&format!(
+            "Missing net(s). Please upload to this server the following net(s): {missing}"
+        )),
+        "{v}"
+    );
+    assert_eq!(run_count(&server), 0);
+    // Uploaded, both take it; a rerun of a run whose net is gone is refused.
+    record_nets(&server, &[missing]);
+    let (status, v) = server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": "alice", "password": crate::fleet::PASSWORD, "args": args}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let old = v["run_id"].as_str().unwrap().to_string();
+    open_store(&server.data_dir)
+        .unwrap()
+        .delete(shoal::store::Collection::Nns, missing)
+        .unwrap();
+    let page = b.get(&format!("/tests/run?id={old}")).await;
+    let page = post_form(&mut b, &form_fields(&page.body)).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "base_nets").contains(missing));
+    assert_eq!(run_count(&server), 1);
+}
+
+/// The nets' documents as stored.
+fn net_doc(server: &TestServer, name: &str) -> Value {
+    let store = open_store(&server.data_dir).expect("store");
+    Value::Object(
+        store
+            .get(shoal::store::Collection::Nns, name)
+            .expect("get")
+            .expect("the net"),
+    )
+}
+
+#[tokio::test]
+async fn approval_marks_a_master_bases_tested_nets_is_master_and_the_page_warns_of_the_base() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "boss", &["--approver"]);
+    let (big, small) = ("nn-1c0000000000.nnue", "nn-37f18f62d772.nnue");
+    record_nets(&server, &[big, small]);
+    // The big net was tested before (both test records); the small one never was.
+    {
+        let store = open_store(&server.data_dir).expect("store");
+        let mut doc = store
+            .get(shoal::store::Collection::Nns, big)
+            .unwrap()
+            .unwrap();
+        let test = json!({"id": "64e74776233fd5e4ae5d9a65", "date": {"$date": "2025-01-01T00:00:00.000Z"}});
+        doc.insert("first_test".into(), test.clone());
+        doc.insert("last_test".into(), test);
+        store.put(shoal::store::Collection::Nns, &doc).unwrap();
+    }
+    let mut b = logged_in(&server, "alice").await;
+    // A base that is not on master, nor an ancestor of the new commit.
+    let off = created(
+        &submit(
+            &mut b,
+            &[
+                ("tests_repo", FORK_URL),
+                ("new_tag", "lmr-tweak"),
+                ("base_tag", "old-base"),
+            ],
+        )
+        .await,
+    );
+    let on = created(
+        &submit(
+            &mut b,
+            &[("tests_repo", FORK_URL), ("new_tag", "lmr-tweak")],
+        )
+        .await,
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = b.get(&format!("/tests/view/{off}")).await;
+        if page.body.contains("base is not an ancestor of master") {
+            break page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ancestry warning: {}",
+            page.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        page.body.contains("base is not an ancestor of new"),
+        "{}",
+        page.body
+    );
+    // A base on master that the new commit grows from: no such warning.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = b.get(&format!("/tests/view/{on}")).await;
+        if page.body.contains("class=\"run-diff\"") {
+            assert!(!page.body.contains("base is not"), "{}", page.body);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no diff: {}", page.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Approving the run whose base is off master marks nothing.
+    crate::fleet::approve(&server, "boss", &off).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(net_doc(&server, big).get("is_master").is_none());
+
+    // On master: the tested net becomes is_master (literal true); the never-tested one is
+    // left without it (Fishtest's schema refuses is_master without both test records).
+    crate::fleet::approve(&server, "boss", &on).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while net_doc(&server, big).get("is_master").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "never marked: {}",
+            net_doc(&server, big)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(net_doc(&server, big)["is_master"], json!(true));
+    let small_doc = net_doc(&server, small);
+    assert!(small_doc.get("is_master").is_none(), "{small_doc}");
+    // The base's nets are not the test's new nets: no test records were added to them.
+    assert!(small_doc.get("first_test").is_none(), "{small_doc}");
+}

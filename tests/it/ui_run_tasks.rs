@@ -506,6 +506,7 @@ async fn the_arguments_an_approver_checks_in_reading_order_and_spsa_in_full() {
     add_user(&server, "owner", &[]);
     let mut args = sprt_args(0.0, 2.0);
     args["new_nets"] = json!(["nn-0123456789ab.nnue"]);
+    crate::ui_submit::record_net(&server, "nn-0123456789ab.nnue");
     args["msg_new"] = json!("Tweak LMR");
     args["msg_base"] = json!("Bump the net");
     args["arch_filter"] = json!("avx2");

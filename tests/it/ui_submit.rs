@@ -131,6 +131,18 @@ async fn filled_form(b: &mut Browser<'_>) -> Vec<(String, String)> {
     )
 }
 
+/// Records a net as uploaded (every net a run names must be).
+pub(crate) fn record_net(server: &TestServer, name: &str) {
+    let store = crate::harness::open_store(&server.data_dir).expect("open");
+    let doc = json!({"_id": name, "name": name, "user": "alice", "downloads": 0});
+    store
+        .put(
+            shoal::store::Collection::Nns,
+            doc.as_object().expect("object"),
+        )
+        .expect("put");
+}
+
 fn run_count(server: &TestServer) -> u64 {
     let store = crate::harness::open_store(&server.data_dir).expect("open");
     store
@@ -352,12 +364,12 @@ async fn each_refusal_is_shown_next_to_its_field_with_the_input_kept() {
         (
             vec![("checkbox-arch-filter", "on"), ("arch-filter", "(")],
             "arch-filter",
-            "The arch filter \"(\" is not a valid regex",
+            "Invalid arch filter: ",
         ),
         (
             vec![("checkbox-arch-filter", "on"), ("arch-filter", "^sparc$")],
             "arch-filter",
-            "matches no supported arch",
+            "filter ^sparc$ has no compatible arches",
         ),
         (
             vec![("stop_rule", "forever")],
@@ -434,6 +446,7 @@ fn api_args(extra: Value) -> Value {
 async fn a_run_from_the_form_equals_one_from_the_api() {
     let server = TestServer::start().await;
     add_user(&server, "alice", &[]);
+    record_net(&server, "nn-0123456789ab.nnue");
     let mut alice = logged_in(&server, "alice").await;
     let form = filled_form(&mut alice).await;
     let params = "Tempo,10,0,50,2,0.002\nOther,5,0,20,1,0.002";
@@ -503,6 +516,7 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
     let server = TestServer::start().await;
     add_user(&server, "alice", &[]);
     add_user(&server, "bob", &[]);
+    record_net(&server, "nn-0123456789ab.nnue");
     let mut bob = logged_in(&server, "bob").await;
     let params = "Tempo,10,0,50,2,0.002";
     let runs = [
@@ -577,4 +591,41 @@ async fn a_secondary_shows_the_form_but_creates_nothing() {
     assert_eq!(page.status, 503);
     assert!(page.body.contains("Primary instance required."));
     assert_eq!(run_count(&server), 0);
+}
+
+#[tokio::test]
+async fn arch_filters_in_fishtests_regex_dialect() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    // Look-ahead, as Python's `re` takes it.
+    let id = create_run(
+        &server,
+        "alice",
+        api_args(json!({"num_games": 4000, "arch_filter": "^x86-64-(?!vnni|avx512)"})),
+    )
+    .await;
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert_eq!(run["args"]["arch_filter"], "^x86-64-(?!vnni|avx512)");
+    // One that does not compile, or matches no arch, is refused and creates nothing.
+    for (filter, says) in [
+        ("(?<=x86", "Invalid arch filter: "),
+        (
+            "^(?!x86|arm|ppc|e2k|apple|general|riscv|loongarch)",
+            "has no compatible arches",
+        ),
+    ] {
+        let (status, v) = server
+            .post_json(
+                "/api/create_run",
+                &json!({"username": "alice", "password": PASSWORD,
+                        "args": api_args(json!({"num_games": 4000, "arch_filter": filter}))}),
+            )
+            .await;
+        assert_eq!(status, 400, "{filter}: {v}");
+        assert!(
+            v["error"].as_str().unwrap_or_default().contains(says),
+            "{filter}: {v}"
+        );
+    }
+    assert_eq!(run_count(&server), 1);
 }

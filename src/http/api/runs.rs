@@ -4,7 +4,9 @@
 //! in the body or an API token (`Authorization: Bearer`, `http::auth::Cred`); the three run
 //! endpoints change data, so a read-only token is refused on them.
 //!
-//! Owns: the bodies of these endpoints and their replies.
+//! Owns: the bodies of these endpoints and their replies; the nets check of create_run (every
+//! net named must have been uploaded, `rundb::create::check_nets`); after an approval (here
+//! or on the run page), marking a master base's nets `is_master` in the background.
 //! Must not: contain run rules (that is `rundb::create` and the lifecycle).
 
 use std::sync::Arc;
@@ -109,7 +111,10 @@ pub async fn create_run(
     }
     let cred = cred(&headers, ip, req.username, req.password)?;
     let args = req.args;
+    let nets = state.nets.clone();
     let run_id = with_cred(&state, cred, "create_run", true, move |db, user| {
+        crate::rundb::create::check_nets(&args, |n| nets.known(n).unwrap_or(false))
+            .map_err(crate::rundb::RunDbError::BadArgs)?;
         db.create_run(args, &user)
     })
     .await?;
@@ -153,14 +158,52 @@ pub async fn approve_run(
         return Err(bad(format!("Invalid run_id: {}", req.run_id)));
     };
     let cred = cred(&headers, ip, req.username, req.password)?;
+    let id = run_id.as_str().to_string();
     with_cred(&state, cred, "approve_run", true, move |db, user| {
         db.approve_run(run_id.as_str(), &user)
     })
     .await?;
+    mark_master_nets(&state, id);
     Ok(reply(&ApproveRunReply {
         run_id: req.run_id,
         approved: true,
     }))
+}
+
+/// After an approval, in the background (the approver does not wait for GitHub): when the
+/// run's base commit is on official master, its nets get `is_master` (Fishtest's approval;
+/// `nets::mark_master` skips a net never tested, as Fishtest's schema requires).
+pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
+    let state = Arc::clone(state);
+    tokio::spawn(async move {
+        let db = state.rundb.clone();
+        let id = run_id.clone();
+        let run = match state.offload.run(move || db.get_run(&id)).await {
+            Ok(Ok(Some(run))) => run,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                tracing::warn!(run = %run_id, error = %e, "is_master not set");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "is_master not set");
+                return;
+            }
+        };
+        let names = run.args.base_nets.clone();
+        if names.is_empty() || state.github.on_master(&run.args.resolved_base).await != Some(true) {
+            return;
+        }
+        let nets = state.nets.clone();
+        match state.offload.run(move || nets.mark_master(&names)).await {
+            Ok(Ok(skipped)) if !skipped.is_empty() => {
+                tracing::info!(run = %run_id, ?skipped, "base nets not marked is_master");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(run = %run_id, error = %e, "is_master not set"),
+            Err(e) => tracing::warn!(run = %run_id, error = %e, "is_master not set"),
+        }
+    });
 }
 
 /// POST /api/purge_run: the manual purge (run owner or approver), as the run page's button.

@@ -245,9 +245,12 @@ pub async fn approve(
     form: Result<Form<RunIdForm>, FormRejection>,
 ) -> Response {
     let f = form_or_default(form);
-    control(state, headers, f.csrf_token, move |db, user| {
+    let (approved_tx, approved_rx) = tokio::sync::oneshot::channel::<String>();
+    let st = state.clone();
+    let response = control(state, headers, f.csrf_token, move |db, user| {
         db.approve_run(&f.run_id, user)
             .map(|()| {
+                let _ = approved_tx.send(f.run_id.clone());
                 if f.run_id.parse::<RunId>().is_ok() {
                     format!("approved&run={}", f.run_id)
                 } else {
@@ -256,7 +259,11 @@ pub async fn approve(
             })
             .map_err(refusal)
     })
-    .await
+    .await;
+    if let Ok(id) = approved_rx.await {
+        crate::http::api::runs::mark_master_nets(&st, id);
+    }
+    response
 }
 
 /// `POST /tests/stop`: the owner or an approver finishes an unfinished run, once confirmed.

@@ -239,11 +239,14 @@ pub async fn view(
         let following = super::follows::following(&ledger, ctx, &run.id)?;
         let table = table?;
         let heading = page_title(&run);
-        let diff = github
-            .stored_diff_blocking(&run.id)
-            .map(|d| super::run_diff::view(&d));
+        let kept = github.stored_diff_blocking(&run.id);
+        let diff = kept.as_ref().map(super::run_diff::view);
         let compare_url = super::run_diff::compare_url(&run);
-        let warnings = warnings(&run, &db.books());
+        let mut warnings = warnings(&run, &db.books());
+        // Where the base stood against master and the new commit, found with the diff.
+        if let Some(a) = kept.and_then(|k| k.ancestry) {
+            warnings.extend(a.warnings().into_iter().map(str::to_string));
+        }
         let d = detail(&run);
         let all = tasks(&run);
         // A link to the run shows its status and results in a chat or a forum's preview.
@@ -289,7 +292,21 @@ pub struct FollowQuery {
 /// The submit form's "submitted" message, while the run waits for approval.
 fn submitted_flash(l: Layout, run: &Run, submitted: bool, behind: Option<u64>) -> Layout {
     if submitted && !run.approved && !run.finished {
-        let l = l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED));
+        let mut l = l.flash(super::kit::Flash::info(super::submit::MSG_SUBMITTED));
+        // An account older than Fishtest's fork rule may still test from outside the fork
+        // network: it is told, every time.
+        if let Some(root) = run.args.master_repo.as_deref().filter(|m| !m.is_empty()) {
+            let repo = &run.args.tests_repo;
+            let network = if root == repo {
+                String::new()
+            } else {
+                format!(" (it is a fork of {root})")
+            };
+            l = l.flash(super::kit::Flash::warning(format!(
+                "{repo} is not a fork of official-stockfish/Stockfish{network}: please fork \
+                 official-stockfish/Stockfish and test from your fork."
+            )));
+        }
         match behind {
             Some(n) => l.flash(super::kit::Flash::warning(format!(
                 "{} is {n} commits behind official master: consider rebasing it.",

@@ -126,6 +126,7 @@ mod tests {
             diff: "diff --git a/src/x.cpp b/src/x.cpp\nindex 1..2 100644\n--- a/src/x.cpp\n+++ b/src/x.cpp\n@@ -1,2 +1,2 @@\n ctx\n-old\n+new\n+more\ndiff --git a/README b/README\n@@ -1 +1 @@\n-a\n+<b>\n".into(),
             truncated: false,
             fetched_at: 0,
+            ancestry: None,
         };
         let v = view(&d);
         assert_eq!(v.files.len(), 2);
@@ -151,6 +152,7 @@ mod tests {
             diff,
             truncated: true,
             fetched_at: 0,
+            ancestry: None,
         });
         assert!(!v.open && !v.files[0].open && v.truncated);
         assert_eq!(v.added, 500);

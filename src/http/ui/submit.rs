@@ -266,19 +266,31 @@ pub async fn submit(
     let mut from_github = false;
     let mut behind = None;
     let presetting = !f.apply_preset.trim().is_empty();
+    let typed_repo = !f.tests_repo.trim().is_empty();
     if primary
         && !presetting
         && let Some(user) = &ctx.user
-        && submit_github::needs_github(&f)
     {
-        let wanted = submit_github::wanted(&f, &user.tests_repo);
-        match state.github.resolve_submission(&wanted).await {
-            Ok(r) => {
-                submit_github::apply(&mut f, &r);
-                from_github = true;
-                behind = r.behind_by.filter(|b| *b > crate::github::BEHIND_WARNING);
+        if submit_github::needs_github(&f) {
+            let wanted = submit_github::wanted(&f, user);
+            match state.github.resolve_submission(&wanted).await {
+                Ok(r) => {
+                    submit_github::apply(&mut f, &r);
+                    from_github = true;
+                    behind = r.behind_by.filter(|b| *b > crate::github::BEHIND_WARNING);
+                }
+                Err(p) => problems = Some(p),
             }
-            Err(p) => problems = Some(p),
+        } else {
+            // Commits given by hand, or a rerun's: no GitHub resolution, but the same
+            // tests repository default and the same check of a master base's bench (skipped
+            // when GitHub cannot say).
+            submit_github::default_repo(&mut f, user, &state.github.official().url());
+            if f.rescheduled_from.trim().is_empty() {
+                problems = submit_github::check_base_bench(&state.github, &f)
+                    .await
+                    .map(|p| vec![p]);
+            }
         }
     }
     let compared = (
@@ -287,6 +299,7 @@ pub async fn submit(
         f.resolved_new.trim().to_string(),
     );
     let nets = state.nets.clone();
+    let accounts = state.accounts.clone();
     let (created_tx, created_rx) = tokio::sync::oneshot::channel::<String>();
     let response = continue_page(&state, keys, ctx, move |db, ctx, _| {
         if !primary {
@@ -318,13 +331,13 @@ pub async fn submit(
             extras.advanced_open = outage;
             return refused(f, errors, general, extras);
         }
-        if from_github {
-            let missing = submit_github::missing_nets(&f, |n| nets.known(n).unwrap_or(false));
-            if !missing.is_empty() {
-                extras.missing_nets = true;
-                extras.advanced_open = true;
-                return refused(f, missing, Vec::new(), extras);
-            }
+        // Every net named must have been uploaded, however the form was filled (GitHub, by
+        // hand, a rerun).
+        let missing = submit_github::missing_nets(&f, |n| nets.known(n).unwrap_or(false));
+        if !missing.is_empty() {
+            extras.missing_nets = true;
+            extras.advanced_open = true;
+            return refused(f, missing, Vec::new(), extras);
         }
         let args = match to_args(&f) {
             Ok(args) => args,
@@ -338,9 +351,18 @@ pub async fn submit(
                 );
             }
         };
+        let repo = args.tests_repo.clone();
         match db.submit_run(args, &user) {
             Ok(id) => {
                 tracing::info!(run = %id, user = %user.username, "run submitted");
+                // The repository a submission by branch name used becomes the profile's
+                // (Fishtest saves a changed `tests_repo`).
+                if from_github && typed_repo && repo != user.tests_repo {
+                    match accounts.set_tests_repo(&user.username, &repo) {
+                        Ok(()) => tracing::info!(user = %user.username, repo, "profile's tests repository saved"),
+                        Err(e) => tracing::warn!(user = %user.username, error = %e, "profile's tests repository not saved"),
+                    }
+                }
                 let _ = created_tx.send(id.clone());
                 match behind {
                     Some(n) => Page::redirect(format!("/tests/view/{id}?follow=1&behind={n}")),

@@ -78,6 +78,8 @@ pub fn in_words(arg: &str, message: &str) -> String {
         _ => return message.to_string(),
     };
     match message.strip_prefix(arg) {
+        // A refusal in Fishtest's own words after the name: the words alone.
+        Some(rest) if arg == "arch_filter" && rest.starts_with(": ") => rest[2..].to_string(),
         Some(rest) if rest.starts_with(' ') || rest.starts_with(':') => format!("{label}{rest}"),
         _ => message.to_string(),
     }

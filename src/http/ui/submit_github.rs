@@ -10,7 +10,8 @@
 use super::kit::Flash;
 use super::submit_args::FieldErrors;
 use super::submit_form::RunForm;
-use crate::github::{Field, Problem, Resolved, Wanted, parse};
+use crate::accounts::User;
+use crate::github::{Field, Github, Problem, Resolved, Wanted, parse};
 
 /// Whether the form needs GitHub: not a rerun (its commits are fixed) and no commit given by
 /// hand in the "advanced" fields.
@@ -21,9 +22,9 @@ pub fn needs_github(f: &RunForm) -> bool {
 }
 
 /// What the developer asked for; the tests repository defaults to their profile's.
-pub fn wanted(f: &RunForm, profile_repo: &str) -> Wanted {
+pub fn wanted(f: &RunForm, user: &User) -> Wanted {
     let repo = match f.tests_repo.trim() {
-        "" => profile_repo.trim(),
+        "" => user.tests_repo.trim(),
         typed => typed,
     };
     Wanted {
@@ -32,6 +33,19 @@ pub fn wanted(f: &RunForm, profile_repo: &str) -> Wanted {
         base_tag: f.base_branch.clone(),
         new_signature: f.test_signature.trim().parse().ok(),
         base_signature: f.base_signature.trim().parse().ok(),
+        registered_at: user.registration_time.0.timestamp(),
+    }
+}
+
+/// The tests repository of a form whose commits were given by hand (or a rerun's): the one
+/// typed, else the profile's, else the official repository (the field's hint says it may be
+/// left empty).
+pub fn default_repo(f: &mut RunForm, user: &User, official: &str) {
+    if f.tests_repo.trim().is_empty() {
+        f.tests_repo = match user.tests_repo.trim().trim_end_matches('/') {
+            "" => official.to_string(),
+            profile => profile.to_string(),
+        };
     }
 }
 
@@ -39,6 +53,7 @@ pub fn wanted(f: &RunForm, profile_repo: &str) -> Wanted {
 /// and subjects, the benches and nets the developer left empty, the info from the message.
 pub fn apply(f: &mut RunForm, r: &Resolved) {
     f.tests_repo = r.tests_repo.clone();
+    f.master_repo = r.master_repo.clone().unwrap_or_default();
     f.test_branch = r.new.tag.clone();
     f.base_branch = r.base.tag.clone();
     f.resolved_new = r.new.commit.sha.clone();
@@ -60,6 +75,17 @@ pub fn apply(f: &mut RunForm, r: &Resolved) {
     if f.run_info.trim().is_empty() {
         f.run_info = parse::info_of(&r.new.commit.message);
     }
+}
+
+/// A master base's bench given by hand, with the commits given by hand: it must be the bench
+/// of master in the tests repository (asked of GitHub; skipped when GitHub cannot say).
+pub async fn check_base_bench(github: &Github, f: &RunForm) -> Option<Problem> {
+    let base = f.base_branch.trim();
+    if !(base.is_empty() || base == "master") {
+        return None;
+    }
+    let typed: u64 = f.base_signature.trim().parse().ok()?;
+    github.check_master_bench(f.tests_repo.trim(), typed).await
 }
 
 /// The form field a problem shows next to.
@@ -103,7 +129,8 @@ pub fn missing_nets(f: &RunForm, known: impl Fn(&str) -> bool) -> FieldErrors {
     for (key, value) in [("new_nets", &f.new_nets), ("base_nets", &f.base_nets)] {
         let missing: Vec<&str> = value
             .split(|c: char| c.is_whitespace() || c == ',')
-            .filter(|n| !n.is_empty() && !known(n))
+            // A name that is not one is refused with the other arguments.
+            .filter(|n| crate::nets::valid_name(n) && !known(n))
             .collect();
         if !missing.is_empty() {
             errors.insert(
