@@ -319,3 +319,84 @@ fn the_fast_path_is_equal_in_effect_to_the_pool_path() {
         assert_eq!(comparable(&fast.get(id), false), before, "{id}");
     }
 }
+
+/// Plays `run` to its end, a task per worker (each playing `pattern`); the last reply.
+fn play_out(f: &Fixture, id: &str, pattern: &[usize]) -> TaskReply {
+    for n in 1..250 {
+        let Assignment::Task(t) = f.request(n) else {
+            panic!("no task for worker {n}");
+        };
+        assert_eq!(t.run_id, id);
+        let p = Pairs::default().play(t.num_games / 2, pattern);
+        let (reply, ticket) =
+            f.db.update_task(id, t.task_id, p.stats(), None, worker(n))
+                .expect("update");
+        f.durable(ticket);
+        if f.get(id).finished {
+            return reply;
+        }
+    }
+    panic!("the run never finished");
+}
+
+#[test]
+fn a_run_that_ends_is_logged_in_fishtests_words() {
+    let f = fixture();
+    let id = f.run(json!({"auto_purge": true}), true);
+    assert_eq!(
+        f.actions(&id)[0],
+        (
+            "new_run".into(),
+            "owner".into(),
+            "NumGames[10000] TC:10+0.1 Book:UHO_Lichess_4852_v1.epd Threads:1 Hash:16/16".into()
+        )
+    );
+    assert!(matches!(
+        play_out(&f, &id, &STRONG),
+        TaskReply::Alive(false)
+    ));
+    let run = f.checked(&id);
+    assert!(run.finished && run.is_green);
+    let p = run.results.pentanomial;
+    let e = crate::stats::get_elo(&p.map(|c| c as f64)).expect("elo");
+    // The purge's action goes with the journal's next group commit (made under the run's
+    // lock): wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let actions = loop {
+        let actions = f.actions(&id);
+        if actions.iter().any(|a| a.0 == "purge_run") || std::time::Instant::now() > deadline {
+            break actions;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let n = actions.len();
+    // The auto-purge under the run's owner, whatever it found; then the result line.
+    assert_eq!(
+        actions[n - 2],
+        (
+            "purge_run".into(),
+            "owner".into(),
+            "Auto purge (not performed): No bad workers".into()
+        )
+    );
+    assert_eq!(
+        actions[n - 1],
+        (
+            "finished_run".into(),
+            "owner".into(),
+            format!(
+                "Result:accepted Elo:{:.2}[{:.2},{:.2}] LOS:100% Games:{} Ptnml:[{},{},{},{},{}]",
+                e.elo,
+                e.elo - e.elo95,
+                e.elo + e.elo95,
+                run.results.games(),
+                p[0],
+                p[1],
+                p[2],
+                p[3],
+                p[4]
+            )
+        )
+    );
+    assert_eq!(run.results.games(), 10_000);
+}
