@@ -31,6 +31,7 @@ use crate::http::extract::ApiJson;
 use crate::http::limits;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::state::AppState;
+use crate::http::ui::kit::url::site_url;
 use crate::limits::{KeyCtx, Scope};
 use crate::rundb::model::{Stats, WorkerInfo};
 use crate::rundb::outcome::TaskReply;
@@ -115,7 +116,11 @@ pub async fn request_version(
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
-pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+pub async fn request_task(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+    call: WorkerCall,
+) -> ApiResult {
     let call = call.validate(&state, Needs::default())?;
     // Rate limits first, on the loop: a limited call costs no token and no password check.
     {
@@ -138,7 +143,11 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
     };
     let user = credentials(&state, login).await?;
     match state.scheduler.request_task(&user, call.wi).await {
-        Ok(Outcome::Served(reply, ticket)) => durable(replies::assignment(reply), ticket).await,
+        Ok(Outcome::Served(reply, ticket)) => {
+            // Where a blocked worker's message sends its owner (Fishtest's `host_url`).
+            let site = site_url(state.config.public_url.as_deref(), &headers);
+            durable(replies::assignment(reply, &site), ticket).await
+        }
         Ok(Outcome::TooBusy) => Ok(ApiReply::json(
             json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
         )),
