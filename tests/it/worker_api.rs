@@ -696,6 +696,17 @@ async fn pgn_upload_and_downloads() {
         r.headers().get("content-encoding").map(|v| v.as_bytes()),
         Some(&b"gzip"[..])
     );
+    // Saved under Fishtest's file name.
+    let disposition = |r: &reqwest::Response| {
+        r.headers()
+            .get("content-disposition")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        disposition(&r),
+        Some(format!("attachment; filename=\"{run}-{task_id}.pgn\""))
+    );
     assert_eq!(r.bytes().await.expect("bytes").as_ref(), pgn.as_slice());
     // A second task's PGN, then the whole run: members concatenated in task order.
     let reply = w.request_task(&server).await;
@@ -711,6 +722,10 @@ async fn pgn_upload_and_downloads() {
         .await
         .expect("get");
     assert_eq!(r.status(), 200);
+    assert_eq!(
+        disposition(&r),
+        Some(format!("attachment; filename=\"{run}.pgn.gz\""))
+    );
     let all = r.bytes().await.expect("bytes");
     assert_eq!(all.as_ref(), [pgn.clone(), pgn2].concat().as_slice());
     let (status, v) = server.get_json(&format!("/api/pgn/{run}-999.pgn")).await;

@@ -231,17 +231,28 @@ pub async fn serve_net(State(state): State<Arc<AppState>>, Path(name): Path<Stri
     r
 }
 
-fn gzip_response(body: Body, content_type: &'static str, encoded: bool) -> Response {
+/// A PGN download: `filename` (the name asked for, checked to be a run id and task index:
+/// nothing a header could not carry) as Fishtest's `Content-Disposition: attachment`.
+fn gzip_response(
+    body: Body,
+    content_type: &'static str,
+    encoded: bool,
+    filename: &str,
+) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if encoded {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
     r
 }
 
-/// GET /api/pgn/{run_id}-{task_id}.pgn: the stored gzip, as `Content-Encoding: gzip`.
+/// GET /api/pgn/{run_id}-{task_id}.pgn: the stored gzip, as `Content-Encoding: gzip`, named
+/// `<run_id>-<task_id>.pgn` (`Content-Disposition`, Fishtest's).
 #[utoipa::path(
     get,
     path = "/api/pgn/{name}",
@@ -275,10 +286,12 @@ pub async fn download_pgn(
         stream_pgns(&state, vec![last]),
         "application/x-chess-pgn",
         true,
+        &name,
     ))
 }
 
-/// GET /api/run_pgns/{run_id}.pgn.gz: every task's gzip member, in task order.
+/// GET /api/run_pgns/{run_id}.pgn.gz: every task's gzip member, in task order, named
+/// `<run_id>.pgn.gz` (`Content-Disposition`, Fishtest's).
 #[utoipa::path(
     get,
     path = "/api/run_pgns/{name}",
@@ -310,5 +323,6 @@ pub async fn download_run_pgns(
         stream_pgns(&state, list),
         "application/gzip",
         false,
+        &name,
     ))
 }
