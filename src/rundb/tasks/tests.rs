@@ -400,3 +400,53 @@ fn a_run_that_ends_is_logged_in_fishtests_words() {
     );
     assert_eq!(run.results.games(), 10_000);
 }
+
+#[test]
+fn a_run_without_pair_counts_is_purged_on_its_wins_losses_and_draws() {
+    let f = fixture();
+    let id = f.run(json!({}), true);
+    let mut tasks = Vec::new();
+    for n in 1..=6 {
+        let Assignment::Task(t) = f.request(n) else {
+            panic!("no task for worker {n}");
+        };
+        tasks.push(t.task_id);
+    }
+    {
+        // As a run imported from before Fishtest counted pairs: W/L/D only. The last worker's
+        // results are far out of line.
+        let entry = f.db.entry(&id).expect("entry").expect("run");
+        let mut run = entry.run.lock();
+        let mut results = Stats::default();
+        for (i, &t) in tasks.iter().enumerate() {
+            let (wins, losses, draws) = if i == 5 {
+                (300, 20, 80)
+            } else {
+                (100, 100, 200)
+            };
+            let stats = Stats {
+                wins,
+                losses,
+                draws,
+                ..Stats::default()
+            };
+            run.tasks[t].stats = stats;
+            results.add(&stats);
+        }
+        run.results = results;
+        assert!(!run.counts_pairs());
+    }
+    f.db.stop_run_by_user(&id, &f.owner).expect("stop");
+    let outcome = f.db.purge_run(&id, &f.owner).expect("purge");
+    assert_eq!(
+        outcome.purged,
+        vec![tasks[5]],
+        "the chi² on W/L/D finds the worker"
+    );
+    let run = f.get(&id);
+    assert_eq!(run.results.games(), 5 * 400);
+    assert_eq!(
+        f.last_action(&id),
+        ("purge_run".into(), "owner".into(), "Manual purge".into())
+    );
+}
