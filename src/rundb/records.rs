@@ -335,6 +335,26 @@ mod tests {
         assert!(compared >= 7, "{compared} compared");
     }
 
+    /// The rule the run core follows (`RunDb::auto_purge_locked`'s callers), as the sample
+    /// shows it: an auto-purge is logged under the run's owner, a manual one under whoever
+    /// purged.
+    #[test]
+    fn the_samples_auto_purges_are_under_the_runs_owner() {
+        let runs = runs();
+        let mut auto = 0;
+        for a in sample(Collection::Actions) {
+            let s = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            if s("action") != "purge_run" || !s("message").starts_with("Auto purge") {
+                continue;
+            }
+            let run = runs.iter().find(|r| r.id == s("run_id")).expect("the run");
+            assert_eq!(s("username"), run.args.username);
+            assert!(run.args.auto_purge);
+            auto += 1;
+        }
+        assert_eq!(auto, 2);
+    }
+
     #[test]
     fn summary_line_variants() {
         let mut run = runs()
