@@ -450,3 +450,41 @@ fn a_run_without_pair_counts_is_purged_on_its_wins_losses_and_draws() {
         ("purge_run".into(), "owner".into(), "Manual purge".into())
     );
 }
+
+#[test]
+fn a_run_failed_by_a_worker_logs_that_its_auto_purge_was_not_performed() {
+    let f = fixture();
+    let id = f.run(json!({"auto_purge": true}), true);
+    let Assignment::Task(t) = f.request(1) else {
+        panic!("no task");
+    };
+    // A user with Fishtest's 1000 CPU hours may fail a run.
+    f.db.ledger.add_cpu_hours("other", 1000.0);
+    let (_, ticket) =
+        f.db.stop_run(&id, t.task_id, "Wrong bench", &worker(1))
+            .expect("stop_run");
+    f.durable(ticket);
+    let run = f.get(&id);
+    assert!(run.finished && run.failed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let actions = loop {
+        let actions = f.actions(&id);
+        if actions.iter().any(|a| a.0 == "stop_run") || std::time::Instant::now() > deadline {
+            break actions;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let n = actions.len();
+    assert_eq!(
+        actions[n - 2],
+        (
+            "purge_run".into(),
+            "owner".into(),
+            "Auto purge (not performed): You cannot purge a failed run".into()
+        )
+    );
+    assert_eq!(
+        (actions[n - 1].0.as_str(), actions[n - 1].2.as_str()),
+        ("stop_run", "Wrong bench")
+    );
+}
