@@ -138,12 +138,30 @@ pub async fn download_net(
 /// when a trusted proxy (`trusted_proxies`) says so in `X-Forwarded-Proto`, else `http`. A
 /// request without a usable host gets a relative redirect (empty base).
 fn own_base(state: &AppState, req: &Request) -> String {
-    let host = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_string())
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    host_url(
+        state,
+        req.uri().authority().map(|a| a.as_str()),
+        req.headers(),
+        peer,
+    )
+}
+
+/// [`own_base`] from the request's parts: the URI's authority if any, the headers, the socket
+/// peer (whose trust decides `X-Forwarded-Proto`). Empty without a usable host.
+pub(crate) fn host_url(
+    state: &AppState,
+    authority: Option<&str>,
+    headers: &axum::http::HeaderMap,
+    peer: Option<SocketAddr>,
+) -> String {
+    let host = authority
+        .map(str::to_string)
         .or_else(|| {
-            req.headers()
+            headers
                 .get(header::HOST)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
@@ -156,19 +174,15 @@ fn own_base(state: &AppState, req: &Request) -> String {
     let Some(host) = host else {
         return String::new();
     };
-    let peer_trusted = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|c| {
-            state
-                .config
-                .trusted_proxies
-                .iter()
-                .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == c.0.ip()))
-        });
+    let peer_trusted = peer.is_some_and(|p| {
+        state
+            .config
+            .trusted_proxies
+            .iter()
+            .any(|t| t.parse::<IpAddr>().is_ok_and(|ip| ip == p.ip()))
+    });
     let https = peer_trusted
-        && req
-            .headers()
+        && headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));

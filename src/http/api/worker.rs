@@ -31,7 +31,6 @@ use crate::http::extract::ApiJson;
 use crate::http::limits;
 use crate::http::reply::{ApiError, ApiReply, ApiResult};
 use crate::http::state::AppState;
-use crate::http::ui::kit::url::site_url;
 use crate::limits::{KeyCtx, Scope};
 use crate::rundb::model::{Stats, WorkerInfo};
 use crate::rundb::outcome::TaskReply;
@@ -116,11 +115,13 @@ pub async fn request_version(
         (status = 503, description = "Not the primary instance", body = ErrorReply),
     )
 )]
-pub async fn request_task(
-    State(state): State<Arc<AppState>>,
-    headers: axum::http::HeaderMap,
-    call: WorkerCall,
-) -> ApiResult {
+pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
+    // Where a blocked worker's message sends its owner: `public_url`, else Fishtest's
+    // `request.host_url`.
+    let site = match &state.config.public_url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => super::files::host_url(&state, None, &call.headers, Some(call.peer)),
+    };
     let call = call.validate(&state, Needs::default())?;
     // Rate limits first, on the loop: a limited call costs no token and no password check.
     {
@@ -144,8 +145,6 @@ pub async fn request_task(
     let user = credentials(&state, login).await?;
     match state.scheduler.request_task(&user, call.wi).await {
         Ok(Outcome::Served(reply, ticket)) => {
-            // Where a blocked worker's message sends its owner (Fishtest's `host_url`).
-            let site = site_url(state.config.public_url.as_deref(), &headers);
             durable(replies::assignment(reply, &site), ticket).await
         }
         Ok(Outcome::TooBusy) => Ok(ApiReply::json(
