@@ -488,3 +488,34 @@ fn a_run_failed_by_a_worker_logs_that_its_auto_purge_was_not_performed() {
         ("stop_run", "Wrong bench")
     );
 }
+
+#[test]
+fn a_fixed_games_runs_flags_come_from_its_pair_counts() {
+    let f = fixture();
+    let id = f.run(json!({}), true);
+    let Assignment::Task(t) = f.request(1) else {
+        panic!("no task");
+    };
+    {
+        // Pairs of a win and a loss count as even pairs: on the pairs this run is clearly
+        // better (LOS ≈ 1), on W/L/D alone it is not (LOS ≈ 0.82).
+        let entry = f.db.entry(&id).expect("entry").expect("run");
+        let mut run = entry.run.lock();
+        let stats = Stats {
+            wins: 540,
+            losses: 510,
+            draws: 50,
+            pentanomial: [0, 10, 500, 40, 0],
+            ..Stats::default()
+        };
+        assert_eq!(stats.check(), Ok(()));
+        run.tasks[t.task_id].stats = stats;
+        run.results = stats;
+    }
+    f.db.stop_run_by_user(&id, &f.owner).expect("stop");
+    let run = f.get(&id);
+    assert!(
+        run.is_green && !run.is_yellow,
+        "green, as Fishtest's flags say"
+    );
+}
