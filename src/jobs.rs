@@ -34,7 +34,7 @@ pub struct JobContext {
     /// The book refusals already logged (`name sri`), so a bad book is logged once, not at
     /// every refresh.
     pub refused_books: parking_lot::Mutex<std::collections::HashSet<String>>,
-    /// PGN retention, when `pgn_retention_days` is set.
+    /// PGN retention, when any of its windows is set (`pgn_retention_*days`).
     pub pgn_retention: Option<Arc<PgnRetention>>,
 }
 
@@ -354,7 +354,7 @@ pub fn spawn_jobs(state: &Arc<JobContext>) -> Vec<tokio::task::JoinHandle<()>> {
     jobs
 }
 
-/// PGN retention's first pass after start, then its period (`pgn_retention_days`).
+/// PGN retention's first pass after start, then its period.
 const PGN_RETENTION_FIRST: Duration = Duration::from_secs(5);
 const PGN_RETENTION_PERIOD: Duration = Duration::from_secs(3600);
 

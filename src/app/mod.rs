@@ -197,10 +197,19 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 source,
             })?,
     );
-    let pgn_retention = config
-        .pgn_retention_days()
-        .filter(|_| config.is_primary())
-        .map(|days| Arc::new(crate::rundb::retention::PgnRetention::new(days)));
+    let pgn_retention = if config.is_primary() {
+        use crate::store::PgnClass;
+        let d = config.pgn_retention();
+        crate::rundb::retention::PgnRetention::new(&[
+            (PgnClass::Stc, d.stc),
+            (PgnClass::Ltc, d.ltc),
+            (PgnClass::Deleted, d.deleted),
+            (PgnClass::Unfinished, d.unfinished),
+        ])
+        .map(Arc::new)
+    } else {
+        None
+    };
     let jobs = Arc::new(crate::jobs::JobContext {
         config: Arc::clone(&config),
         offload: offload.clone(),

@@ -69,6 +69,9 @@ pub const KEYS: &[&str] = &[
     "flush_runs_per_tick",
     "cache_keep_s",
     "pgn_retention_days",
+    "pgn_retention_ltc_days",
+    "pgn_retention_deleted_days",
+    "pgn_retention_unfinished_days",
     "secret",
     "log",
     "debug_endpoints",
@@ -168,9 +171,14 @@ pub struct Config {
     /// How long a finished run stays in the cache after it was last loaded or written (the
     /// `clean_cache` job evicts it then). Read through [`Config::cache_keep`].
     cache_keep_s: f64,
-    /// PGNs of runs finished more than this many days ago are deleted (0: kept for ever).
-    /// Read through [`Config::pgn_retention_days`].
+    /// PGN retention (Fishtest's `purge_pgns.py`), in days since a run's `last_updated` (0:
+    /// that class keeps its PGNs): finished short-time-control runs, finished
+    /// long-time-control ones, deleted ones, unfinished ones. Read through
+    /// [`Config::pgn_retention`].
     pgn_retention_days: i64,
+    pgn_retention_ltc_days: i64,
+    pgn_retention_deleted_days: i64,
+    pgn_retention_unfinished_days: i64,
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
@@ -247,7 +255,10 @@ impl Default for Config {
             scavenge_interval_s: 60.0,
             flush_runs_per_tick: 8,
             cache_keep_s: 300.0,
-            pgn_retention_days: 0,
+            pgn_retention_days: 1,
+            pgn_retention_ltc_days: 10,
+            pgn_retention_deleted_days: 10,
+            pgn_retention_unfinished_days: 50,
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
@@ -286,8 +297,22 @@ pub enum ConfigError {
 /// explains the choice.
 pub const DEFAULT_ADMISSION_QUEUE: usize = 20_000;
 
-/// The longest `pgn_retention_days` (100 years): anything longer is a typo, not a policy.
+/// The longest PGN retention window (100 years): anything longer is a typo, not a policy.
 pub const MAX_PGN_RETENTION_DAYS: i64 = 36_500;
+
+/// PGN retention's windows in days, 0 where a class keeps its PGNs (Fishtest's defaults: 1,
+/// 10, 10, 50).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgnRetentionDays {
+    /// Finished, not deleted, short time control (`pgn_retention_days`).
+    pub stc: u32,
+    /// Finished, not deleted, long time control (`pgn_retention_ltc_days`).
+    pub ltc: u32,
+    /// Finished and deleted (`pgn_retention_deleted_days`).
+    pub deleted: u32,
+    /// Not finished (`pgn_retention_unfinished_days`).
+    pub unfinished: u32,
+}
 
 impl Config {
     /// The net directory: `nn_dir`, or `<data_dir>/nn` when it is unset.
@@ -376,11 +401,15 @@ impl Config {
         defs
     }
 
-    /// `pgn_retention_days`: `None` when PGN retention is off (0).
-    pub fn pgn_retention_days(&self) -> Option<u32> {
-        u32::try_from(self.pgn_retention_days)
-            .ok()
-            .filter(|d| *d > 0)
+    /// PGN retention's windows (validated: each from 0 to [`MAX_PGN_RETENTION_DAYS`]).
+    pub fn pgn_retention(&self) -> PgnRetentionDays {
+        let days = |d: i64| u32::try_from(d).unwrap_or(0);
+        PgnRetentionDays {
+            stc: days(self.pgn_retention_days),
+            ltc: days(self.pgn_retention_ltc_days),
+            deleted: days(self.pgn_retention_deleted_days),
+            unfinished: days(self.pgn_retention_unfinished_days),
+        }
     }
 
     /// `cache_keep_s`.

@@ -116,6 +116,11 @@ fn each_rule_names_its_key() {
         ("pgn_retention_days = -1", "pgn_retention_days"),
         ("pgn_retention_days = 36501", "pgn_retention_days"),
         ("pgn_retention_days = 1.5", "pgn_retention_days"),
+        ("pgn_retention_ltc_days = -1", "pgn_retention_ltc_days"),
+        (
+            "pgn_retention_unfinished_days = 36501",
+            "pgn_retention_unfinished_days",
+        ),
         ("scavenge_interval_s = 0", "scavenge_interval_s"),
         ("books_file = \"\"", "books_file"),
         ("nn_dir = \"\"", "nn_dir"),
@@ -208,15 +213,31 @@ fn durations_are_typed() {
 }
 
 #[test]
-fn pgn_retention_is_off_by_default_and_read_in_days() {
-    assert_eq!(Config::default().pgn_retention_days(), None);
+fn pgn_retention_is_fishtests_by_default_and_read_in_days() {
+    let d = Config::default().pgn_retention();
+    assert_eq!(
+        (d.stc, d.ltc, d.deleted, d.unfinished),
+        (1, 10, 10, 50),
+        "purge_pgns.py's numbers"
+    );
     let c = Config::from_sources(Some("pgn_retention_days = 0"), "t", env(&[])).expect("valid");
-    assert_eq!(c.pgn_retention_days(), None);
-    let c =
-        Config::from_sources(None, "t", env(&[("SHOAL_PGN_RETENTION_DAYS", "90")])).expect("valid");
-    assert_eq!(c.pgn_retention_days(), Some(90));
+    assert_eq!(c.pgn_retention().stc, 0);
+    assert_eq!(c.pgn_retention().ltc, 10);
+    let c = Config::from_sources(
+        None,
+        "t",
+        env(&[
+            ("SHOAL_PGN_RETENTION_DAYS", "90"),
+            ("SHOAL_PGN_RETENTION_UNFINISHED_DAYS", "0"),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(c.pgn_retention().stc, 90);
+    assert_eq!(c.pgn_retention().unfinished, 0);
     let e = err_text("pgn_retention_days = -7", &[]);
     assert!(e.contains("not -7"), "{e}");
+    let e = err_text("pgn_retention_deleted_days = 40000", &[]);
+    assert!(e.contains("pgn_retention_deleted_days"), "{e}");
 }
 
 #[test]

@@ -192,15 +192,27 @@ impl Config {
                  scavenges dead tasks",
             ));
         }
-        if !(0..=MAX_PGN_RETENTION_DAYS).contains(&self.pgn_retention_days) {
-            return Err(invalid(
-                "pgn_retention_days",
-                format!(
-                    "must be 0 (keep every PGN) or a number of days from 1 to \
-                     {MAX_PGN_RETENTION_DAYS}, not {}",
-                    self.pgn_retention_days
-                ),
-            ));
+        for (key, days) in [
+            ("pgn_retention_days", self.pgn_retention_days),
+            ("pgn_retention_ltc_days", self.pgn_retention_ltc_days),
+            (
+                "pgn_retention_deleted_days",
+                self.pgn_retention_deleted_days,
+            ),
+            (
+                "pgn_retention_unfinished_days",
+                self.pgn_retention_unfinished_days,
+            ),
+        ] {
+            if !(0..=MAX_PGN_RETENTION_DAYS).contains(&days) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "must be 0 (keep these PGNs) or a number of days from 1 to \
+                         {MAX_PGN_RETENTION_DAYS}, not {days}"
+                    ),
+                ));
+            }
         }
         if let Some(url) = &self.nn_url
             && !(url.starts_with("http://") || url.starts_with("https://"))

@@ -115,16 +115,20 @@ async fn kv_get(State(state): State<Arc<AppState>>, Path(key): Path<String>) -> 
 async fn pgn_retention(State(state): State<Arc<AppState>>) -> ApiResult {
     let Some(retention) = state.pgn_retention.clone() else {
         return Err(ApiError::BadRequest(
-            "PGN retention is off (pgn_retention_days = 0) or this is not the primary".into(),
+            "PGN retention is off (every pgn_retention_*days = 0) or this is not the primary"
+                .into(),
         ));
     };
     let summary = retention
         .pass(&state.rundb, &state.offload)
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(ApiReply::json(
-        json!({"days": retention.days(), "pass": summary}),
-    ))
+    let days: serde_json::Map<String, Value> = retention
+        .windows()
+        .iter()
+        .map(|(class, days)| (class.name().to_string(), json!(days)))
+        .collect();
+    Ok(ApiReply::json(json!({"days": days, "pass": summary})))
 }
 
 /// Runs the periodic job `name` once (the same `jobs::run_job` the periodic task calls: in

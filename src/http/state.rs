@@ -57,7 +57,8 @@ pub struct AppState {
     pub debug: DebugState,
     /// What the periodic jobs run on (the same components, for `jobs::run_job`).
     pub jobs: Arc<crate::jobs::JobContext>,
-    /// PGN retention, on the primary when `pgn_retention_days` is set (`app` runs its passes).
+    /// PGN retention, on the primary when a `pgn_retention_*days` window is set (`app` runs
+    /// its passes).
     pub pgn_retention: Option<Arc<crate::rundb::retention::PgnRetention>>,
 }
 

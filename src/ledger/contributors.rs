@@ -1,7 +1,8 @@
 //! The contributors table: per user, the CPU hours and games their workers contributed, the
-//! tests they submitted and when they last contributed — all time, and for "top month"
-//! (Fishtest's: the unfinished runs, whenever they started, plus the finished runs started in
-//! the last 30 days): one bucket per unfinished run the user took part in, moved into a
+//! tests they submitted and when they last contributed — all time (Fishtest's: the finished
+//! runs only), and for "top month" (Fishtest's: the unfinished runs, whenever they started,
+//! plus the finished runs started in the last 30 days): one bucket per unfinished run the
+//! user took part in, which counts for the month at once and joins the all-time totals and a
 //! bucket per start day when the run finishes ([`Ledger::run_finished`]), so the month is a
 //! sum of a few buckets and days older than the month can be dropped.
 //!
@@ -9,7 +10,7 @@
 //! games and hours (under its run's lock: memory only), a run created adds a test; the
 //! write-behind ([`Ledger::persist_contributors`]) writes each changed user's document to
 //! `kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
-//! start; when the marker `contributors:built:2` is missing (a store from before this table)
+//! start; when the marker `contributors:built:3` is missing (a store from before this table)
 //! it rebuilds them from the stored runs once ([`StoredRuns`]), then writes the marker. A
 //! secondary reads the documents again when its copy is older than [`SECONDARY_RELOAD`].
 //! Games per hour come from the active tasks, recomputed by the `update_nps_gpm` job.
@@ -29,8 +30,8 @@ use crate::store::{Collection, Cond, Date, Doc, Query};
 /// The `kind` and `_id` prefix of the stored documents.
 const KIND: &str = "contributor";
 /// Written once the table has been built from the stored runs.
-/// (`:2`: the table with the unfinished runs' buckets; a table built before is rebuilt once.)
-const MARKER: &str = "contributors:built:2";
+/// (`:3`: all time counts finished runs only; a table built before is rebuilt once.)
+const MARKER: &str = "contributors:built:3";
 /// "Top month": finished runs started within this many days (and every unfinished run).
 pub const MONTH_DAYS: i64 = 30;
 /// A secondary re-reads the stored table when its copy is older than this.
@@ -51,14 +52,14 @@ pub struct Contributor {
     pub cpu_hours: f64,
     pub games: u64,
     pub tests: u64,
-    /// The end of their newest finished task.
+    /// The end of their newest task in a finished run.
     pub last_updated: Option<Date>,
     /// `YYYY-MM-DD` (a finished run's start day) → that day's totals, the last
     /// [`MONTH_DAYS`] + 1.
     #[serde(default)]
     pub days: BTreeMap<String, DayTotals>,
     /// Run id → what the user contributed to that run while it is unfinished (all of it
-    /// counts for the month, however old the run).
+    /// counts for the month, however old the run; none of it for all time until it ends).
     #[serde(default)]
     pub open: BTreeMap<String, OpenRun>,
 }
@@ -70,6 +71,9 @@ pub struct OpenRun {
     pub day: String,
     #[serde(flatten)]
     pub totals: DayTotals,
+    /// The end of the user's newest task in the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Date>,
 }
 
 /// A row as the contributors pages show it.
@@ -185,12 +189,13 @@ impl Table {
                 .or_insert_with(|| OpenRun {
                     day,
                     totals: DayTotals::default(),
+                    last_updated: None,
                 })
                 .totals
         }
     }
 
-    /// A run finished: its buckets move to their start day.
+    /// A run finished: its buckets join the all-time totals and move to their start day.
     fn finish(&mut self, run_id: &str) {
         for user in self.open_runs.remove(run_id).unwrap_or_default() {
             let Some(row) = self.rows.get_mut(&user) else {
@@ -199,6 +204,12 @@ impl Table {
             let Some(open) = row.open.remove(run_id) else {
                 continue;
             };
+            row.cpu_hours += open.totals.cpu_hours;
+            row.games = row.games.saturating_add(open.totals.games);
+            row.tests = row.tests.saturating_add(open.totals.tests);
+            if let Some(at) = open.last_updated {
+                newest(&mut row.last_updated, at);
+            }
             let d = row.days.entry(open.day).or_default();
             d.cpu_hours += open.totals.cpu_hours;
             d.games = d.games.saturating_add(open.totals.games);
@@ -217,29 +228,49 @@ impl Table {
             })
     }
 
+    /// A task's games and hours: all time at once when its run is finished, else when the
+    /// run finishes ([`Table::finish`]); the month at once either way.
     fn add_task(&mut self, task: &TaskContribution) {
         let (games, hours, at) = (task.games, task.cpu_hours, task.ended);
         if games == 0 {
             return;
         }
         let day = day_of(&task.run_started);
-        let row = self.row(&task.username);
-        row.cpu_hours += hours;
-        row.games = row.games.saturating_add(games);
-        if row.last_updated.as_ref().is_none_or(|l| l.0 < at.0) {
-            row.last_updated = Some(at);
+        if task.run_finished {
+            let row = self.row(&task.username);
+            row.cpu_hours += hours;
+            row.games = row.games.saturating_add(games);
+            newest(&mut row.last_updated, at);
         }
         let d = self.bucket(&task.username, &task.run_id, task.run_finished, day);
         d.cpu_hours += hours;
         d.games = d.games.saturating_add(games);
+        if !task.run_finished
+            && let Some(open) = self
+                .rows
+                .get_mut(&task.username)
+                .and_then(|r| r.open.get_mut(&task.run_id))
+        {
+            newest(&mut open.last_updated, at);
+        }
     }
 
+    /// A test submitted: all time once its run is finished, the month at once.
     fn add_test(&mut self, username: &str, started: &Date, run_id: &str, finished: bool) {
         let day = day_of(started);
-        let row = self.row(username);
-        row.tests = row.tests.saturating_add(1);
+        if finished {
+            let row = self.row(username);
+            row.tests = row.tests.saturating_add(1);
+        }
         let d = self.bucket(username, run_id, finished, day);
         d.tests = d.tests.saturating_add(1);
+    }
+}
+
+/// Keeps the later of `slot` and `at`.
+fn newest(slot: &mut Option<Date>, at: Date) {
+    if slot.as_ref().is_none_or(|l| l.0 < at.0) {
+        *slot = Some(at);
     }
 }
 
@@ -481,9 +512,20 @@ mod tests {
             all.fold((0, 0), |(g, n), d| (g + d.games, n + d.tests))
         };
         assert_eq!(month(&t), (11, 1), "the old unfinished run and the new one");
-        assert_eq!(t.rows["w"].games, 111, "all time counts everything");
+        let w = &t.rows["w"];
+        assert_eq!(
+            (w.games, w.tests),
+            (100, 0),
+            "all time counts finished runs only (Fishtest's)"
+        );
         t.finish("old-open");
         assert_eq!(month(&t), (1, 0), "finished, it is as old as its start");
+        let w = &t.rows["w"];
+        assert_eq!(
+            (w.games, w.tests),
+            (110, 1),
+            "the finished run joins all time"
+        );
         assert!(t.rows["w"].open.contains_key("new"));
         assert!(!t.open_runs.contains_key("old-open"));
         // Read back, the index is rebuilt from the rows.
@@ -493,5 +535,6 @@ mod tests {
         again.finish("new");
         assert_eq!(month(&again), (1, 0));
         assert!(again.rows["w"].open.is_empty());
+        assert_eq!(again.rows["w"].games, 111);
     }
 }

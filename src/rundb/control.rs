@@ -361,16 +361,9 @@ impl RunDb {
         let mut run = entry.run.lock();
         stop_refusal(&run, run_id, by)?;
         self.finish_run(&entry, &mut run)?;
-        let mut purge = None;
-        if run.args.auto_purge && run.args.spsa.is_none() {
-            let outcome = self.purge_locked(&entry, &mut run, crate::purge::AUTO_PURGE)?;
-            let message = if outcome.purged.is_empty() {
-                "Auto purge (not performed): No bad workers".to_string()
-            } else {
-                "Auto purge".to_string()
-            };
-            purge = Some((outcome, run_fields(&run, Some(message))));
-        }
+        let purge = self
+            .auto_purge_locked(&entry, &mut run)?
+            .map(|(outcome, message)| (outcome, run_fields(&run, Some(message))));
         let submitter = run.args.username.clone();
         let stopped = run_fields(&run, Some("User stop".into()));
         drop(run);

@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use super::cache::{Prio, RunEntry};
-use super::model::WorkerInfo;
+use super::model::{Run, WorkerInfo};
 use super::outcome::TaskReply;
-use super::records::run_fields;
+use super::records::{new_run_message, run_fields};
 use super::transitions::PurgeOutcome;
 use super::{DbResult, Op, RunDb, RunDbError, Ticket, create, secs_since};
 use crate::accounts::User;
@@ -53,7 +53,7 @@ impl RunDb {
         self.unfinished.write().push(id.clone());
         self.ledger
             .add_test_submitted(&run.args.username, &run.start_time, &run.id);
-        let f = run_fields(&run, Some(run.args.info.clone()));
+        let f = run_fields(&run, Some(new_run_message(&run)));
         self.ledger
             .log_action("new_run", &user.username, f)
             .map_err(RunDbError::from)?;
@@ -141,8 +141,46 @@ impl RunDb {
         run.failures += 1;
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
         self.finish_run(&entry, &mut run)?;
+        // Fishtest's stop runs the auto-purge, which a failed run refuses (and logs so).
+        if let Some((_, message)) = self.auto_purge_locked(&entry, &mut run)? {
+            let owner = run.args.username.clone();
+            self.locked_action("purge_run", &owner, run_fields(&run, Some(message)));
+        }
         self.task_action("stop_run", &run, task_id, &short)?;
         Ok((TaskReply::Done, Some(ticket)))
+    }
+
+    /// Fishtest's auto-purge inside a stop, for a run with `auto_purge` that is not SPSA (the
+    /// run just finished, its lock held): the purge with the strict thresholds, unless the
+    /// run is too old or failed. Returns what it did and the `purge_run` message, which the
+    /// caller logs under the run's owner: `Auto purge`, or `Auto purge (not performed): <why>`
+    /// (too old, failed, or no bad workers). `None`: the run is not auto-purged.
+    pub(super) fn auto_purge_locked(
+        &self,
+        entry: &RunEntry,
+        run: &mut Run,
+    ) -> DbResult<Option<(PurgeOutcome, String)>> {
+        if !run.args.auto_purge || run.args.spsa.is_some() {
+            return Ok(None);
+        }
+        let refused = if secs_since(&run.start_time) > PURGE_WINDOW.as_secs_f64() {
+            Some("Run too old to be purged")
+        } else if run.failed {
+            Some("You cannot purge a failed run")
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            let message = format!("Auto purge (not performed): {why}");
+            return Ok(Some((PurgeOutcome::default(), message)));
+        }
+        let outcome = self.purge_locked(entry, run, crate::purge::AUTO_PURGE)?;
+        let message = if outcome.purged.is_empty() {
+            "Auto purge (not performed): No bad workers"
+        } else {
+            "Auto purge"
+        };
+        Ok(Some((outcome, message.into())))
     }
 
     /// The manual purge (docs/protocol.md#dead-tasks-and-purge): run owner or approver; only

@@ -24,19 +24,28 @@ pub use crate::protocol::Stats;
 impl Stats {
     /// crash_or_time: more than 3 crashes, or over 20 games with more than 10% time losses.
     pub fn crash_or_time(&self) -> bool {
-        crate::purge::crash_or_time(&self.to_purge())
+        crate::purge::crash_or_time(&self.to_purge(false))
     }
 
-    /// The purge module's view of these counts.
-    pub fn to_purge(&self) -> crate::purge::PurgeStats {
+    /// The purge module's view of these counts: with the pair counts when the run counts
+    /// pairs (`pairs`, [`Run::counts_pairs`]), else W/L/D alone, as Fishtest's purge sees a
+    /// task without a `pentanomial` field.
+    pub fn to_purge(&self, pairs: bool) -> crate::purge::PurgeStats {
         crate::purge::PurgeStats {
             wins: self.wins,
             losses: self.losses,
             draws: self.draws,
             crashes: self.crashes,
             time_losses: self.time_losses,
-            pentanomial: Some(self.pentanomial),
+            pentanomial: pairs.then_some(self.pentanomial),
         }
+    }
+
+    /// The pair counts when these results record them: any pair counted, or no game played
+    /// yet. Every run shoal creates counts pairs; a run imported from before Fishtest counted
+    /// them has games and no pair counts (its missing `pentanomial` reads as zeros).
+    pub fn pairs(&self) -> Option<[u64; 5]> {
+        (self.pentanomial.iter().any(|c| *c > 0) || self.games() == 0).then_some(self.pentanomial)
     }
 }
 
@@ -286,6 +295,12 @@ pub struct Run {
 }
 
 impl Run {
+    /// Whether the run counts game pairs ([`Stats::pairs`] of its results): the purge's table
+    /// and the statistics then read the pentanomial, else W/L/D.
+    pub fn counts_pairs(&self) -> bool {
+        self.results.pairs().is_some()
+    }
+
     /// Games still to hand out.
     pub fn remaining_games(&self) -> u64 {
         self.args.num_games.saturating_sub(self.committed_games)

@@ -38,8 +38,8 @@ pub struct TaskAssignment {
 /// Why request_task refused a worker (a 200 reply with `error`: the worker backs off).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    /// The worker's short name is blocked.
-    BlockedWorker { name: String },
+    /// The worker's short name is blocked; `message` is the one its blocker left.
+    BlockedWorker { name: String, message: String },
     /// Another worker with the same name sent an update recently.
     DuplicateName { name: String, seconds_ago: u64 },
     /// The user's machine limit from this address is reached.

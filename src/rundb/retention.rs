@@ -1,29 +1,34 @@
-//! PGN retention (`pgn_retention_days`): the PGNs of runs that finished longer ago than the
-//! setting are deleted, and on SQLite the freed pages are given back to the file system.
+//! PGN retention, Fishtest's (`purge_pgns.py`): the PGNs of a run are deleted once its
+//! `last_updated` is older than its class's window: a finished short-time-control run
+//! (`pgn_retention_days`, 1 day), a finished long-time-control one
+//! (`pgn_retention_ltc_days`, 10), a deleted one (`pgn_retention_deleted_days`, 10), an
+//! unfinished one (`pgn_retention_unfinished_days`, 50); a window of 0 keeps that class's
+//! PGNs. On SQLite the freed pages are given back to the file system.
 //!
-//! "Finished at" is a finished run's `last_updated`: `finish_run` sets it when the run
-//! finishes, and only a person's later change (modify, purge) moves it, later still; so a run
-//! loses its PGNs no sooner than `pgn_retention_days` after it finished. An unfinished run
-//! never loses them, however old; nor does a finished run without a `last_updated` date.
+//! A finished run's `last_updated` is when it finished (only a person's later change, modify
+//! or purge, moves it, later still); an unfinished run's is its last update, so a run that
+//! still gets games never loses its PGNs. A run without a `last_updated` date keeps them.
 //!
-//! A pass (the primary's periodic job, or `/debug/pgn_retention` in the tests) walks the
-//! finished runs older than the cutoff in (`last_updated`, `_id`) order, [`RUN_PAGE`] a step
-//! (indexed fields only, never a run document), deletes the PGNs of those that have any,
-//! [`PGN_BATCH`] PGNs (at most [`BATCH_BYTES`]) a step, then gives free pages back,
-//! [`RECLAIM_PAGES`] a step. Every step is one short store call in its own pool job:
-//! [`PgnRetention::pass`] awaits the pool between steps, so a pass of any size holds a pool
-//! token, and the store's writer, only for one step at a time. Where the walk ended is kept in
-//! memory: the next pass starts there and only looks at runs that crossed the cutoff since (a
-//! restart walks every old finished run once).
+//! A pass (the primary's periodic job, or `/debug/pgn_retention` in the tests) walks each
+//! class in turn: its runs older than the class's cutoff in (`last_updated`, `_id`) order,
+//! [`RUN_PAGE`] a step (indexed fields, and the class of the runs that have PGNs), deletes the
+//! PGNs of those of the class that have any, [`PGN_BATCH`] PGNs (at most [`BATCH_BYTES`]) a
+//! step, then gives free pages back, [`RECLAIM_PAGES`] a step. Every step is one short store
+//! call in its own pool job: [`PgnRetention::pass`] awaits the pool between steps, so a pass
+//! of any size holds a pool token, and the store's writer, only for one step at a time. Where
+//! each class's walk ended is kept in memory: the next pass starts there and only looks at
+//! runs that crossed the cutoff since (a restart walks every old run once). (Fishtest's cron
+//! job looks back 60 days only, having done the days before on earlier runs; a walk that
+//! resumes where it ended does the same work once.)
 //!
-//! Owns: the pass (its steps, their bounds, the walk's position), the log line and the
+//! Owns: the pass (its steps, their bounds, the walks' positions), the log line and the
 //! `shoal_pgn_retention_*` series.
 //! Must not: take any lock of the run database or the scheduler (`sched`, the run cache, a
 //! run's lock, the journal): it works on the store alone, and the store checks, in the
-//! transaction that deletes a batch, that the run is still finished and old enough; delete
-//! anything but PGNs.
+//! transaction that deletes a batch, that the run is still of the class and old enough;
+//! delete anything but PGNs.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,7 +36,7 @@ use serde::Serialize;
 
 use super::{DbResult, RunDb, RunDbError};
 use crate::offload::{Offload, OffloadError};
-use crate::store::{Date, RunPosition};
+use crate::store::{Date, PgnClass, RetentionWindow, RunPosition};
 
 /// Finished runs looked at per walking step.
 pub const RUN_PAGE: usize = 200;
@@ -58,7 +63,7 @@ pub const PASSES_TOTAL: &str = "shoal_pgn_retention_passes_total";
 /// What a pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RetentionSummary {
-    /// Old finished runs looked at.
+    /// Runs older than their class's cutoff looked at.
     pub runs_checked: u64,
     /// Runs whose PGNs were deleted.
     pub runs: u64,
@@ -89,9 +94,10 @@ enum Phase {
 /// One pass's state, carried from step to step.
 #[derive(Debug)]
 pub struct RetentionPass {
-    cutoff: Date,
-    /// Every run up to here, in walk order, is done.
-    done_up_to: Option<RunPosition>,
+    /// The classes still to walk, the front one now.
+    windows: VecDeque<RetentionWindow>,
+    /// Per class, every run up to here, in walk order, is done.
+    walked: BTreeMap<PgnClass, RunPosition>,
     /// The last run of the page being emptied (done once `queue` is).
     page_end: Option<RunPosition>,
     /// Runs of the page with PGNs left to delete.
@@ -104,15 +110,26 @@ pub struct RetentionPass {
 }
 
 impl RetentionPass {
-    /// A pass deleting the PGNs of runs finished more than `days` days before `now`, walking
-    /// from `after`.
-    pub fn new(days: u32, now: Date, after: Option<RunPosition>) -> DbResult<RetentionPass> {
-        let cutoff = chrono::TimeDelta::try_days(i64::from(days))
-            .and_then(|d| now.0.checked_sub_signed(d))
-            .ok_or(RunDbError::NoDateBefore { days })?;
+    /// A pass deleting the PGNs of each class's runs last updated more than its `days` days
+    /// before `now`, each class's walk resuming from `walked`.
+    pub fn new(
+        windows: &[(PgnClass, u32)],
+        now: Date,
+        walked: BTreeMap<PgnClass, RunPosition>,
+    ) -> DbResult<RetentionPass> {
+        let mut ws = VecDeque::new();
+        for &(class, days) in windows {
+            let cutoff = chrono::TimeDelta::try_days(i64::from(days))
+                .and_then(|d| now.0.checked_sub_signed(d))
+                .ok_or(RunDbError::NoDateBefore { days })?;
+            ws.push_back(RetentionWindow {
+                class,
+                cutoff: Date(cutoff),
+            });
+        }
         Ok(RetentionPass {
-            cutoff: Date(cutoff),
-            done_up_to: after,
+            windows: ws,
+            walked,
             page_end: None,
             queue: VecDeque::new(),
             front_deleted: false,
@@ -135,8 +152,9 @@ impl RetentionPass {
         }
         if self.queue.is_empty()
             && let Some(end) = self.page_end.take()
+            && let Some(w) = self.windows.front()
         {
-            self.done_up_to = Some(end);
+            self.walked.insert(w.class, end);
         }
     }
 }
@@ -147,13 +165,14 @@ impl RunDb {
     pub fn pgn_retention_step(&self, pass: &mut RetentionPass) -> DbResult<bool> {
         match pass.phase {
             Phase::Walk => {
+                let Some(window) = pass.windows.front().cloned() else {
+                    pass.phase = Phase::Reclaim;
+                    return Ok(true);
+                };
                 if let Some(run) = pass.queue.front().cloned() {
-                    let d = self.store.pgn_delete_expired(
-                        &run,
-                        &pass.cutoff,
-                        PGN_BATCH,
-                        BATCH_BYTES,
-                    )?;
+                    let d = self
+                        .store
+                        .pgn_delete_expired(&run, &window, PGN_BATCH, BATCH_BYTES)?;
                     let s = &mut pass.summary;
                     s.pgns = s.pgns.saturating_add(d.count);
                     s.bytes = s.bytes.saturating_add(d.bytes);
@@ -168,18 +187,19 @@ impl RunDb {
                     return Ok(true);
                 }
                 let page = self.store.expired_pgn_runs(
-                    &pass.cutoff,
-                    pass.done_up_to.as_ref(),
+                    &window,
+                    pass.walked.get(&window.class),
                     RUN_PAGE,
                 )?;
                 let Some(last) = page.last else {
-                    pass.phase = Phase::Reclaim;
+                    // This class is walked to its cutoff: the next one.
+                    pass.windows.pop_front();
                     return Ok(true);
                 };
                 pass.summary.runs_checked = pass.summary.runs_checked.saturating_add(page.runs);
                 pass.queue = page.with_pgns.into();
                 if pass.queue.is_empty() {
-                    pass.done_up_to = Some(last);
+                    pass.walked.insert(window.class, last);
                 } else {
                     pass.page_end = Some(last);
                 }
@@ -200,19 +220,35 @@ impl RunDb {
     }
 }
 
-/// The primary's PGN retention: the setting, and where the last pass's walk ended.
+/// The primary's PGN retention: the windows, and where the last pass's walks ended.
 #[derive(Debug)]
 pub struct PgnRetention {
-    days: u32,
-    /// Where the walk ended; the lock also makes passes (the periodic job, the debug route)
-    /// run one after the other. An async mutex of its own: held across the pool awaits of a
-    /// pass, never by blocking code.
-    walked: tokio::sync::Mutex<Option<RunPosition>>,
+    /// Each class retention applies to, and its days (never 0).
+    windows: Vec<(PgnClass, u32)>,
+    /// Where each class's walk ended; the lock also makes passes (the periodic job, the debug
+    /// route) run one after the other. An async mutex of its own: held across the pool awaits
+    /// of a pass, never by blocking code.
+    walked: tokio::sync::Mutex<BTreeMap<PgnClass, RunPosition>>,
+}
+
+/// The windows as the log shows them: `stc=1d ltc=10d …`.
+fn windows_text(windows: &[(PgnClass, u32)]) -> String {
+    let parts: Vec<String> = windows
+        .iter()
+        .map(|(c, d)| format!("{}={d}d", c.name()))
+        .collect();
+    parts.join(" ")
 }
 
 impl PgnRetention {
-    /// Retention after `days` days; its series start at 0 on `/metrics`.
-    pub fn new(days: u32) -> PgnRetention {
+    /// Retention with these windows (a class with 0 days is left out: its PGNs are kept);
+    /// `None` when every class keeps its PGNs. Its series start at 0 on `/metrics`.
+    pub fn new(windows: &[(PgnClass, u32)]) -> Option<PgnRetention> {
+        let windows: Vec<(PgnClass, u32)> =
+            windows.iter().copied().filter(|(_, d)| *d > 0).collect();
+        if windows.is_empty() {
+            return None;
+        }
         for name in [
             DELETED_TOTAL,
             BYTES_FREED_TOTAL,
@@ -222,14 +258,15 @@ impl PgnRetention {
         ] {
             metrics::counter!(name).increment(0);
         }
-        PgnRetention {
-            days,
-            walked: tokio::sync::Mutex::new(None),
-        }
+        Some(PgnRetention {
+            windows,
+            walked: tokio::sync::Mutex::new(BTreeMap::new()),
+        })
     }
 
-    pub fn days(&self) -> u32 {
-        self.days
+    /// Each class retention applies to, and its days.
+    pub fn windows(&self) -> &[(PgnClass, u32)] {
+        &self.windows
     }
 
     /// One whole pass, each step a pool job of its own; logs what it deleted and gave back.
@@ -240,8 +277,8 @@ impl PgnRetention {
     ) -> Result<RetentionSummary, RetentionError> {
         let mut walked = self.walked.lock().await;
         let started = Instant::now();
-        let mut pass = RetentionPass::new(self.days, Date::now(), walked.clone())?;
-        let cutoff = pass.cutoff.to_iso();
+        let mut pass = RetentionPass::new(&self.windows, Date::now(), walked.clone())?;
+        let windows = windows_text(&self.windows);
         let outcome = loop {
             let db = db.clone();
             let (back, step) = offload
@@ -257,28 +294,26 @@ impl PgnRetention {
                 Err(e) => break Err(e),
             }
         };
-        *walked = pass.done_up_to.clone();
+        *walked = pass.walked.clone();
         let s = pass.summary;
         let seconds = started.elapsed().as_secs_f64();
         match outcome {
             Ok(()) => {
                 metrics::counter!(PASSES_TOTAL).increment(1);
                 tracing::info!(
-                    days = self.days,
-                    %cutoff,
+                    %windows,
                     runs = s.runs,
                     pgns = s.pgns,
                     bytes_freed = s.bytes,
                     reclaimed_bytes = s.reclaimed_bytes,
                     seconds,
-                    "pgn retention: deleted the PGNs of runs finished before the cutoff"
+                    "pgn retention: deleted the PGNs of runs older than their class's window"
                 );
                 Ok(s)
             }
             Err(e) => {
                 tracing::error!(
-                    days = self.days,
-                    %cutoff,
+                    %windows,
                     runs = s.runs,
                     pgns = s.pgns,
                     bytes_freed = s.bytes,
@@ -304,8 +339,20 @@ mod tests {
 
     /// A run document with just what retention reads.
     fn put_run(store: &dyn Store, id: &str, finished: bool, updated: Date) {
-        let doc = json!({"_id": id, "finished": finished, "last_updated": updated.to_value(),
-                         "args": {"username": "x"}});
+        put_run_of(store, id, finished, false, "10+0.1", updated);
+    }
+
+    fn put_run_of(
+        store: &dyn Store,
+        id: &str,
+        finished: bool,
+        deleted: bool,
+        tc: &str,
+        updated: Date,
+    ) {
+        let doc = json!({"_id": id, "finished": finished, "deleted": deleted,
+                         "last_updated": updated.to_value(),
+                         "args": {"username": "x", "tc": tc}});
         let serde_json::Value::Object(doc) = doc else {
             panic!("object")
         };
@@ -365,7 +412,8 @@ mod tests {
             .pgn_put("c00000000000000000000001-0", b"keep")
             .expect("pgn");
 
-        let mut pass = RetentionPass::new(30, Date::now(), None).expect("pass");
+        let stc = [(PgnClass::Stc, 30)];
+        let mut pass = RetentionPass::new(&stc, Date::now(), BTreeMap::new()).expect("pass");
         let steps = run_all(db, &mut pass);
         let s = pass.summary();
         assert_eq!(s.runs, 2);
@@ -390,7 +438,7 @@ mod tests {
             1
         );
         assert_eq!(
-            pass.done_up_to.as_ref().map(|p| p.id.as_str()),
+            pass.walked.get(&PgnClass::Stc).map(|p| p.id.as_str()),
             Some(old[1]),
             "the walk ends at the newest old run"
         );
@@ -403,7 +451,7 @@ mod tests {
             true,
             days_ago(31),
         );
-        let mut next = RetentionPass::new(30, Date::now(), pass.done_up_to.clone()).expect("pass");
+        let mut next = RetentionPass::new(&stc, Date::now(), pass.walked.clone()).expect("pass");
         run_all(db, &mut next);
         assert_eq!(next.summary().pgns, 1);
         assert_eq!(next.summary().runs_checked, 1);
@@ -429,12 +477,65 @@ mod tests {
         let id = "a00000000000000000000009";
         put_run(store.as_ref(), id, true, days_ago(90));
         store.pgn_put(&format!("{id}-0"), b"x").expect("pgn");
-        let mut pass = RetentionPass::new(30, Date::now(), None).expect("pass");
+        let stc = [(PgnClass::Stc, 30)];
+        let mut pass = RetentionPass::new(&stc, Date::now(), BTreeMap::new()).expect("pass");
         assert!(db.pgn_retention_step(&mut pass).expect("walk"));
         assert_eq!(pass.queue.len(), 1);
         put_run(store.as_ref(), id, false, Date::now());
         run_all(db, &mut pass);
         assert_eq!(pass.summary().pgns, 0);
         assert_eq!(store.pgn_list_run(id).expect("list").len(), 1);
+    }
+
+    #[test]
+    fn each_class_keeps_its_pgns_for_fishtests_number_of_days() {
+        let f = testkit::fixture();
+        let (db, store) = (&f.db, f.store.clone());
+        // (id, finished, deleted, tc, days since last updated, loses its PGNs)
+        let runs = [
+            ("a00000000000000000000001", true, false, "10+0.1", 2, true),
+            ("a00000000000000000000002", true, false, "10+0.1", 0, false),
+            ("a00000000000000000000003", true, false, "60+0.6", 5, false),
+            ("a00000000000000000000004", true, false, "60+0.6", 11, true),
+            ("a00000000000000000000005", true, false, "20+0.2", 11, true),
+            ("a00000000000000000000006", true, true, "10+0.1", 5, false),
+            ("a00000000000000000000007", true, true, "10+0.1", 11, true),
+            (
+                "a00000000000000000000008",
+                false,
+                false,
+                "10+0.1",
+                40,
+                false,
+            ),
+            ("a00000000000000000000009", false, false, "10+0.1", 51, true),
+        ];
+        for (id, finished, deleted, tc, days, _) in runs {
+            put_run_of(store.as_ref(), id, finished, deleted, tc, days_ago(days));
+            store.pgn_put(&format!("{id}-0"), b"pgn").expect("pgn");
+        }
+        let retention = PgnRetention::new(&[
+            (PgnClass::Stc, 1),
+            (PgnClass::Ltc, 10),
+            (PgnClass::Deleted, 10),
+            (PgnClass::Unfinished, 50),
+        ])
+        .expect("on");
+        let mut pass =
+            RetentionPass::new(retention.windows(), Date::now(), BTreeMap::new()).expect("pass");
+        run_all(db, &mut pass);
+        for (id, .., gone) in runs {
+            let left = store.pgn_list_run(id).expect("list").len();
+            assert_eq!(left, usize::from(!gone), "{id}");
+        }
+        assert_eq!(pass.summary().runs, 5);
+        // A class with 0 days keeps its PGNs; none at all: no retention.
+        assert_eq!(
+            PgnRetention::new(&[(PgnClass::Stc, 0), (PgnClass::Ltc, 3)])
+                .expect("on")
+                .windows(),
+            &[(PgnClass::Ltc, 3)]
+        );
+        assert!(PgnRetention::new(&[(PgnClass::Stc, 0)]).is_none());
     }
 }

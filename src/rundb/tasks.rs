@@ -17,7 +17,7 @@ use serde_json::json;
 use super::cache::{Prio, RunEntry};
 use super::model::{Run, Stats, WorkerInfo};
 use super::outcome::{TaskReply, UpdateRejection};
-use super::records::{run_fields, run_label};
+use super::records::{finished_run_message, run_fields, run_label};
 use super::trajectory::Point;
 use super::transitions::sprt_results;
 use super::{DbResult, RunDb, RunDbError, Ticket, now};
@@ -276,19 +276,17 @@ impl RunDb {
         if a.decided {
             let ticket = self.commit(entry, &mut run, &[task_id], Prio::High)?;
             self.finish_run(entry, &mut run)?;
-            // Auto-purge (never for SPSA) runs inside the stop: it may revive the run.
-            if run.args.auto_purge && run.args.spsa.is_none() {
-                let outcome = self.purge_locked(entry, &mut run, crate::purge::AUTO_PURGE)?;
-                if !outcome.purged.is_empty() {
-                    let message = format!("Auto-purged {} tasks", outcome.purged.len());
-                    let f = run_fields(&run, Some(message));
-                    self.locked_action("purge_run", "fishtest.system", f);
-                }
+            // Auto-purge (never for SPSA) runs inside the stop: it may revive the run. Logged
+            // under the run's owner, whatever it did (Fishtest's words).
+            if let Some((outcome, message)) = self.auto_purge_locked(entry, &mut run)? {
+                let f = run_fields(&run, Some(message));
+                let owner = run.args.username.clone();
+                self.locked_action("purge_run", &owner, f);
                 if outcome.revived {
                     return Ok((TaskReply::Alive(false), Some(ticket)));
                 }
             }
-            let f = run_fields(&run, Some(format!("{:?}", run.results)));
+            let f = run_fields(&run, Some(finished_run_message(&run)));
             let username = run.args.username.clone();
             drop(run);
             self.ledger.log_action("finished_run", &username, f)?;

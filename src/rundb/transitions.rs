@@ -136,12 +136,13 @@ impl RunDb {
         thresholds: crate::purge::PurgeThresholds,
     ) -> DbResult<PurgeOutcome> {
         let plan = {
+            let pairs = run.counts_pairs();
             let view: Vec<crate::purge::PurgeTask<'_>> = run
                 .tasks
                 .iter()
                 .map(|t| crate::purge::PurgeTask {
                     unique_key: &t.worker_info.unique_key,
-                    stats: t.stats.to_purge(),
+                    stats: t.stats.to_purge(pairs),
                     bad: t.bad,
                 })
                 .collect();
@@ -218,12 +219,23 @@ impl RunDb {
     }
 }
 
+/// Results as `update_SPRT` and `SPRT_elo` read them: the pair counts when the run counts
+/// pairs ([`Stats::pairs`]), else W/L/D alone.
 pub(super) fn sprt_results(s: &Stats) -> crate::stats::Results {
     crate::stats::Results {
         wins: s.wins,
         losses: s.losses,
         draws: s.draws,
-        pentanomial: Some(s.pentanomial),
+        pentanomial: s.pairs(),
+    }
+}
+
+/// What a fixed-games run's Elo and LOS are computed from (Fishtest's `get_elo` input): the
+/// pair counts when the run counts pairs, else `[L, D, W]`.
+pub(super) fn fixed_games_data(r: &Stats) -> Vec<f64> {
+    match r.pairs() {
+        Some(p) => p.iter().map(|c| *c as f64).collect(),
+        None => vec![r.losses as f64, r.draws as f64, r.wins as f64],
     }
 }
 
@@ -239,9 +251,7 @@ fn run_flags(run: &Run) -> crate::purge::RunFlags {
     } else if run.args.spsa.is_some() {
         RunKind::Spsa
     } else {
-        let r = &run.results;
-        let trinomial = [r.losses as f64, r.draws as f64, r.wins as f64];
-        let los = crate::stats::get_elo(&trinomial).map_or(0.5, |e| e.los);
+        let los = crate::stats::get_elo(&fixed_games_data(&run.results)).map_or(0.5, |e| e.los);
         RunKind::FixedGames { los }
     };
     run_flags(kind, run.results.wins, run.results.losses)

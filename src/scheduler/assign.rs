@@ -117,6 +117,11 @@ impl Scheduler {
         }
         let store = self.runs.store();
         let mut doc = store.get(Collection::Workers, short)?.unwrap_or_default();
+        let message = doc
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         doc.insert("_id".into(), json!(short));
         doc.insert("worker_name".into(), json!(short));
         doc.insert("last_updated".into(), now().to_value());
@@ -124,6 +129,7 @@ impl Scheduler {
         drop(blocked);
         Ok(Some(Refusal::BlockedWorker {
             name: short.to_string(),
+            message,
         }))
     }
 

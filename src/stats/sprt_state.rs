@@ -43,6 +43,16 @@ impl EloModel {
         }
     }
 
+    /// The brackets Fishtest writes a model's bounds in: BayesElo `[…]`, logistic `{…}`,
+    /// normalized `<…>`.
+    pub fn brackets(self) -> (char, char) {
+        match self {
+            EloModel::BayesElo => ('[', ']'),
+            EloModel::Logistic => ('{', '}'),
+            EloModel::Normalized => ('<', '>'),
+        }
+    }
+
     /// Parses Fishtest's spelling; `None` for anything else (the reference
     /// asserts).
     pub fn parse(s: &str) -> Option<Self> {
@@ -170,6 +180,13 @@ pub struct SprtRecord {
 }
 
 impl SprtRecord {
+    /// The bounds as Fishtest writes them (`format_bounds`): `elo0,elo1` with two decimals in
+    /// the model's brackets, e.g. `<0.00,2.00>`.
+    pub fn bounds_text(&self) -> String {
+        let (open, close) = self.elo_model.brackets();
+        format!("{open}{:.2},{:.2}{close}", self.elo0, self.elo1)
+    }
+
     /// Fishtest's `SPRT(alpha, beta, elo0, elo1, elo_model, batch_size)`: a
     /// fresh record with state `""`, llr 0, the bounds ln(β/(1−α)) and
     /// ln((1−β)/α), and a zeroed overshoot record.

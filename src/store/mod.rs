@@ -179,6 +179,52 @@ pub struct RunPosition {
     pub id: String,
 }
 
+/// The runs a PGN retention walk looks at, each kept its own number of days (Fishtest's
+/// `purge_pgns.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PgnClass {
+    /// Finished, not deleted, short time control.
+    Stc,
+    /// Finished, not deleted, long time control: `args.tc` starts with a number from 20 up
+    /// (Fishtest's `^([2-9][0-9])|([1-9][0-9][0-9])`).
+    Ltc,
+    /// Finished and deleted.
+    Deleted,
+    /// Not finished, not deleted.
+    Unfinished,
+}
+
+impl PgnClass {
+    pub const ALL: [PgnClass; 4] = [
+        PgnClass::Stc,
+        PgnClass::Ltc,
+        PgnClass::Deleted,
+        PgnClass::Unfinished,
+    ];
+
+    /// The name logs, replies and settings use.
+    pub fn name(self) -> &'static str {
+        match self {
+            PgnClass::Stc => "stc",
+            PgnClass::Ltc => "ltc",
+            PgnClass::Deleted => "deleted",
+            PgnClass::Unfinished => "unfinished",
+        }
+    }
+
+    /// Whether the class's runs are finished ones.
+    pub fn finished(self) -> bool {
+        self != PgnClass::Unfinished
+    }
+}
+
+/// Where PGN retention deletes: the runs of `class` whose `last_updated` is before `cutoff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionWindow {
+    pub class: PgnClass,
+    pub cutoff: Date,
+}
+
 /// A page of [`Store::expired_pgn_runs`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExpiredRuns {
@@ -297,24 +343,25 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&PgnHandle>,
         limit: usize,
     ) -> StoreResult<Vec<(String, PgnInfo)>>;
-    /// PGN retention's walk: up to `limit` finished runs whose `last_updated` is before
-    /// `cutoff`, in (`last_updated`, `_id`) order after `after` (from the oldest when `None`),
-    /// and which of them still have PGNs. Reads only the runs' indexed fields, never a whole
-    /// run document.
+    /// PGN retention's walk: up to `limit` runs, finished or not as `window`'s class is,
+    /// whose `last_updated` is before its cutoff, in (`last_updated`, `_id`) order after
+    /// `after` (from the oldest when `None`), and which of them still have PGNs and are of the
+    /// class (deleted or not, the time control). Reads the runs' indexed fields, and the class
+    /// of those with PGNs only.
     fn expired_pgn_runs(
         &self,
-        cutoff: &Date,
+        window: &RetentionWindow,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> StoreResult<ExpiredRuns>;
     /// Deletes a batch of `run_id`'s PGNs (oldest first): at most `limit` of them, and no more
     /// than `max_bytes` of stored bytes unless the first alone is larger; but only if the run
-    /// is, when the batch is deleted, finished with `last_updated` before `cutoff` (a run
-    /// revived or changed since the walk keeps its PGNs: nothing is deleted).
+    /// is, when the batch is deleted, of `window`'s class with `last_updated` before its
+    /// cutoff (a run revived or changed since the walk keeps its PGNs: nothing is deleted).
     fn pgn_delete_expired(
         &self,
         run_id: &str,
-        cutoff: &Date,
+        window: &RetentionWindow,
         limit: usize,
         max_bytes: u64,
     ) -> StoreResult<PgnsDeleted>;

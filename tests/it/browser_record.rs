@@ -99,8 +99,9 @@ async fn an_approver_reads_the_action_log_and_accepts_a_pending_user() {
     let body = body_text(&c).await;
     assert!(body.contains("Showing 1 of 1"), "{body}");
     screenshot(&c, "actions_accept_user").await;
-    // The contributors (alice submitted a test) and the approver's own profile.
-    c.goto(&server.url("/contributors"))
+    // This month's contributors (alice submitted a test, not finished yet) and the
+    // approver's own profile.
+    c.goto(&server.url("/contributors/monthly"))
         .await
         .expect("contributors");
     let text = wait_for_answer(&c, "Tests submitted").await;

@@ -208,20 +208,20 @@ impl shoal::store::Store for OffThread {
     }
     fn expired_pgn_runs(
         &self,
-        cutoff: &shoal::store::Date,
+        window: &shoal::store::RetentionWindow,
         after: Option<&shoal::store::RunPosition>,
         limit: usize,
     ) -> shoal::store::StoreResult<shoal::store::ExpiredRuns> {
-        off_thread(|| self.0.expired_pgn_runs(cutoff, after, limit))
+        off_thread(|| self.0.expired_pgn_runs(window, after, limit))
     }
     fn pgn_delete_expired(
         &self,
         run_id: &str,
-        cutoff: &shoal::store::Date,
+        window: &shoal::store::RetentionWindow,
         limit: usize,
         max_bytes: u64,
     ) -> shoal::store::StoreResult<shoal::store::PgnsDeleted> {
-        off_thread(|| self.0.pgn_delete_expired(run_id, cutoff, limit, max_bytes))
+        off_thread(|| self.0.pgn_delete_expired(run_id, window, limit, max_bytes))
     }
     fn reclaim_space(&self, max_pages: u32) -> shoal::store::StoreResult<u64> {
         off_thread(|| self.0.reclaim_space(max_pages))

@@ -385,9 +385,14 @@ async fn refresh_blocked_workers_follows_the_store() {
     let run = approved(&server, "alice", fixed_args(100_000)).await;
     let w1 = Worker::new("bob", 4, 1);
     let short = format!("bob-4cores-{}", &key(1)[..8]);
+    // Fishtest's banner, with the approver's message and the links to this server.
+    let stars = "*".repeat(70);
+    let site = format!("http://{}", server.addr);
     let blocked = format!(
-        "Request_task: This worker has been blocked! See /actions?text=\"{short}\" and \
-         /workers/{short} for details."
+        "\n\n{stars}\nRequest_task: This worker has been blocked!\nMessage: bad hardware\n\
+         You may possibly find more information at\n{site}/actions?text=%22{short}%22.\n\
+         After fixing the issues you can unblock the worker at\n{site}/workers/{short}.\n\
+         {stars}\n"
     );
     set_blocked(&server, &short, true);
     // Not read yet: the worker still gets work.

@@ -308,17 +308,29 @@ async fn rate_limit_has_fishtests_shape_with_githubs_figures() {
     assert_eq!(body["used"], limit - remaining);
     assert_eq!(body["reset"], reset);
 
-    // GitHub unreachable and never heard from: 503, in the API's error shape, saying why.
+    // GitHub gone after it answered: 200 still, with the figures it last stated.
+    drop(fake);
+    tokio::time::sleep(std::time::Duration::from_millis(10_500)).await;
+    let (status, later) = server.get_json("/api/rate_limit").await;
+    assert_eq!(status, 200, "{later}");
+    assert_eq!(later, body);
+
+    // GitHub unreachable and never heard from: 200 with Fishtest's initial figures (5000
+    // calls, all left, the window starting when the server started), as Fishtest answers.
+    let before = chrono::Utc::now().timestamp();
     let server = TestServer::start().await;
     let (status, body) = server.get_json("/api/rate_limit").await;
-    assert_eq!(status, 503, "{body}");
-    let error = body["error"].as_str().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["limit"], 5000, "{body}");
+    assert_eq!(body["remaining"], 5000, "{body}");
+    assert_eq!(body["used"], 0, "{body}");
+    assert_eq!(body["resource"], "core", "{body}");
+    let reset = body["reset"].as_i64().expect("reset");
     assert!(
-        error.starts_with(
-            "/api/rate_limit: the GitHub quota is unknown: GitHub could not be reached"
-        ),
+        reset >= before - 1 && reset <= chrono::Utc::now().timestamp(),
         "{body}"
     );
+    assert_eq!(body.as_object().map(|o| o.len()), Some(5), "{body}");
 }
 
 #[tokio::test]
@@ -371,23 +383,29 @@ async fn rate_limits_page_and_server_fragment() {
     assert_eq!(status, 200);
     drop(fake);
 
-    // GitHub gone and never heard from: unknown, and why.
+    // GitHub gone and never heard from: Fishtest's initial figures, and the page says
+    // GitHub has not been reached, and why.
     let server = TestServer::start().await;
     let mut b = Browser::new(&server);
     let p = b.get("/rate_limits").await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(
-        p.body.contains("<td id=\"server_remaining\">-1</td>"),
+        p.body.contains("<td id=\"server_remaining\">5000</td>"),
         "{}",
         p.body
     );
-    assert!(p.body.contains("<span id=\"server_reset\">00:00:00</span>"));
     assert!(
-        p.body
-            .contains("The server&#x27;s quota is unknown: GitHub could not be reached")
-            || p.body
-                .contains("The server's quota is unknown: GitHub could not be reached"),
+        p.body.contains(
+            "<li id=\"github_unreached\">GitHub has not been reached: GitHub could not be reached"
+        ),
         "{}",
         p.body
+    );
+    let f = b.get("/rate_limits/server").await;
+    assert_eq!(f.status, 200);
+    assert!(
+        f.body.trim().starts_with("5000<span id=\"server_reset\""),
+        "{}",
+        f.body
     );
 }

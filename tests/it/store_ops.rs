@@ -1,5 +1,5 @@
-//! The store's operations: PGN retention (`pgn_retention_days`) removes exactly the PGNs of
-//! runs finished before the cutoff and gives the space back; `shoal backup FILE`, taken while
+//! The store's operations: PGN retention (Fishtest's windows: `pgn_retention_*days`) removes
+//! exactly the PGNs of runs older than their class's window and gives the space back; `shoal backup FILE`, taken while
 //! the server runs and serves workers, restores into a fresh data directory that serves the
 //! same runs.
 
@@ -81,35 +81,56 @@ async fn status(server: &TestServer, path: &str) -> u16 {
 }
 
 #[tokio::test]
-async fn pgn_retention_deletes_exactly_the_pgns_of_runs_finished_before_the_cutoff() {
+async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_window() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     import(&data);
-    // Dates relative to today: finished 200 and 45 days ago (one of them deleted), finished
-    // 29 days and 1 day ago, and an unfinished run last changed 300 days ago.
+    // Fishtest's windows, the defaults: finished STC 1 day, finished LTC 10, deleted 10,
+    // unfinished 50. Dates relative to today. Gone: a finished STC run 2 days old, a deleted
+    // one 11 days old, a finished 20+0.2 one 11 days old, unfinished ones 51 and (as the
+    // sample has it) about 100 days old. Kept: a finished 60+0.6 run 5 days old, a finished
+    // STC run just finished, an unfinished run 40 days old.
     let old = ["6a5ef17522dfea1c957407ba", "6a72133c22dfea1c957408af"];
-    let recent = ["6a72120c22dfea1c957408ab", "6a8b898022dfea1c95740958"];
-    let unfinished = "6a8b89d622dfea1c9574095b";
+    let ltc_old = "6a5ef30622dfea1c957407c0";
+    let unfinished_old = ["6a8bb3be22dfea1c9574096f", "6a8bdde022dfea1c95740994"];
+    let ltc_recent = "6a5ef24e22dfea1c957407be";
+    let recent = "6a8b898022dfea1c95740958";
+    let unfinished_recent = "6a8b89d622dfea1c9574095b";
     let blob: Vec<u8> = (0..128 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     let mut kept: Vec<String> = Vec::new();
+    let (mut gone_pgns, mut gone_bytes) = (0u64, 0u64);
     {
         let store = open_store(&data).expect("store");
-        set_last_updated(store.as_ref(), old[0], days_ago(200));
-        set_last_updated(store.as_ref(), old[1], days_ago(45));
-        set_last_updated(store.as_ref(), recent[0], days_ago(29));
-        set_last_updated(store.as_ref(), recent[1], days_ago(1));
-        set_last_updated(store.as_ref(), unfinished, days_ago(300));
+        set_last_updated(store.as_ref(), old[0], days_ago(2));
+        set_last_updated(store.as_ref(), old[1], days_ago(11));
+        set_last_updated(store.as_ref(), ltc_old, days_ago(11));
+        set_last_updated(store.as_ref(), unfinished_old[0], days_ago(51));
+        set_last_updated(store.as_ref(), ltc_recent, days_ago(5));
+        set_last_updated(store.as_ref(), recent, days_ago(0));
+        set_last_updated(store.as_ref(), unfinished_recent, days_ago(40));
         for id in old {
             for t in 0..3 {
                 store.pgn_put(&format!("{id}-{t}"), &blob).expect("pgn");
             }
         }
-        store
-            .pgn_put(&format!("{}-0", recent[0]), &blob)
-            .expect("pgn");
-        for id in [recent[0], recent[1], unfinished] {
+        for id in [ltc_old, ltc_recent] {
+            store.pgn_put(&format!("{id}-0"), &blob).expect("pgn");
+        }
+        for id in [
+            old[0],
+            old[1],
+            ltc_old,
+            unfinished_old[0],
+            unfinished_old[1],
+        ] {
+            let list = store.pgn_list_run(id).expect("list");
+            assert!(!list.is_empty(), "{id} has PGNs");
+            gone_pgns += list.len() as u64;
+            gone_bytes += list.iter().map(|p| p.size).sum::<u64>();
+        }
+        for id in [ltc_recent, recent, unfinished_recent] {
             let list = store.pgn_list_run(id).expect("list");
             assert!(!list.is_empty(), "{id} has PGNs");
             kept.extend(list.into_iter().map(|p| p.run_task));
@@ -118,8 +139,7 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_finished_before_the_cuto
     }
     let before = (!mongo()).then(|| pages(&data));
 
-    let server =
-        TestServer::start_with(Opts::new().data_dir(&data).set("pgn_retention_days", 30)).await;
+    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
     let r = server
         .client
         .post(server.url("/debug/pgn_retention"))
@@ -128,15 +148,19 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_finished_before_the_cuto
         .expect("pass");
     assert_eq!(r.status().as_u16(), 200);
     let reply: Value = r.json().await.expect("json");
-    assert_eq!(reply["days"], json!(30), "{reply}");
+    assert_eq!(
+        reply["days"],
+        json!({"stc": 1, "ltc": 10, "deleted": 10, "unfinished": 50}),
+        "{reply}"
+    );
 
     // Counted whichever pass (this one, or the periodic one 5 s after start) did the work.
-    let bytes = 6.0 * blob.len() as f64;
+    let bytes = gone_bytes as f64;
     assert_eq!(
         server
             .metric("shoal_pgn_retention_deleted_total", &[])
             .await,
-        6.0
+        gone_pgns as f64
     );
     assert_eq!(
         server
@@ -146,8 +170,15 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_finished_before_the_cuto
     );
     assert_eq!(
         server.metric("shoal_pgn_retention_runs_total", &[]).await,
-        2.0
+        5.0
     );
+    for id in [ltc_old, unfinished_old[0], unfinished_old[1]] {
+        assert_eq!(
+            status(&server, &format!("/api/run_pgns/{id}.pgn.gz")).await,
+            404,
+            "{id}"
+        );
+    }
     for id in old {
         for t in 0..3 {
             assert_eq!(
@@ -192,7 +223,7 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_finished_before_the_cuto
         server
             .metric("shoal_pgn_retention_deleted_total", &[])
             .await,
-        6.0
+        gone_pgns as f64
     );
     assert!(
         server.logs().contains("pgn retention"),
@@ -214,7 +245,15 @@ async fn pgn_retention_days_is_checked_at_start() {
     assert!(err.contains("pgn_retention_days"), "{err}");
     let (code, out, err) = shoal(&data, &["check-config"], &[]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("pgn_retention_days = 0"), "{out}");
+    // Fishtest's windows by default.
+    for line in [
+        "pgn_retention_days = 1",
+        "pgn_retention_ltc_days = 10",
+        "pgn_retention_deleted_days = 10",
+        "pgn_retention_unfinished_days = 50",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
 }
 
 /// The read API's replies a restored server must repeat (without the reply's own `duration`).

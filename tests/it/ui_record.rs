@@ -344,11 +344,17 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     let run = create_run(&server, "alice", fixed_args(1000)).await;
     approve(&server, "boss", &run).await;
 
-    // Before any game: alice submitted one test, nobody played.
-    let page = Browser::new(&server).get("/contributors").await;
+    // Before any game: alice submitted one test, nobody played. All time counts finished
+    // runs only (Fishtest's), the month the unfinished ones too.
+    let page = Browser::new(&server).get("/contributors/monthly").await;
     let cells = contributor_cells(&page.body, "alice").expect("alice's row");
     assert_eq!(cells[6], "1", "one test: {cells:?}");
     assert!(contributor_cells(&page.body, "bob").is_none());
+    let page = Browser::new(&server).get("/contributors").await;
+    assert!(
+        contributor_cells(&page.body, "alice").is_none(),
+        "not finished"
+    );
 
     // bob's worker plays the whole run.
     let mut w = Worker::new("bob", 4, 3);
@@ -374,6 +380,10 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
     assert!(cells[2].ends_with("ago"), "{cells:?}");
     let monthly = wait_for_contributor(&server, "/contributors/monthly", "bob", 1000).await;
     assert_eq!(monthly[4], cells[4]);
+    // The run finished: alice's test counts for all time now.
+    let page = Browser::new(&server).get("/contributors").await;
+    let alice = contributor_cells(&page.body, "alice").expect("alice's row");
+    assert_eq!(alice[6], "1", "{alice:?}");
     let page = Browser::new(&server).get("/contributors").await;
     assert!(page.body.contains("Contributors"));
     assert!(page.body.contains("Games played"));
@@ -466,7 +476,7 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
         let store = crate::harness::open_store(&data).expect("open");
         assert!(
             store
-                .delete(shoal::store::Collection::Kvstore, "contributors:built:2")
+                .delete(shoal::store::Collection::Kvstore, "contributors:built:3")
                 .expect("delete")
         );
         store.close().expect("close");

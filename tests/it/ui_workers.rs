@@ -283,9 +283,11 @@ async fn owners_and_approvers_block_and_unblock_workers() {
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["task_waiting"], false);
     let error = reply["error"].as_str().expect("an error");
+    // Fishtest's banner: the approver's message, and where to look and to unblock.
     assert!(
-        error.starts_with("Request_task: This worker has been blocked!")
-            && error.contains(&format!("/workers/{short}")),
+        error.contains(
+            "\nRequest_task: This worker has been blocked!\nMessage: crashes every game\n"
+        ) && error.contains(&format!("http://{}/workers/{short}.\n", server.addr)),
         "{reply}"
     );
     // The anonymous list shows it; the email column is the approvers'.

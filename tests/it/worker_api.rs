@@ -363,6 +363,57 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
         actions, 0,
         "a failed_task on a finished task changes nothing"
     );
+    // The action log in Fishtest's words (on either store): the new run's summary line and
+    // the finished run's result line, from the stored counts.
+    let logged = |kind: &str| -> Vec<(String, String)> {
+        let store = crate::harness::open_store(&server.data_dir).expect("open");
+        let q = shoal::store::Query::new()
+            .with(shoal::store::Cond::Eq("action".into(), json!(kind)))
+            .with(shoal::store::Cond::Eq("run_id".into(), json!(run)));
+        store
+            .find(shoal::store::Collection::Actions, &q)
+            .expect("find")
+            .iter()
+            .map(|d| {
+                let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                (s("username"), s("message"))
+            })
+            .collect()
+    };
+    assert_eq!(
+        logged("new_run"),
+        [(
+            "alice".to_string(),
+            "NumGames[2000] TC:10+0.1 Book:UHO_Lichess_4852_v1.epd Threads:1 Hash:16/16"
+                .to_string()
+        )]
+    );
+    let p = stored.results.pentanomial;
+    let e = shoal::stats::get_elo(&p.map(|c| c as f64)).expect("elo");
+    let result = if stored.is_green {
+        "accepted"
+    } else {
+        "rejected"
+    };
+    assert_eq!(
+        logged("finished_run"),
+        [(
+            "alice".to_string(),
+            format!(
+                "Result:{result} Elo:{:.2}[{:.2},{:.2}] LOS:{:.0}% Games:2000 \
+                 Ptnml:[{},{},{},{},{}]",
+                e.elo,
+                e.elo - e.elo95,
+                e.elo + e.elo95,
+                e.los * 100.0,
+                p[0],
+                p[1],
+                p[2],
+                p[3],
+                p[4]
+            )
+        )]
+    );
 }
 
 #[tokio::test]
@@ -696,6 +747,17 @@ async fn pgn_upload_and_downloads() {
         r.headers().get("content-encoding").map(|v| v.as_bytes()),
         Some(&b"gzip"[..])
     );
+    // Saved under Fishtest's file name.
+    let disposition = |r: &reqwest::Response| {
+        r.headers()
+            .get("content-disposition")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        disposition(&r),
+        Some(format!("attachment; filename=\"{run}-{task_id}.pgn\""))
+    );
     assert_eq!(r.bytes().await.expect("bytes").as_ref(), pgn.as_slice());
     // A second task's PGN, then the whole run: members concatenated in task order.
     let reply = w.request_task(&server).await;
@@ -711,6 +773,10 @@ async fn pgn_upload_and_downloads() {
         .await
         .expect("get");
     assert_eq!(r.status(), 200);
+    assert_eq!(
+        disposition(&r),
+        Some(format!("attachment; filename=\"{run}.pgn.gz\""))
+    );
     let all = r.bytes().await.expect("bytes");
     assert_eq!(all.as_ref(), [pgn.clone(), pgn2].concat().as_slice());
     let (status, v) = server.get_json(&format!("/api/pgn/{run}-999.pgn")).await;

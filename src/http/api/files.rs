@@ -138,12 +138,30 @@ pub async fn download_net(
 /// when a trusted proxy (`trusted_proxies`) says so in `X-Forwarded-Proto`, else `http`. A
 /// request without a usable host gets a relative redirect (empty base).
 fn own_base(state: &AppState, req: &Request) -> String {
-    let host = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_string())
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    host_url(
+        state,
+        req.uri().authority().map(|a| a.as_str()),
+        req.headers(),
+        peer,
+    )
+}
+
+/// [`own_base`] from the request's parts: the URI's authority if any, the headers, the socket
+/// peer (whose trust decides `X-Forwarded-Proto`). Empty without a usable host.
+pub(crate) fn host_url(
+    state: &AppState,
+    authority: Option<&str>,
+    headers: &axum::http::HeaderMap,
+    peer: Option<SocketAddr>,
+) -> String {
+    let host = authority
+        .map(str::to_string)
         .or_else(|| {
-            req.headers()
+            headers
                 .get(header::HOST)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
@@ -156,19 +174,15 @@ fn own_base(state: &AppState, req: &Request) -> String {
     let Some(host) = host else {
         return String::new();
     };
-    let peer_trusted = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|c| {
-            state
-                .config
-                .trusted_proxies
-                .iter()
-                .any(|p| p.parse::<IpAddr>().is_ok_and(|ip| ip == c.0.ip()))
-        });
+    let peer_trusted = peer.is_some_and(|p| {
+        state
+            .config
+            .trusted_proxies
+            .iter()
+            .any(|t| t.parse::<IpAddr>().is_ok_and(|ip| ip == p.ip()))
+    });
     let https = peer_trusted
-        && req
-            .headers()
+        && headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
@@ -231,17 +245,28 @@ pub async fn serve_net(State(state): State<Arc<AppState>>, Path(name): Path<Stri
     r
 }
 
-fn gzip_response(body: Body, content_type: &'static str, encoded: bool) -> Response {
+/// A PGN download: `filename` (the name asked for, checked to be a run id and task index:
+/// nothing a header could not carry) as Fishtest's `Content-Disposition: attachment`.
+fn gzip_response(
+    body: Body,
+    content_type: &'static str,
+    encoded: bool,
+    filename: &str,
+) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if encoded {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
     r
 }
 
-/// GET /api/pgn/{run_id}-{task_id}.pgn: the stored gzip, as `Content-Encoding: gzip`.
+/// GET /api/pgn/{run_id}-{task_id}.pgn: the stored gzip, as `Content-Encoding: gzip`, named
+/// `<run_id>-<task_id>.pgn` (`Content-Disposition`, Fishtest's).
 #[utoipa::path(
     get,
     path = "/api/pgn/{name}",
@@ -275,10 +300,12 @@ pub async fn download_pgn(
         stream_pgns(&state, vec![last]),
         "application/x-chess-pgn",
         true,
+        &name,
     ))
 }
 
-/// GET /api/run_pgns/{run_id}.pgn.gz: every task's gzip member, in task order.
+/// GET /api/run_pgns/{run_id}.pgn.gz: every task's gzip member, in task order, named
+/// `<run_id>.pgn.gz` (`Content-Disposition`, Fishtest's).
 #[utoipa::path(
     get,
     path = "/api/run_pgns/{name}",
@@ -310,5 +337,6 @@ pub async fn download_run_pgns(
         stream_pgns(&state, list),
         "application/gzip",
         false,
+        &name,
     ))
 }

@@ -20,8 +20,9 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-/// request_task's reply.
-pub fn assignment(a: Assignment) -> Map<String, Value> {
+/// request_task's reply; `site` (`scheme://host`, Fishtest's `request.host_url`) is where the
+/// links of a blocked worker's message point.
+pub fn assignment(a: Assignment, site: &str) -> Map<String, Value> {
     match a {
         Assignment::Task(t) => {
             let mut args = serde_json::to_value(&t.args).unwrap_or(Value::Null);
@@ -46,17 +47,20 @@ pub fn assignment(a: Assignment) -> Map<String, Value> {
             "task_waiting": false,
             "info": "Request_task: the chosen run no longer needs games",
         })),
-        Assignment::Refused(r) => object(json!({"task_waiting": false, "error": refusal(&r)})),
+        Assignment::Refused(r) => object(json!({
+            "task_waiting": false,
+            "error": refusal(&r, site),
+        })),
     }
 }
 
-/// The message of a request_task refusal.
-pub fn refusal(r: &Refusal) -> String {
+/// The width Fishtest wraps a blocked worker's message to (`textwrap.fill`'s default).
+const BLOCKED_WRAP: usize = 70;
+
+/// The message of a request_task refusal (`site`: see [`assignment`]).
+pub fn refusal(r: &Refusal, site: &str) -> String {
     match r {
-        Refusal::BlockedWorker { name } => format!(
-            "Request_task: This worker has been blocked! See /actions?text=\"{name}\" \
-             and /workers/{name} for details."
-        ),
+        Refusal::BlockedWorker { name, message } => blocked_worker(name, message, site),
         Refusal::DuplicateName { name, seconds_ago } => format!(
             "Request_task: There is already a worker running with name {name} \
              which sent an update {seconds_ago} seconds ago"
@@ -70,6 +74,29 @@ pub fn refusal(r: &Refusal) -> String {
              try again later."
         ),
     }
+}
+
+/// Fishtest's message to a blocked worker, which the worker prints as it is: a banner of
+/// stars around the approver's message (`Message: …`, wrapped at 70 columns, whitespace read
+/// as spaces), where more is said about the worker, and where to unblock it.
+fn blocked_worker(name: &str, message: &str, site: &str) -> String {
+    let stars = "*".repeat(BLOCKED_WRAP);
+    let text: String = format!("Message: {message}")
+        .chars()
+        .map(|c| if c.is_whitespace() { ' ' } else { c })
+        .collect();
+    let wrapped = textwrap::fill(
+        &text,
+        textwrap::Options::new(BLOCKED_WRAP)
+            .word_separator(textwrap::WordSeparator::AsciiSpace)
+            .break_words(true),
+    );
+    format!(
+        "\n\n{stars}\nRequest_task: This worker has been blocked!\n{wrapped}\n\
+         You may possibly find more information at\n{site}/actions?text=%22{name}%22.\n\
+         After fixing the issues you can unblock the worker at\n{site}/workers/{name}.\n\
+         {stars}\n"
+    )
 }
 
 /// The message of an update Fishtest's rules refuse.
@@ -113,12 +140,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_blocked_worker_is_told_the_approvers_message() {
+        let r = Refusal::BlockedWorker {
+            name: "bob-4cores-1234abcd".into(),
+            message: "Your worker loses\nmany games on time; please check its load before \
+                      starting it again (it runs other work)."
+                .into(),
+        };
+        let stars = "*".repeat(70);
+        assert_eq!(
+            refusal(&r, "https://tests.example.org"),
+            format!(
+                "\n\n{stars}\nRequest_task: This worker has been blocked!\n\
+                 Message: Your worker loses many games on time; please check its load\n\
+                 before starting it again (it runs other work).\n\
+                 You may possibly find more information at\n\
+                 https://tests.example.org/actions?text=%22bob-4cores-1234abcd%22.\n\
+                 After fixing the issues you can unblock the worker at\n\
+                 https://tests.example.org/workers/bob-4cores-1234abcd.\n{stars}\n"
+            )
+        );
+        // No message: the label alone, as Fishtest's.
+        let r = Refusal::BlockedWorker {
+            name: "w".into(),
+            message: String::new(),
+        };
+        assert!(refusal(&r, "http://h").contains("blocked!\nMessage:\nYou may"));
+    }
+
+    #[test]
     fn messages_are_fishtests() {
         assert_eq!(
-            refusal(&Refusal::MachineLimit {
-                limit: 16,
-                addr: "127.0.0.1".into()
-            }),
+            refusal(
+                &Refusal::MachineLimit {
+                    limit: 16,
+                    addr: "127.0.0.1".into()
+                },
+                "http://h"
+            ),
             "Request_task: This user has reached the maximum number of connections (16) from \
              the IP address 127.0.0.1."
         );
@@ -136,6 +195,6 @@ mod tests {
             "Update_task: task abc/3: odd number of new games (3)"
         );
         assert!(task_reply("Failed_task", "abc", 3, TaskReply::Done).is_empty());
-        assert_eq!(assignment(Assignment::NoTask)["task_waiting"], false);
+        assert_eq!(assignment(Assignment::NoTask, "")["task_waiting"], false);
     }
 }

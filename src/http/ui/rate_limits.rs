@@ -2,15 +2,16 @@
 //! as a fragment: the remaining calls, then an out-of-band `server_reset` span with the reset
 //! time, `HH:MM:SS` UTC).
 //!
-//! The server's figures are GitHub's, as it last stated them to the `github` component
-//! (asked again, at no cost, when older than [`QUOTA_MAX_AGE`]; the same as
-//! `/api/rate_limit`); unknown (`-1`, `00:00:00`, and why) when GitHub could not be asked.
+//! The server's figures are `/api/rate_limit`'s ([`known_quota`]): GitHub's, as it last
+//! stated them to the `github` component (asked again, at no cost, when older than
+//! [`QUOTA_MAX_AGE`](crate::http::api::rate_limit::QUOTA_MAX_AGE)), or Fishtest's initial
+//! ones before GitHub was ever reached, which the page then says, with why.
 //! The browser's own quota, which Fishtest's page asks GitHub for from the browser, is shown
 //! unknown: shoal's pages never send the browser to GitHub.
 //!
 //! Owns: those two handlers and their templates.
-//! Must not: render outside the pool (`page`), or ask GitHub more than once per
-//! [`QUOTA_MAX_AGE`].
+//! Must not: render outside the pool (`page`), or ask GitHub more than `/api/rate_limit`
+//! does.
 
 use std::sync::Arc;
 
@@ -20,34 +21,27 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::kit::{Input, Layout, Page, page};
-use crate::http::api::rate_limit::{GithubQuota, QUOTA_MAX_AGE};
+use crate::http::api::rate_limit::{GithubQuota, known_quota};
 use crate::http::state::AppState;
 
-/// The server's figures as shown: GitHub's, or unknown with the reason.
+/// The server's figures as shown: the quota and, when asking GitHub failed, why.
 pub struct Shown {
     pub remaining: String,
     pub reset: String,
-    pub q: Option<GithubQuota>,
-    pub why_unknown: Option<String>,
+    pub q: GithubQuota,
+    /// GitHub stated these figures (false: Fishtest's initial ones).
+    pub reached: bool,
+    pub failed: Option<String>,
 }
 
 async fn shown(state: &AppState) -> Shown {
-    match state.github.quota_within(QUOTA_MAX_AGE).await {
-        Ok(q) => {
-            let q = GithubQuota::from(q);
-            Shown {
-                remaining: q.remaining.to_string(),
-                reset: q.reset_hms(),
-                q: Some(q),
-                why_unknown: None,
-            }
-        }
-        Err(e) => Shown {
-            remaining: "-1".into(),
-            reset: "00:00:00".into(),
-            q: None,
-            why_unknown: Some(e.to_string()),
-        },
+    let k = known_quota(state).await;
+    Shown {
+        remaining: k.quota.remaining.to_string(),
+        reset: k.quota.reset_hms(),
+        q: k.quota,
+        reached: k.reached,
+        failed: k.failed,
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::rundb::model::Run;
 use crate::rundb::schedule::{parse_tc, tc_duration, tc_ratio};
-use crate::stats::{EloModel, SprtRecord, SprtState, get_elo, nelo_pentanomial};
+use crate::stats::{SprtRecord, SprtState, get_elo, nelo_pentanomial};
 
 /// The run's status label: `failed`, `finished`, `active`, `paused` or `pending`.
 pub fn status_label(run: &Run) -> &'static str {
@@ -29,16 +29,7 @@ pub fn status_label(run: &Run) -> &'static str {
 /// The bounds as `elo0,elo1` with two decimals, wrapped by model: BayesElo `[…]`,
 /// logistic `{…}`, normalized `<…>`.
 pub fn bounds(sprt: &SprtRecord) -> String {
-    let (open, close) = bounds_brackets(sprt.elo_model);
-    format!("{open}{:.2},{:.2}{close}", sprt.elo0, sprt.elo1)
-}
-
-fn bounds_brackets(model: EloModel) -> (char, char) {
-    match model {
-        EloModel::BayesElo => ('[', ']'),
-        EloModel::Logistic => ('{', '}'),
-        EloModel::Normalized => ('<', '>'),
-    }
+    sprt.bounds_text()
 }
 
 /// One piece of a displayed line: text, or a number with the name of the statistic it shows
@@ -153,12 +144,9 @@ fn ratio(num: u64, den: u64) -> String {
     }
 }
 
-/// The run's pentanomial counts when it records them: any pair counted, or no game played
-/// yet (every run shoal creates records pairs; a legacy run with games and no pair counts
-/// has none).
+/// The run's pentanomial counts when it records them ([`crate::rundb::model::Stats::pairs`]).
 pub fn pentanomial_of(run: &Run) -> Option<[u64; 5]> {
-    let p = run.results.pentanomial;
-    (p.iter().any(|c| *c > 0) || run.results.games() == 0).then_some(p)
+    run.results.pairs()
 }
 
 /// The results box of `run` (§ display rules): SPSA progress, or the SPRT's LLR line, or a
@@ -190,7 +178,7 @@ pub fn results_box(run: &Run) -> ResultsBox {
     let mut lines = Vec::with_capacity(4);
     let mut state = "";
     if let Some(sprt) = &a.sprt {
-        let (open, close) = bounds_brackets(sprt.elo_model);
+        let (open, close) = sprt.elo_model.brackets();
         lines.push(
             Line::default()
                 .t("LLR: ")
@@ -385,6 +373,7 @@ pub fn remaining_hours(run: &Run) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::EloModel;
 
     #[test]
     fn pairs_ratio_edges() {

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::fmt::{self, Display, Formatter};
 
 use super::kit::Href;
-use crate::purge::{PurgeStats, PurgeTask, ResidualColor, get_chi2, task_residual};
+use crate::purge::{PurgeTask, ResidualColor, get_chi2, task_residual};
 use crate::rundb::model::{Run, Task, WorkerInfo};
 
 /// One row of the tasks table (the worker's details are written from its `worker_info`, with
@@ -315,16 +315,6 @@ fn task_row<'a>(idx: usize, t: &'a Task, mark: &'static str, approver: bool) -> 
     }
 }
 
-/// The purge's view of a task's counts: pentanomial when the run has any (Fishtest looks
-/// for the field, which runs without pentanomial lack), W/L/D otherwise.
-fn purge_stats(t: &Task, pentanomial: bool) -> PurgeStats {
-    let mut s = t.stats.to_purge();
-    if !pentanomial {
-        s.pentanomial = None;
-    }
-    s
-}
-
 /// A residual as the table shows it: 3 decimals on its colour, with words for the colours
 /// that mean "look at this worker"; `-` for a worker outside the table (`inf`).
 fn set_residual(row: &mut TaskRow, residual: f64, colour: ResidualColor, crashes: bool) {
@@ -352,13 +342,14 @@ fn finite(v: f64, text: impl FnOnce(f64) -> String) -> String {
 
 pub(super) fn tasks(run: &Run) -> Tasks<'_> {
     let spsa = run.args.spsa.is_some();
-    let pentanomial = run.results.pentanomial.iter().any(|c| *c > 0);
+    // The purge's view of the counts: the pairs when the run counts them, as the run core's.
+    let pairs = run.counts_pairs();
     let view: Vec<PurgeTask<'_>> = run
         .tasks
         .iter()
         .map(|t| PurgeTask {
             unique_key: &t.worker_info.unique_key,
-            stats: purge_stats(t, pentanomial),
+            stats: t.stats.to_purge(pairs),
             bad: t.bad,
         })
         .collect();

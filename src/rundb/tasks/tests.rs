@@ -319,3 +319,203 @@ fn the_fast_path_is_equal_in_effect_to_the_pool_path() {
         assert_eq!(comparable(&fast.get(id), false), before, "{id}");
     }
 }
+
+/// Plays `run` to its end, a task per worker (each playing `pattern`); the last reply.
+fn play_out(f: &Fixture, id: &str, pattern: &[usize]) -> TaskReply {
+    for n in 1..250 {
+        let Assignment::Task(t) = f.request(n) else {
+            panic!("no task for worker {n}");
+        };
+        assert_eq!(t.run_id, id);
+        let p = Pairs::default().play(t.num_games / 2, pattern);
+        let (reply, ticket) =
+            f.db.update_task(id, t.task_id, p.stats(), None, worker(n))
+                .expect("update");
+        f.durable(ticket);
+        if f.get(id).finished {
+            return reply;
+        }
+    }
+    panic!("the run never finished");
+}
+
+#[test]
+fn a_run_that_ends_is_logged_in_fishtests_words() {
+    let f = fixture();
+    let id = f.run(json!({"auto_purge": true}), true);
+    assert_eq!(
+        f.actions(&id)[0],
+        (
+            "new_run".into(),
+            "owner".into(),
+            "NumGames[10000] TC:10+0.1 Book:UHO_Lichess_4852_v1.epd Threads:1 Hash:16/16".into()
+        )
+    );
+    assert!(matches!(
+        play_out(&f, &id, &STRONG),
+        TaskReply::Alive(false)
+    ));
+    let run = f.checked(&id);
+    assert!(run.finished && run.is_green);
+    let p = run.results.pentanomial;
+    let e = crate::stats::get_elo(&p.map(|c| c as f64)).expect("elo");
+    // The purge's action goes with the journal's next group commit (made under the run's
+    // lock): wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let actions = loop {
+        let actions = f.actions(&id);
+        if actions.iter().any(|a| a.0 == "purge_run") || std::time::Instant::now() > deadline {
+            break actions;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let n = actions.len();
+    // The auto-purge under the run's owner, whatever it found; then the result line.
+    assert_eq!(
+        actions[n - 2],
+        (
+            "purge_run".into(),
+            "owner".into(),
+            "Auto purge (not performed): No bad workers".into()
+        )
+    );
+    assert_eq!(
+        actions[n - 1],
+        (
+            "finished_run".into(),
+            "owner".into(),
+            format!(
+                "Result:accepted Elo:{:.2}[{:.2},{:.2}] LOS:100% Games:{} Ptnml:[{},{},{},{},{}]",
+                e.elo,
+                e.elo - e.elo95,
+                e.elo + e.elo95,
+                run.results.games(),
+                p[0],
+                p[1],
+                p[2],
+                p[3],
+                p[4]
+            )
+        )
+    );
+    assert_eq!(run.results.games(), 10_000);
+}
+
+#[test]
+fn a_run_without_pair_counts_is_purged_on_its_wins_losses_and_draws() {
+    let f = fixture();
+    let id = f.run(json!({}), true);
+    let mut tasks = Vec::new();
+    for n in 1..=6 {
+        let Assignment::Task(t) = f.request(n) else {
+            panic!("no task for worker {n}");
+        };
+        tasks.push(t.task_id);
+    }
+    {
+        // As a run imported from before Fishtest counted pairs: W/L/D only. The last worker's
+        // results are far out of line.
+        let entry = f.db.entry(&id).expect("entry").expect("run");
+        let mut run = entry.run.lock();
+        let mut results = Stats::default();
+        for (i, &t) in tasks.iter().enumerate() {
+            let (wins, losses, draws) = if i == 5 {
+                (300, 20, 80)
+            } else {
+                (100, 100, 200)
+            };
+            let stats = Stats {
+                wins,
+                losses,
+                draws,
+                ..Stats::default()
+            };
+            run.tasks[t].stats = stats;
+            results.add(&stats);
+        }
+        run.results = results;
+        assert!(!run.counts_pairs());
+    }
+    f.db.stop_run_by_user(&id, &f.owner).expect("stop");
+    let outcome = f.db.purge_run(&id, &f.owner).expect("purge");
+    assert_eq!(
+        outcome.purged,
+        vec![tasks[5]],
+        "the chi² on W/L/D finds the worker"
+    );
+    let run = f.get(&id);
+    assert_eq!(run.results.games(), 5 * 400);
+    assert_eq!(
+        f.last_action(&id),
+        ("purge_run".into(), "owner".into(), "Manual purge".into())
+    );
+}
+
+#[test]
+fn a_run_failed_by_a_worker_logs_that_its_auto_purge_was_not_performed() {
+    let f = fixture();
+    let id = f.run(json!({"auto_purge": true}), true);
+    let Assignment::Task(t) = f.request(1) else {
+        panic!("no task");
+    };
+    // A user with Fishtest's 1000 CPU hours may fail a run.
+    f.db.ledger.add_cpu_hours("other", 1000.0);
+    let (_, ticket) =
+        f.db.stop_run(&id, t.task_id, "Wrong bench", &worker(1))
+            .expect("stop_run");
+    f.durable(ticket);
+    let run = f.get(&id);
+    assert!(run.finished && run.failed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let actions = loop {
+        let actions = f.actions(&id);
+        if actions.iter().any(|a| a.0 == "stop_run") || std::time::Instant::now() > deadline {
+            break actions;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let n = actions.len();
+    assert_eq!(
+        actions[n - 2],
+        (
+            "purge_run".into(),
+            "owner".into(),
+            "Auto purge (not performed): You cannot purge a failed run".into()
+        )
+    );
+    assert_eq!(
+        (actions[n - 1].0.as_str(), actions[n - 1].2.as_str()),
+        ("stop_run", "Wrong bench")
+    );
+}
+
+#[test]
+fn a_fixed_games_runs_flags_come_from_its_pair_counts() {
+    let f = fixture();
+    let id = f.run(json!({}), true);
+    let Assignment::Task(t) = f.request(1) else {
+        panic!("no task");
+    };
+    {
+        // Pairs of a win and a loss count as even pairs: on the pairs this run is clearly
+        // better (LOS ≈ 1), on W/L/D alone it is not (LOS ≈ 0.82).
+        let entry = f.db.entry(&id).expect("entry").expect("run");
+        let mut run = entry.run.lock();
+        let stats = Stats {
+            wins: 540,
+            losses: 510,
+            draws: 50,
+            pentanomial: [0, 10, 500, 40, 0],
+            ..Stats::default()
+        };
+        assert_eq!(stats.check(), Ok(()));
+        run.tasks[t.task_id].stats = stats;
+        run.results = stats;
+    }
+    f.db.stop_run_by_user(&id, &f.owner).expect("stop");
+    let run = f.get(&id);
+    assert!(
+        run.is_green && !run.is_yellow,
+        "green, as Fishtest's flags say"
+    );
+}

@@ -48,8 +48,8 @@ use serde_json::Value;
 
 use super::bson_map::{self, PgnDoc};
 use super::{
-    Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
-    RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id,
+    Collection, Cond, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
+    RetentionWindow, RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id,
 };
 use crate::secret::SecretUri;
 use indexes::{JOURNAL, RUN_EXTRAS, RUN_SEQ};
@@ -381,21 +381,21 @@ impl Store for MongoStore {
 
     fn expired_pgn_runs(
         &self,
-        cutoff: &Date,
+        window: &RetentionWindow,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> StoreResult<ExpiredRuns> {
-        retention::expired_runs(self, cutoff, after, limit)
+        retention::expired_runs(self, window, after, limit)
     }
 
     fn pgn_delete_expired(
         &self,
         run_id: &str,
-        cutoff: &Date,
+        window: &RetentionWindow,
         limit: usize,
         max_bytes: u64,
     ) -> StoreResult<PgnsDeleted> {
-        retention::delete_expired(self, run_id, cutoff, limit, max_bytes)
+        retention::delete_expired(self, run_id, window, limit, max_bytes)
     }
 
     fn reclaim_space(&self, _max_pages: u32) -> StoreResult<u64> {

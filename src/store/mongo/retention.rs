@@ -1,26 +1,31 @@
-//! PGN retention on MongoDB: the walk over the finished runs older than the cutoff (the
-//! `finished_runs` index, one indexed `run_id` prefix probe of `pgns` per run) and the
-//! deletion of a bounded batch of one run's PGNs (`delete_many` over their `_id`s), after the
-//! run is checked again.
+//! PGN retention on MongoDB: the walk over one class's runs older than the cutoff (finished
+//! or not, deleted or not, the time control; one indexed `run_id` prefix probe of `pgns` per
+//! run) and the deletion of a bounded batch of one run's PGNs (`delete_many` over their
+//! `_id`s), after the run is checked again.
 //!
-//! Must not: delete a PGN of a run that is not, when checked just before, finished and older
-//! than the cutoff; delete more than the batch it chose.
+//! Must not: delete a PGN of a run that is not, when checked just before, of the class and
+//! older than the cutoff; delete more than the batch it chose.
 
 use bson::{Bson, Document, doc, oid::ObjectId};
 
 use super::{MongoStore, query};
 use crate::store::{
-    Collection, Date, ExpiredRuns, PgnsDeleted, RunPosition, StoreError, StoreResult,
+    Collection, Date, ExpiredRuns, PgnClass, PgnsDeleted, RetentionWindow, RunPosition, StoreError,
+    StoreResult,
 };
+
+/// Fishtest's LTC test on `args.tc` (`re.match("^([2-9][0-9])|([1-9][0-9][0-9])", tc)`:
+/// both branches anchored, as `re.match` anchors them).
+const LTC_TC: &str = "^([2-9][0-9]|[1-9][0-9][0-9])";
 
 /// `Store::expired_pgn_runs`.
 pub(super) fn expired_runs(
     store: &MongoStore,
-    cutoff: &Date,
+    window: &RetentionWindow,
     after: Option<&RunPosition>,
     limit: usize,
 ) -> StoreResult<ExpiredRuns> {
-    let mut filter = expired_filter(cutoff)?;
+    let mut filter = expired_filter(window)?;
     if let Some(p) = after {
         let at = bson_date(&p.last_updated)?;
         // Run ids are ObjectIds (as `query::by_id` maps them), else strings.
@@ -82,13 +87,13 @@ pub(super) fn expired_runs(
 pub(super) fn delete_expired(
     store: &MongoStore,
     run_id: &str,
-    cutoff: &Date,
+    window: &RetentionWindow,
     limit: usize,
     max_bytes: u64,
 ) -> StoreResult<PgnsDeleted> {
     // No multi-document transaction: the run is checked just before the batch is deleted
     // (a run revived in between, within milliseconds, could lose this one batch).
-    let mut filter = expired_filter(cutoff)?;
+    let mut filter = expired_filter(window)?;
     filter.extend(query::by_id(Collection::Runs, run_id)?);
     let runs = store.coll(Collection::Runs);
     if store.retrying("pgn_delete_expired", || {
@@ -145,11 +150,32 @@ pub(super) fn delete_expired(
     })
 }
 
-/// The runs PGN retention may empty: finished, `last_updated` before `cutoff`.
-fn expired_filter(cutoff: &Date) -> StoreResult<Document> {
+/// The runs PGN retention may empty: of the window's class, `last_updated` before its
+/// cutoff.
+fn expired_filter(window: &RetentionWindow) -> StoreResult<Document> {
     let mut f = Document::new();
-    f.insert("finished", true);
-    f.insert("last_updated", doc! {"$lt": bson_date(&cutoff.to_iso())?});
+    f.insert("finished", window.class.finished());
+    f.insert(
+        "last_updated",
+        doc! {"$lt": bson_date(&window.cutoff.to_iso())?},
+    );
+    match window.class {
+        PgnClass::Deleted => {
+            f.insert("deleted", true);
+        }
+        class => {
+            f.insert("deleted", doc! {"$ne": true});
+            match class {
+                PgnClass::Stc => {
+                    f.insert("args.tc", doc! {"$not": {"$regex": LTC_TC}});
+                }
+                PgnClass::Ltc => {
+                    f.insert("args.tc", doc! {"$regex": LTC_TC});
+                }
+                _ => {}
+            }
+        }
+    }
     Ok(f)
 }
 
@@ -169,8 +195,34 @@ mod tests {
     #[test]
     fn the_filter_names_finished_runs_before_the_cutoff_as_bson_dates() {
         let cutoff = Date(chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("t"));
-        let f = expired_filter(&cutoff).expect("filter");
+        let window = |class| RetentionWindow { class, cutoff };
+        let f = expired_filter(&window(PgnClass::Stc)).expect("filter");
         assert_eq!(f.get("finished"), Some(&Bson::Boolean(true)));
+        assert!(f.get_document("args.tc").expect("stc").contains_key("$not"));
+        let f = expired_filter(&window(PgnClass::Deleted)).expect("filter");
+        assert_eq!(f.get("deleted"), Some(&Bson::Boolean(true)));
+        let f = expired_filter(&window(PgnClass::Unfinished)).expect("filter");
+        assert_eq!(f.get("finished"), Some(&Bson::Boolean(false)));
+        assert!(f.get("args.tc").is_none());
+        let f = expired_filter(&window(PgnClass::Ltc)).expect("filter");
+        let ltc = regex::Regex::new(LTC_TC).expect("regex");
+        for (tc, is_ltc) in [
+            ("60+0.6", true),
+            ("20+0.2", true),
+            ("10+0.1", false),
+            ("100+1", true),
+            ("9+0.1", false),
+            ("40/10+0.1", true),
+        ] {
+            assert_eq!(ltc.is_match(tc), is_ltc, "{tc}");
+        }
+        assert_eq!(
+            f.get_document("args.tc")
+                .expect("ltc")
+                .get_str("$regex")
+                .ok(),
+            Some(LTC_TC)
+        );
         let lt = f.get_document("last_updated").expect("range");
         assert_eq!(
             lt.get("$lt"),

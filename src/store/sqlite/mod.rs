@@ -46,8 +46,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_ite
 use serde_json::Value;
 
 use super::{
-    Collection, Cond, Date, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
-    RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id, run_index_fields,
+    Collection, Cond, Doc, ExpiredRuns, JournalEntry, PgnHandle, PgnInfo, PgnsDeleted, Query,
+    RetentionWindow, RunPosition, RunRecord, Store, StoreError, StoreResult, new_object_id,
+    run_index_fields,
 };
 use query::{count_sql, select_sql};
 
@@ -469,21 +470,21 @@ impl Store for SqliteStore {
 
     fn expired_pgn_runs(
         &self,
-        cutoff: &Date,
+        window: &RetentionWindow,
         after: Option<&RunPosition>,
         limit: usize,
     ) -> StoreResult<ExpiredRuns> {
-        pgn::expired_runs(self, cutoff, after, limit)
+        pgn::expired_runs(self, window, after, limit)
     }
 
     fn pgn_delete_expired(
         &self,
         run_id: &str,
-        cutoff: &Date,
+        window: &RetentionWindow,
         limit: usize,
         max_bytes: u64,
     ) -> StoreResult<PgnsDeleted> {
-        pgn::delete_expired(self, run_id, cutoff, limit, max_bytes)
+        pgn::delete_expired(self, run_id, window, limit, max_bytes)
     }
 
     fn reclaim_space(&self, max_pages: u32) -> StoreResult<u64> {

@@ -2,12 +2,12 @@
 //! `<run_id>-<task_id>`), listed per task or per run in task order, and read back in chunks
 //! with incremental blob I/O so a large file is never loaded at once. Each PGN has a
 //! document id (`doc_id`, an ObjectId's hex form) so a Fishtest database's `pgns` move in and
-//! out unchanged. PGN retention's two steps: the walk over the finished runs that are old
+//! out unchanged. PGN retention's two steps: the walk over one class's runs that are old
 //! enough (`expired_runs`, on a reader) and the deletion of a bounded batch of one run's PGNs
 //! (`delete_expired`, one short write transaction that checks the run again).
 //!
 //! Must not: decompress or parse the PGNs; keep a blob open between calls; delete a PGN of a
-//! run that is not, inside the deleting transaction, finished and old enough.
+//! run that is not, inside the deleting transaction, of the class and old enough.
 
 use std::time::Instant;
 
@@ -15,8 +15,8 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteStore, observe};
 use crate::store::{
-    Date, ExpiredRuns, PgnHandle, PgnInfo, PgnsDeleted, RunPosition, StoreError, StoreResult,
-    new_object_id,
+    ExpiredRuns, PgnClass, PgnHandle, PgnInfo, PgnsDeleted, RetentionWindow, RunPosition,
+    StoreError, StoreResult, new_object_id,
 };
 
 /// `"<run_id>-<task_id>"` split; a malformed name keeps task id -1 (listed first).
@@ -147,26 +147,57 @@ pub(super) fn read(
     r
 }
 
+/// The condition on a `runs` row that its run is of `class` (besides finished or not): read
+/// from the document, so evaluated only for runs that have PGNs.
+fn class_sql(class: PgnClass) -> &'static str {
+    // Fishtest's LTC test on `args.tc`: `^([2-9][0-9])|([1-9][0-9][0-9])`.
+    match class {
+        PgnClass::Stc => {
+            "coalesce(json_extract(doc, '$.deleted'), 0) = 0
+             AND NOT (coalesce(json_extract(doc, '$.args.tc'), '') GLOB '[2-9][0-9]*'
+                      OR coalesce(json_extract(doc, '$.args.tc'), '') GLOB '[1-9][0-9][0-9]*')"
+        }
+        PgnClass::Ltc => {
+            "coalesce(json_extract(doc, '$.deleted'), 0) = 0
+             AND (coalesce(json_extract(doc, '$.args.tc'), '') GLOB '[2-9][0-9]*'
+                  OR coalesce(json_extract(doc, '$.args.tc'), '') GLOB '[1-9][0-9][0-9]*')"
+        }
+        PgnClass::Deleted => "coalesce(json_extract(doc, '$.deleted'), 0) = 1",
+        PgnClass::Unfinished => "coalesce(json_extract(doc, '$.deleted'), 0) = 0",
+    }
+}
+
 /// `Store::expired_pgn_runs`: an index range of `runs_finished` (finished, last_updated, id),
-/// with one `pgns_run` probe per run.
+/// with one `pgns_run` probe per run, and the class read from the documents of the runs that
+/// have PGNs.
 pub(super) fn expired_runs(
     store: &SqliteStore,
-    cutoff: &Date,
+    window: &RetentionWindow,
     after: Option<&RunPosition>,
     limit: usize,
 ) -> StoreResult<ExpiredRuns> {
     let started = Instant::now();
     let (after_updated, after_id) = after.map_or(("", ""), |p| (&*p.last_updated, &*p.id));
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = format!(
+        "SELECT id, last_updated,
+                CASE WHEN EXISTS (SELECT 1 FROM pgns WHERE pgns.run_id = runs.id)
+                     THEN ({}) ELSE 0 END
+         FROM runs
+         WHERE finished = ?5 AND last_updated < ?1 AND (last_updated, id) > (?2, ?3)
+         ORDER BY last_updated, id LIMIT ?4",
+        class_sql(window.class)
+    );
     let r = store.read(|c| {
-        let mut stmt = c.prepare_cached(
-            "SELECT id, last_updated, EXISTS (SELECT 1 FROM pgns WHERE pgns.run_id = runs.id)
-             FROM runs
-             WHERE finished = 1 AND last_updated < ?1 AND (last_updated, id) > (?2, ?3)
-             ORDER BY last_updated, id LIMIT ?4",
-        )?;
+        let mut stmt = c.prepare_cached(&sql)?;
         let rows = stmt.query_map(
-            params![cutoff.to_iso(), after_updated, after_id, limit],
+            params![
+                window.cutoff.to_iso(),
+                after_updated,
+                after_id,
+                limit,
+                window.class.finished()
+            ],
             |r| {
                 Ok((
                     r.get::<_, String>(0)?,
@@ -191,23 +222,29 @@ pub(super) fn expired_runs(
 }
 
 /// `Store::pgn_delete_expired`: one IMMEDIATE transaction (the run checked, the batch chosen
-/// and deleted), so a run revived between the walk and the deletion keeps its PGNs.
+/// and deleted), so a run revived or changed between the walk and the deletion keeps its
+/// PGNs.
 pub(super) fn delete_expired(
     store: &SqliteStore,
     run_id: &str,
-    cutoff: &Date,
+    window: &RetentionWindow,
     limit: usize,
     max_bytes: u64,
 ) -> StoreResult<PgnsDeleted> {
     let started = Instant::now();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let check = format!(
+        "SELECT 1 FROM runs WHERE id = ?1 AND finished = ?3 AND last_updated < ?2 AND ({})",
+        class_sql(window.class)
+    );
     let r = store.write(|c| {
         let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let expired: Option<i64> = tx
-            .prepare_cached(
-                "SELECT 1 FROM runs WHERE id = ?1 AND finished = 1 AND last_updated < ?2",
-            )?
-            .query_row(params![run_id, cutoff.to_iso()], |r| r.get(0))
+            .prepare_cached(&check)?
+            .query_row(
+                params![run_id, window.cutoff.to_iso(), window.class.finished()],
+                |r| r.get(0),
+            )
             .optional()?;
         if expired.is_none() {
             return Ok(PgnsDeleted::default());
