@@ -225,7 +225,6 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     };
     Ok(Arc::new(AppState {
         dashboard: Default::default(),
-        signup_forms: Default::default(),
         mailer,
         jobs,
         primary: config.is_primary(),

@@ -33,8 +33,6 @@ pub struct AppState {
     pub accounts: Arc<Accounts>,
     /// The action log, CPU hours and contributors (the run database writes to it too).
     pub ledger: Arc<Ledger>,
-    /// The signup forms sent already (each form is sent once).
-    pub signup_forms: crate::http::ui::signup_guard::Spent,
     /// Password-reset mail, when `smtp_url` is set.
     pub mailer: Option<Arc<crate::mail::Mailer>>,
     /// The net directory and the nets' records.

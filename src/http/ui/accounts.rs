@@ -376,7 +376,7 @@ pub async fn signup(
     let secret = state.secret.clone();
     let (min_age, max_age) = state.config.signup_form_ages();
     // The bot checks cost a MAC; a refused form never reaches the rate limits or argon2.
-    let mut guard = signup_guard::check(
+    let guard = signup_guard::check(
         &secret,
         &ctx.id,
         &form.website,
@@ -385,19 +385,23 @@ pub async fn signup(
         min_age,
         max_age,
     );
-    if let Ok(passed) = &guard {
+    if let Ok(passed) = &guard
+        && !passed.wait.is_zero()
+    {
         // Too young: answered once old enough (costs a timer, not a thread).
-        if !passed.wait.is_zero() {
-            tokio::time::sleep(passed.wait).await;
-        }
-        if !state.signup_forms.spend(passed, signup_guard::now_ms()) {
-            guard = Err(signup_guard::Refusal::Used);
-        }
+        tokio::time::sleep(passed.wait).await;
     }
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
     let accounts = state.accounts.clone();
     let limits = state.clone();
     continue_page(&state, keys, ctx, move |_, ctx, _| {
+        // Each form is accepted once.
+        let guard = guard.and_then(|p| {
+            accounts
+                .signup_form_spend(&p.nonce, p.expires_ms, signup_guard::now_ms())
+                .then_some(())
+                .ok_or(signup_guard::Refusal::Used)
+        });
         if let Err(refusal) = guard {
             tracing::info!(?refusal, "signup form refused");
             return signup_page(ctx, &secret, vec![Flash::error(refusal.text())]);

@@ -9,15 +9,13 @@
 //!
 //! Owns: the field names, the token's format (`v2.<unix ms>.<16 hex nonce>.<hex
 //! HMAC-SHA256>` over the issue time, the nonce and the session's id, keyed by the server's
-//! secret), the checks, and the nonces already used ([`Spent`], in memory, for as long as a
-//! form stays valid). Must not: read the store, count rate limits (the handler does, after
+//! secret) and the checks. Must not: read the store, remember which forms were sent (the
+//! accounts do: `Accounts::signup_form_spend`), count rate limits (the handler does, after
 //! these cheap checks and the field checks) or decide anything about the account.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use parking_lot::Mutex;
 use sha2::Sha256;
 
 /// The hidden field carrying the signed issue time.
@@ -29,9 +27,6 @@ pub const HONEYPOT_FIELD: &str = "website";
 const VERSION: &str = "v2";
 /// What the MAC covers besides the time, so no other signed value of ours can pass for it.
 const PURPOSE: &[u8] = b"shoal signup form v2:";
-/// The most used nonces remembered; past it the expired ones go, then all of them (a replay
-/// is then still bound to its session and held by the rate limits).
-const SPENT_MAX: usize = 100_000;
 
 /// Why a signup form is refused before anything else is looked at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +64,8 @@ impl Refusal {
     }
 }
 
-/// A form that passed: how long its answer must still wait to make it `min` old, and what
-/// [`Spent::spend`] needs.
+/// A form that passed: how long its answer must still wait to make it `min` old, and its
+/// nonce with the time it stays valid (for `Accounts::signup_form_spend`: used once).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passed {
     pub wait: Duration,
@@ -143,27 +138,6 @@ pub fn check(
     })
 }
 
-/// The nonces of the forms sent already (each kept until its form would have expired).
-#[derive(Default)]
-pub struct Spent {
-    used: Mutex<HashMap<String, u64>>,
-}
-
-impl Spent {
-    /// Marks `passed`'s form as sent; false if it was sent before.
-    pub fn spend(&self, passed: &Passed, now_ms: u64) -> bool {
-        let mut used = self.used.lock();
-        if used.len() >= SPENT_MAX && !used.contains_key(&passed.nonce) {
-            used.retain(|_, expires| *expires > now_ms);
-            if used.len() >= SPENT_MAX {
-                used.clear();
-            }
-        }
-        used.insert(passed.nonce.clone(), passed.expires_ms)
-            .is_none()
-    }
-}
-
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> u64 {
     u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0)
@@ -223,15 +197,12 @@ mod tests {
     }
 
     #[test]
-    fn a_form_is_sent_once() {
-        let spent = Spent::default();
+    fn each_form_has_its_own_nonce() {
         let t = issue(KEY, SESSION, 1_000_000);
+        let u = issue(KEY, SESSION, 1_000_000);
         let p = check(KEY, SESSION, "", &t, 1_020_000, MIN, MAX).expect("passes");
-        assert!(spent.spend(&p, 1_020_000));
-        assert!(!spent.spend(&p, 1_030_000));
-        let fresh = issue(KEY, SESSION, 1_000_000);
-        let q = check(KEY, SESSION, "", &fresh, 1_020_000, MIN, MAX).expect("passes");
+        let q = check(KEY, SESSION, "", &u, 1_020_000, MIN, MAX).expect("passes");
         assert_ne!(p.nonce, q.nonce);
-        assert!(spent.spend(&q, 1_020_000));
+        assert_eq!(p.nonce.len(), 16);
     }
 }
