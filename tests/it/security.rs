@@ -631,8 +631,29 @@ async fn finding_7_control_characters_are_refused_at_creation_and_dropped_from_t
     let (_, got) = server.get_json(&format!("/api/get_run/{run}")).await;
     assert_eq!(got["finished"], false, "{got}");
 
-    // A follower's feed stays XML 1.0 even when an older run's name or message holds one.
+    // Nor can the owner put one into the info afterwards.
     let (mut b, csrf) = session(&server, Some("alice")).await;
+    let page = b
+        .post(
+            "/tests/modify",
+            &[
+                ("run", run.as_str()),
+                ("num-games", "1000"),
+                ("priority", "0"),
+                ("throughput", "100"),
+                ("info", "new \u{1b}[2J info"),
+                ("csrf_token", csrf.as_str()),
+            ],
+        )
+        .await;
+    assert!(page.body.contains("control characters"), "{}", page.body);
+    let (_, got) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(
+        got["args"]["info"], "line one\nline two\twith a tab",
+        "{got}"
+    );
+
+    // A follower's feed stays XML 1.0 even when an older run's name or message holds one.
     b.post(
         "/tests/follow",
         &[("run", run.as_str()), ("csrf_token", csrf.as_str())],
