@@ -170,6 +170,45 @@ async fn finding_2_forgot_writes_nothing_public_and_answers_alike() {
     assert!(!own.body.contains("mailed on request"), "{}", own.body);
 }
 
+#[tokio::test]
+async fn finding_2_forgot_answers_before_any_store_work() {
+    if sqlite_only("a write lock held on the SQLite file") {
+        return;
+    }
+    let (server, mut mails) = mail_server(Opts::new()).await;
+    add_user(&server, "alice", &["--email", "alice@example.org"]);
+    let mut anon = Browser::new(&server);
+    let csrf = anon.get("/forgot").await.csrf();
+    // Another connection holds the database's write lock: the store can read, not write.
+    let lock = rusqlite::Connection::open(server.data_dir.join("shoal.db")).expect("open");
+    lock.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+    let mut answers = Vec::new();
+    for who in ["alice", "nobody"] {
+        let started = std::time::Instant::now();
+        let page = anon
+            .post(
+                "/forgot",
+                &[("username", who), ("csrf_token", csrf.as_str())],
+            )
+            .await;
+        answers.push((page.status, page.body, started.elapsed()));
+    }
+    lock.execute_batch("COMMIT").expect("unlock");
+    let (alice, nobody) = (&answers[0], &answers[1]);
+    assert_eq!((alice.0, nobody.0), (200, 200), "{answers:?}");
+    assert_eq!(alice.1, nobody.1);
+    // Neither waited for the store: an existing account's answer is as quick as nobody's.
+    for (_, _, took) in &answers {
+        assert!(
+            *took < Duration::from_millis(2000),
+            "answered after {took:?}"
+        );
+    }
+    // The link was made and mailed once the store could write.
+    let mail = next_mail(&mut mails, 30).await.expect("alice's mail");
+    assert!(mail.contains("alice@example.org"), "{mail}");
+}
+
 /// The signup form's tokens in `b`'s session (as if from `ip`, through the trusted proxy).
 async fn signup_tokens(b: &mut Browser<'_>, ip: &str) -> (String, String) {
     let page = b.as_from(ip, "/signup", None).await;
