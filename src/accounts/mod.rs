@@ -8,7 +8,7 @@
 //! [`Accounts::login_in_pool`]: the throttle's verdict, the credential cache, the guarded
 //! argon2 check, recording each verdict), an approver's decisions and a user's profile change
 //! (logged in the [`Ledger`]); API tokens (`tokens.rs`) and password-reset links (`reset.rs`),
-//! stored hashed in `kvstore`.
+//! stored hashed in `kvstore`; the signup forms already sent (`once.rs`, in memory).
 //! Says what happened in types ([`AuthError`], [`UserError`] with [`NameRefusal`]); the texts
 //! for a refused login or account operation are the HTTP layer's (`http::error`), made in one
 //! place for the API, the pages and the CLI.
@@ -17,6 +17,7 @@
 //! the ledger's public operations only).
 
 mod login;
+mod once;
 mod people;
 mod reset;
 mod sessions;
@@ -146,6 +147,8 @@ pub struct Accounts {
     users: Users,
     sessions: sessions::Sessions,
     throttle: AuthThrottle,
+    /// Signup forms already sent (each is accepted once).
+    signup_forms: once::OnceSet,
     /// Where an approver's decisions are logged.
     ledger: Arc<Ledger>,
 }
@@ -163,6 +166,7 @@ impl Accounts {
             store,
             sessions: Default::default(),
             throttle: AuthThrottle::new(throttle),
+            signup_forms: Default::default(),
             ledger,
         };
         accounts.users.refresh_legacy_names()?;

@@ -5,7 +5,9 @@
 //! Owns: who may decide (approvers only), the state changes and their action-log entries as
 //! Fishtest writes them (`accept_user` "accepted", `block_user` "blocked"/"unblocked"; a
 //! rejected signup is deleted with no entry, only a log line), and ending the sessions a
-//! change must end (a block, a rejection, a new password: every session of that user).
+//! change must end (a block, a rejection, a new password: every session of that user; a new
+//! password also every API token and the feed URL), and forgetting a deleted account whole
+//! (its sessions, tokens, reset links, follows and feed: nothing is inherited by its name).
 //! Must not: validate form fields (the UI does, with Fishtest's messages); know HTTP; touch
 //! runs.
 
@@ -78,7 +80,7 @@ impl Accounts {
             }
             UserAction::Reject => {
                 self.users.delete(&user)?;
-                self.sessions_end_user(&user.username)?;
+                self.forget_user(&user.username)?;
                 tracing::info!(user = %user.username, by = %approver.username, "signup rejected: user deleted");
             }
         }
@@ -116,8 +118,19 @@ impl Accounts {
         self.users.save(&saved)?;
         if new_password {
             let ended = self.sessions_end_user(&saved.username)?;
+            self.credentials_revoke(&saved)?;
             tracing::info!(user = %saved.username, sessions = ended, "password changed");
         }
         Ok(saved)
+    }
+
+    /// Everything kept under a deleted account's name: its sessions, API tokens, reset
+    /// links, follows and feed URL. A later account with the name starts with none of them.
+    pub fn forget_user(&self, username: &str) -> Result<(), UserError> {
+        self.sessions_end_user(username)?;
+        self.tokens_revoke_all(username)?;
+        self.reset_drop(username, false)?;
+        self.ledger.forget_follows(username)?;
+        Ok(())
     }
 }

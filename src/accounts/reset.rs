@@ -2,13 +2,17 @@
 //! (and, when the operator configured SMTP, that a user asks for by email).
 //!
 //! Owns: making a link's secret (`shoal_` + 32 random bytes in hex), its record in the store's
-//! `kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked, the
-//! creation and expiry dates; the secret itself is never stored), the rules (valid
-//! [`RESET_TTL_S`], single use: the record is deleted before the password changes, so two
-//! uses racing each other cannot both win; a new link for a user replaces the user's older
-//! ones; by email at most one link per user every [`EMAIL_EVERY_S`]), the password set through
-//! a link (which ends every session of the user), and the action-log entries
-//! (`password_reset`: issued, requested by email, used).
+//! `kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked
+//! (`by`: the approver's name, or `email`), `mailed` (the kind), the creation and expiry
+//! dates; the secret itself is never stored), the rules (valid [`RESET_TTL_S`], single use: the record is deleted before
+//! the password changes, so two uses racing each other cannot both win, and a used link takes
+//! every other link of the user with it; an approver's new link replaces all of the user's
+//! links, a mailed one only earlier mailed ones, so an anonymous request never cancels an
+//! approver's link; by email at most one link per user every [`EMAIL_EVERY_S`], never to an
+//! address two accounts share, whether asked for by name or by address), the password set
+//! through a link (which ends every session and revokes every API token and the feed URL of
+//! the user), and the action-log entries (`password_reset`: issued by an approver, used). A
+//! mailed request writes no action: the log is public, and it would tell who has an account.
 //! Must not: know HTTP or send mail (the edge does), check a password's strength (the edge
 //! does, with the signup's rule), tell whether an account exists to anyone but an approver.
 
@@ -24,6 +28,13 @@ const KIND: &str = "password_reset";
 pub const RESET_TTL_S: i64 = 24 * 3600;
 /// A user gets at most one emailed link this often (seconds).
 pub const EMAIL_EVERY_S: i64 = 300;
+/// The `by` of a link mailed on request (an approver's link has the approver's name; the
+/// kind is told by the `mailed` field, since an approver could be called this too).
+const BY_EMAIL: &str = "email";
+
+fn mailed(doc: &Doc) -> bool {
+    doc.get("mailed").and_then(Value::as_bool) == Some(true)
+}
 
 fn kv_id(hash: &str) -> String {
     format!("{KIND}:{hash}")
@@ -44,18 +55,29 @@ impl Accounts {
         )?)
     }
 
-    /// Stores a new link for `user` (dropping the user's older ones); returns its secret.
-    fn reset_store(&self, user: &User, by: &str) -> Result<String, UserError> {
-        for doc in self.reset_docs(&user.username)? {
+    /// Deletes `username`'s links (only the mailed ones when `only_mailed`).
+    pub(super) fn reset_drop(&self, username: &str, only_mailed: bool) -> Result<(), UserError> {
+        for doc in self.reset_docs(username)? {
+            if only_mailed && !mailed(&doc) {
+                continue;
+            }
             if let Some(id) = doc.get("_id").and_then(Value::as_str) {
                 self.store.delete(Collection::Kvstore, id)?;
             }
         }
+        Ok(())
+    }
+
+    /// Stores a new link for `user` (dropping the older ones it replaces: an approver's link
+    /// all of them, a mailed one the mailed ones); returns its secret.
+    fn reset_store(&self, user: &User, by: &str, mail: bool) -> Result<String, UserError> {
+        self.reset_drop(&user.username, mail)?;
         let secret = new_secret();
         let now = Date::now();
         let expires = Date(now.0 + chrono::Duration::seconds(RESET_TTL_S));
         let doc = json!({"_id": kv_id(&token_hash(&secret)), "kind": KIND,
-                         "user": user.username, "by": by, "created": now, "expires": expires});
+                         "user": user.username, "by": by, "mailed": mail,
+                         "created": now, "expires": expires});
         if let Value::Object(doc) = doc {
             self.store.put(Collection::Kvstore, &doc)?;
         }
@@ -79,7 +101,7 @@ impl Accounts {
             .users
             .load(name)?
             .ok_or_else(|| UserError::NoSuchUser(name.to_string()))?;
-        let secret = self.reset_store(&user, &approver.username)?;
+        let secret = self.reset_store(&user, &approver.username, false)?;
         self.log_reset(&approver.username, &user.username, "reset link issued")?;
         tracing::info!(user = %user.username, by = %approver.username, "password reset link issued");
         Ok(secret)
@@ -87,8 +109,10 @@ impl Accounts {
 
     /// A user asks for a link by email, naming their username or email address. `Some`: the
     /// address to send the link to and the link's secret; `None` when there is nobody to send
-    /// it to (no such account, a blocked or pending one, no address) or the user was sent one
-    /// less than [`EMAIL_EVERY_S`] ago. The caller answers the same either way.
+    /// it to (no such account, a blocked or pending one, no address, an address another
+    /// account has too: by name as by address) or the user was sent one less than
+    /// [`EMAIL_EVERY_S`] ago. The caller answers the same either way, before calling this.
+    /// Nothing goes to the public action log (it would tell who has an account).
     pub fn reset_request(&self, name_or_email: &str) -> Result<Option<(User, String)>, UserError> {
         let key = name_or_email.trim();
         if key.is_empty() || key.len() > 256 {
@@ -99,35 +123,60 @@ impl Accounts {
         } else {
             "username"
         };
-        let docs = self.store.find(
-            Collection::Users,
-            &Query::new()
-                .with(Cond::Eq(field.into(), json!(key)))
-                .limit(2),
-        )?;
-        // An address shared by two accounts names nobody.
-        let [doc] = docs.as_slice() else {
-            return Ok(None);
-        };
-        let Ok(user) = serde_json::from_value::<User>(Value::Object(doc.clone())) else {
+        let Some(user) = self.only_user(field, key)? else {
             return Ok(None);
         };
         if user.blocked || user.pending || !user.email.contains('@') {
             return Ok(None);
         }
+        // An address shared by two accounts names nobody, however it was asked for.
+        if field == "username" && self.only_user("email", &user.email)?.is_none() {
+            return Ok(None);
+        }
         let now = Date::now().0.timestamp();
         let recent = self.reset_docs(&user.username)?.iter().any(|d| {
-            d.get("by").and_then(Value::as_str) == Some("email")
+            mailed(d)
                 && date_of(d, "created")
                     .is_some_and(|c| now.saturating_sub(c.0.timestamp()) < EMAIL_EVERY_S)
         });
         if recent {
             return Ok(None);
         }
-        let secret = self.reset_store(&user, "email")?;
-        self.log_reset(&user.username, &user.username, "reset link sent by email")?;
+        let secret = self.reset_store(&user, BY_EMAIL, true)?;
         tracing::info!(user = %user.username, "password reset link sent by email");
         Ok(Some((user, secret)))
+    }
+
+    /// The one user whose `field` is `value`; `None` for none, two or more, or an unreadable
+    /// document.
+    fn only_user(&self, field: &str, value: &str) -> Result<Option<User>, UserError> {
+        let docs = self.store.find(
+            Collection::Users,
+            &Query::new()
+                .with(Cond::Eq(field.into(), json!(value)))
+                .limit(2),
+        )?;
+        let [doc] = docs.as_slice() else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_value::<User>(Value::Object(doc.clone())).ok())
+    }
+
+    /// `username`'s live links, for an approver's eyes only: (mailed on request, who issued
+    /// it, when), oldest first. No secret: the store has none.
+    pub fn reset_links_of(&self, username: &str) -> Result<Vec<(bool, String, Date)>, UserError> {
+        let now = Date::now();
+        let mut links: Vec<(bool, String, Date)> = self
+            .reset_docs(username)?
+            .iter()
+            .filter(|d| date_of(d, "expires").is_some_and(|e| e > now))
+            .filter_map(|d| {
+                let by = d.get("by").and_then(Value::as_str)?.to_string();
+                Some((mailed(d), by, date_of(d, "created")?))
+            })
+            .collect();
+        links.sort_by_key(|l| l.2);
+        Ok(links)
     }
 
     /// The user a live link (not used, not expired) is for; `None` for anything else.
@@ -148,8 +197,8 @@ impl Accounts {
     }
 
     /// Sets `user`'s new password through the link `secret` (its strength already checked):
-    /// the link is used up first, then the password saved, then every session of the user
-    /// ended. `Ok(false)`: the link was not live (used meanwhile, expired, someone else's).
+    /// the link is used up first, then the password saved, then the user's other links
+    /// deleted, every session ended and every API token and the feed URL revoked. `Ok(false)`: the link was not live (used meanwhile, expired, someone else's).
     pub fn reset_use(&self, secret: &str, user: &User, password: &str) -> Result<bool, UserError> {
         match self.reset_user(secret)? {
             Some(u) if u.username == user.username => {}
@@ -167,7 +216,10 @@ impl Accounts {
             .ok_or_else(|| UserError::NoSuchUser(user.username.clone()))?;
         self.users.set_password(&mut saved, password)?;
         self.users.save(&saved)?;
+        // The other links (an approver's and a mailed one may both be out) die with this one.
+        self.reset_drop(&saved.username, false)?;
         let ended = self.sessions_end_user(&saved.username)?;
+        self.credentials_revoke(&saved)?;
         self.log_reset(
             &saved.username,
             &saved.username,

@@ -8,7 +8,9 @@
 //! checked on every use (read from the store, not from the credential cache: a blocked user's
 //! tokens stop at once), the last-use date (its own document, `api_token_used:<token_id>`,
 //! written at most once a minute per token, so that a use racing a revocation never writes
-//! the token back), revocation (the documents deleted), and the action-log entries
+//! the token back), the owner's account (`users._id`, so a later account with a deleted
+//! one's name inherits nothing), revocation (one token, or all of a user's after a new
+//! password together with the feed URL), and the action-log entries
 //! (`api_token`: created, revoked, used for an endpoint).
 //! Must not: know HTTP or headers (the edge parses `Authorization`), decide which endpoints
 //! only read (the edge does), keep tokens in memory, or log a token.
@@ -39,6 +41,11 @@ pub struct TokenInfo {
     /// A public handle (16 hex characters) to revoke the token by; not the token.
     pub token_id: String,
     pub user: String,
+    /// The owner's account (`users._id`): a later account that takes a deleted one's name
+    /// does not inherit its tokens. Empty in tokens made before it was recorded (those are
+    /// refused when older than the account).
+    #[serde(default)]
+    pub account: String,
     pub name: String,
     pub read_only: bool,
     pub created: Date,
@@ -107,6 +114,7 @@ impl Accounts {
         let info = TokenInfo {
             token_id: hex::encode(rand::random::<[u8; 8]>()),
             user: user.username.clone(),
+            account: user.id.clone(),
             name: name.to_string(),
             read_only,
             created: Date::now(),
@@ -194,6 +202,56 @@ impl Accounts {
         Ok(false)
     }
 
+    /// Revokes every token of `username`; returns how many there were.
+    pub fn tokens_revoke_all(&self, username: &str) -> Result<usize, UserError> {
+        let mut revoked = 0;
+        for doc in self.token_docs(username)? {
+            if let Some(id) = doc.get("_id").and_then(Value::as_str)
+                && self.store.delete(Collection::Kvstore, id)?
+            {
+                revoked += 1;
+            }
+        }
+        for doc in self.store.find(
+            Collection::Kvstore,
+            &Query::new()
+                .with(Cond::Eq("kind".into(), json!(USED_KIND)))
+                .with(Cond::Eq("user".into(), json!(username))),
+        )? {
+            if let Some(id) = doc.get("_id").and_then(Value::as_str) {
+                self.store.delete(Collection::Kvstore, id)?;
+            }
+        }
+        Ok(revoked)
+    }
+
+    /// Revokes every token of `user` on their own request ("revoke all"), logged.
+    pub fn tokens_revoke_all_logged(&self, user: &User) -> Result<usize, UserError> {
+        self.revoke_all_because(user, "revoked all tokens")
+    }
+
+    fn revoke_all_because(&self, user: &User, why: &str) -> Result<usize, UserError> {
+        let tokens = self.tokens_revoke_all(&user.username)?;
+        if tokens > 0 {
+            let mut fields = Doc::new();
+            fields.insert("user".into(), json!(user.username));
+            fields.insert("message".into(), json!(format!("{why} ({tokens})")));
+            self.ledger.log_action(KIND, &user.username, fields)?;
+            tracing::info!(user = %user.username, tokens, "{why}");
+        }
+        Ok(tokens)
+    }
+
+    /// After a password change or reset: every API token and the feed URL of `user`
+    /// revoked (a stolen session or password must not leave a lasting credential behind).
+    pub fn credentials_revoke(&self, user: &User) -> Result<(), UserError> {
+        self.revoke_all_because(user, "revoked all tokens: new password")?;
+        if self.ledger.revoke_feed(&user.username)? {
+            tracing::info!(user = %user.username, "feed URL revoked: new password");
+        }
+        Ok(())
+    }
+
     /// The owner of a presented token and the token's record. An unknown or revoked token is
     /// [`AuthError::WrongPassword`]; a blocked or pending owner is refused as at login (the
     /// owner is read from the store on every use).
@@ -212,6 +270,15 @@ impl Accounts {
         let Some(user) = self.users.load(&info.user)? else {
             return Err(AuthError::WrongPassword);
         };
+        // The token of another account that had this name (deleted since) is no token.
+        let foreign = if info.account.is_empty() {
+            info.created < user.registration_time
+        } else {
+            info.account != user.id
+        };
+        if foreign {
+            return Err(AuthError::WrongPassword);
+        }
         if user.blocked {
             return Err(AuthError::Blocked);
         }

@@ -142,11 +142,13 @@ pub struct Config {
     pub auth_throttle_per_user_ip: u32,
     pub auth_throttle_per_ip: u32,
     pub auth_throttle_per_user: u32,
-    /// Sign-ups (forms past the bot checks) per client address per hour, and for everybody.
+    /// Sign-ups (forms past the CSRF, bot and field checks) per client address per hour, and
+    /// for everybody (where a signup that creates nothing is not counted).
     pub signup_per_ip_per_hour: u32,
     pub signup_per_hour: u32,
-    /// A signup form is refused when sent sooner than this after it was shown (bots are
-    /// quick, people are not), or later than `signup_max_form_age_s`.
+    /// A signup form sent sooner than this after it was shown is answered only once it is
+    /// this old (a script waits, a person does not notice); one sent later than
+    /// `signup_max_form_age_s` is refused.
     pub signup_min_form_age_s: f64,
     pub signup_max_form_age_s: f64,
     shutdown_grace_s: f64,
@@ -158,7 +160,8 @@ pub struct Config {
     /// Read it through [`Config::nets_dir`].
     pub nn_dir: Option<PathBuf>,
     /// The address people use to reach the server (`https://…` makes the session cookie
-    /// `Secure`).
+    /// `Secure`). The only base of links that leave the server (mail, reset links, the feed);
+    /// required with `smtp_url`. Read for links through [`Config::public_base`].
     pub public_url: Option<String>,
     /// Web pages rendered at once (0: one per CPU core); further page requests wait.
     pub page_render_concurrency: usize,
@@ -203,7 +206,7 @@ pub struct Config {
     pub github_official_repo: String,
     /// The SMTP relay for password-reset mail (`smtp://host:port`, `?tls=required` for
     /// STARTTLS, `smtps://` for TLS, a user and password in the URL); empty: off (approvers
-    /// still issue reset links). A secret: its password is never printed.
+    /// still issue reset links). A secret: its password is never printed. Needs `public_url`.
     pub smtp_url: SecretUri,
     /// The sender of that mail.
     pub smtp_from: String,
@@ -374,6 +377,12 @@ impl Config {
     /// `dead_task_timeout_s`.
     pub fn dead_task_timeout(&self) -> Duration {
         seconds(self.dead_task_timeout_s)
+    }
+
+    /// The base of links that leave the server: `public_url` without its trailing `/`;
+    /// `None` when unset (a request's `Host` header is never a base: the requester picks it).
+    pub fn public_base(&self) -> Option<&str> {
+        self.public_url.as_deref().map(|u| u.trim_end_matches('/'))
     }
 
     /// `signup_min_form_age_s` and `signup_max_form_age_s`.

@@ -270,3 +270,18 @@ fn limits_entries_are_checked_and_named() {
             .contains("entry 1: `max` is required")
     );
 }
+
+#[test]
+fn mail_needs_public_url_and_says_so_naming_both() {
+    // Without public_url a mailed link could only come from a request's Host header.
+    let e = err_text("smtp_url = \"smtp://127.0.0.1:2525\"", &[]);
+    assert!(e.contains("public_url") && e.contains("smtp_url"), "{e}");
+    let e = err_text("", &[("SHOAL_SMTP_URL", "smtp://127.0.0.1:2525")]);
+    assert!(e.contains("public_url") && e.contains("smtp_url"), "{e}");
+    let ok = Config::from_sources(
+        Some("smtp_url = \"smtp://127.0.0.1:2525\"\npublic_url = \"https://t.example.org\""),
+        "test.toml",
+        Vec::new(),
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+}

@@ -301,6 +301,15 @@ impl Config {
                  and smtp_from an address",
             ));
         }
+        // Mail carries links to this server; without `public_url` the only address a request
+        // offers is its `Host` header, which the requester chooses (a poisoned reset link).
+        if !self.smtp_url.expose().is_empty() && self.public_url.is_none() {
+            return Err(invalid(
+                "public_url",
+                "must be set when smtp_url is set: mailed reset links are built from \
+                 public_url only (never from a request's Host header)",
+            ));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
             return Err(invalid("log", format!("not a valid log filter: {e}")));
         }

@@ -342,6 +342,10 @@ fn change_refused(c: ChangeRefused) -> String {
         }
         ChangeRefused::GamesNotMultiple => "Number of games must be a multiple of 1000".into(),
         ChangeRefused::TooManyGames => format!("Number of games must be <= {MAX_GAMES}"),
+        ChangeRefused::InfoControl => {
+            "The info must not contain control characters (other than tabs and line breaks)"
+                .into()
+        }
     }
 }
 

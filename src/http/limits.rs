@@ -85,6 +85,15 @@ pub fn check(state: &AppState, scope: &Scope, ctx: &KeyCtx<'_>) -> Result<(), Ra
         .rate_check(scope, ctx, Instant::now())
 }
 
+/// Takes back a call [`check`] counted, in the limits whose key `ctx` gives (see
+/// `Engine::rate_refund`).
+pub fn refund(state: &AppState, scope: &Scope, ctx: &KeyCtx<'_>) {
+    state
+        .scheduler
+        .limits()
+        .rate_refund(scope, ctx, Instant::now());
+}
+
 /// Scopes `api` (every `/api` path) and `ui` (every page; not `/healthz`, `/metrics`, static
 /// files or the net files under `/nn/`, which nginx would serve), keyed by the client's
 /// address; checked before the handler.

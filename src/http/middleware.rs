@@ -1,7 +1,8 @@
 //! The middleware stack, built in one place ([`apply`]), outermost first:
 //!
 //! 0. **request id** (`tower-http`): an `x-request-id` on every request (a client's own is
-//!    kept) and its response, and a debug-level tracing span per request carrying it.
+//!    kept) and its response, and a debug-level tracing span per request carrying it and
+//!    the matched route (never the raw path, which may hold a secret).
 //! 1. **envelope**: stamps the start time; on the way out serialises [`PendingJson`] with
 //!    `duration` (and the `"<path>: "` error prefix), turns any bare error status under `/api`
 //!    into the JSON shape, strips bodies of HEAD replies, and records per-route metrics. A
@@ -79,14 +80,21 @@ pub fn apply(router: Router, state: Arc<AppState>) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
-/// The tracing span of one request (at debug: one line per request when enabled).
+/// The tracing span of one request (at debug: one line per request when enabled). It names
+/// the matched route (`/feeds/{file}`), filled in once the router matched it, never the raw
+/// path: paths carry secrets (a feed token, a reset link).
 fn request_span(req: &Request) -> tracing::Span {
     let id = req
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), id)
+    tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        route = tracing::field::Empty,
+        id
+    )
 }
 
 async fn route_label(req: Request, next: Next) -> Response {
@@ -94,6 +102,9 @@ async fn route_label(req: Request, next: Next) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_string());
+    if let Some(label) = &label {
+        tracing::Span::current().record("route", label.as_str());
+    }
     let caller: std::sync::Arc<str> = label.as_deref().unwrap_or("unmatched").into();
     let mut response = crate::offload::POOL_CALLER
         .scope(caller, next.run(req))
@@ -142,10 +153,11 @@ async fn envelope(req: Request, next: Next) -> Response {
     metrics::counter!("shoal_http_requests_total", "route" => route.clone(),
         "method" => method.clone(), "status" => status)
     .increment(1);
-    metrics::histogram!("shoal_http_request_duration_seconds", "route" => route,
+    metrics::histogram!("shoal_http_request_duration_seconds", "route" => route.clone(),
         "method" => method)
     .record(elapsed);
-    tracing::debug!(%path, status = response.status().as_u16(), elapsed, "request");
+    // The route, not the path (a path may carry a secret).
+    tracing::debug!(%route, status = response.status().as_u16(), elapsed, "request");
     response
 }
 

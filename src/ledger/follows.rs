@@ -228,6 +228,16 @@ impl Ledger {
         Ok(old.is_some())
     }
 
+    /// Deletes everything kept for `user` (a deleted account): the follows document and the
+    /// feed URL's lookup.
+    pub fn forget_follows(&self, user: &str) -> LedgerResult<()> {
+        self.revoke_feed(user)?;
+        let _write = self.follows.write.lock();
+        self.store.delete(Collection::Kvstore, &doc_id(user))?;
+        self.follows.docs.lock().remove(user);
+        Ok(())
+    }
+
     /// The user whose live feed token `token` is, if any.
     pub fn feed_user(&self, token: &str) -> LedgerResult<Option<String>> {
         if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {

@@ -87,6 +87,12 @@ fn check_changes(run: &Run, c: &RunChanges) -> Result<(), ChangeRefused> {
     if new.unsigned_abs() > MAX_GAMES {
         return Err(ChangeRefused::TooManyGames);
     }
+    if c.info
+        .as_deref()
+        .is_some_and(|i| !super::create::text_without_controls(i))
+    {
+        return Err(ChangeRefused::InfoControl);
+    }
     Ok(())
 }
 

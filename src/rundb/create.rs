@@ -173,6 +173,14 @@ pub struct ArgError {
     pub message: String,
 }
 
+/// Free text a person wrote (a run's `info`, a stop message): no control character but a
+/// tab, a line feed or a carriage return.
+pub fn text_without_controls(text: &str) -> bool {
+    !text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+}
+
 fn refuse(field: &'static str, message: impl Into<String>) -> ArgError {
     ArgError {
         field,
@@ -259,6 +267,20 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         if value.trim().is_empty() {
             return Err(refuse(name, format!("{name} must not be empty")));
         }
+        // A run's name goes into pages, the action log and followers' feeds (XML 1.0 has
+        // no place for most control characters).
+        if value.chars().any(char::is_control) {
+            return Err(refuse(
+                name,
+                format!("{name} must not contain control characters"),
+            ));
+        }
+    }
+    if !text_without_controls(&args.info) {
+        return Err(refuse(
+            "info",
+            "info must not contain control characters (other than tabs and line breaks)",
+        ));
     }
     for (name, value) in [
         ("resolved_base", &args.resolved_base),

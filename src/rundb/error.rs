@@ -54,6 +54,10 @@ pub enum ChangeRefused {
     /// More games than `protocol::MAX_GAMES`.
     #[error("too many games")]
     TooManyGames,
+    /// A new info with a control character other than a tab or a line break (the rule at
+    /// creation, `create::text_without_controls`).
+    #[error("control characters in the info")]
+    InfoControl,
 }
 
 /// Why an operation failed. `http::error` maps each to its status code and Fishtest's text.

@@ -32,6 +32,7 @@ mod mongo;
 mod nets_store;
 mod openapi;
 mod reset;
+mod security;
 mod signup;
 mod sim;
 mod soak;

@@ -24,7 +24,11 @@ pub fn code_of(page: &Page, id: &str) -> String {
 /// Makes a token named `name` on `b`'s tokens page; returns it.
 async fn make_token(b: &mut Browser<'_>, name: &str, read_only: bool) -> String {
     let token = b.get("/user/tokens").await.csrf();
-    let mut form = vec![("name", name), ("csrf_token", token.as_str())];
+    let mut form = vec![
+        ("name", name),
+        ("password", PASSWORD),
+        ("csrf_token", token.as_str()),
+    ];
     if read_only {
         form.push(("read_only", "1"));
     }

@@ -242,6 +242,9 @@ pub(crate) struct Needs {
     pub(crate) task: bool,
     pub(crate) stats: bool,
     pub(crate) message: bool,
+    /// The message must be plain text (no control character but tabs and line breaks): it
+    /// reaches the action log, pages and followers' feeds (`stop_run`).
+    pub(crate) plain_message: bool,
 }
 
 /// A validated worker request.
@@ -328,6 +331,16 @@ pub(crate) fn validate(
             "message is longer than {} characters",
             limits::MAX_MESSAGE
         )));
+    }
+    if needs.plain_message
+        && req
+            .message
+            .as_deref()
+            .is_some_and(|m| !crate::rundb::create::text_without_controls(m))
+    {
+        return Err(bad(
+            "message must not contain control characters (other than tabs and line breaks)",
+        ));
     }
     Ok(Call {
         password: req.password,

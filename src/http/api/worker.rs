@@ -366,7 +366,11 @@ pub async fn failed_task(State(state): State<Arc<AppState>>, call: WorkerCall) -
     )
 )]
 pub async fn stop_run(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
-    task_bound(&state, "Stop_run", call, Needs::default(), |db, c| {
+    let needs = Needs {
+        plain_message: true,
+        ..Needs::default()
+    };
+    task_bound(&state, "Stop_run", call, needs, |db, c| {
         db.stop_run(&c.run_id, c.task_id, &c.message, &c.wi)
     })
     .await

@@ -21,6 +21,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::kit::url::same_site_path;
 use super::kit::{
     Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
     form_or_default, open_page, page, respond,
@@ -69,14 +70,13 @@ pub struct NextQuery {
     created: Option<String>,
 }
 
-/// Only a same-origin path is a place to go after login.
+/// Only a same-origin path is a place to go after login (`url::same_site_path`).
 fn safe_next(q: &NextQuery) -> String {
     [q.next.as_deref(), q.came_from.as_deref()]
         .into_iter()
         .flatten()
-        .find(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') && n.len() < 2000)
-        .unwrap_or("/")
-        .to_string()
+        .find_map(same_site_path)
+        .unwrap_or_else(|| "/".to_string())
 }
 
 fn login_action(q: &NextQuery) -> String {
@@ -228,7 +228,7 @@ fn signup_page(ctx: &Ctx, secret: &[u8], flashes: Vec<Flash>) -> PageResult {
     l.flashes = flashes;
     Page::ok(&SignupPage {
         l,
-        form_token: signup_guard::issue(secret, signup_guard::now_ms()),
+        form_token: signup_guard::issue(secret, &ctx.id, signup_guard::now_ms()),
         form_token_field: signup_guard::FORM_TOKEN_FIELD,
         honeypot_field: signup_guard::HONEYPOT_FIELD,
     })
@@ -350,6 +350,14 @@ pub(super) fn valid_tests_repo(repo: &str) -> bool {
 }
 
 /// `POST /signup`: a pending account, then `/login` with the "account created" message.
+///
+/// In order, each cheaper than the next and none counted before it passed: the CSRF token
+/// (the session), the bot checks (`signup_guard`: the honeypot; the form token, bound to this
+/// session and sent once; a form younger than `signup_min_form_age_s` is answered once it is
+/// that old, so a password manager is never refused), Fishtest's field checks, then the
+/// rate limits (scope `signup`: per address and for everybody), then argon2 and the store.
+/// A signup that creates nothing (the name or address taken) is taken back from everybody's
+/// window, so addresses that create nothing cannot close signup for everyone.
 pub async fn signup(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -357,71 +365,94 @@ pub async fn signup(
     form: Result<Form<SignupForm>, FormRejection>,
 ) -> Response {
     let form = form_or_default(form);
-    let token = form.csrf_token.clone();
-    let accounts = state.accounts.clone();
+    let input = Input::post(&state, &headers, form.csrf_token.clone());
+    let keys = input.keys.clone();
+    // The session and the CSRF token first: a refused form is counted nowhere.
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) if ctx.user.is_some() => return redirect_home(&keys),
+        Ok(ctx) => ctx,
+        Err(answer) => return answer,
+    };
     let secret = state.secret.clone();
     let (min_age, max_age) = state.config.signup_form_ages();
     // The bot checks cost a MAC; a refused form never reaches the rate limits or argon2.
     let guard = signup_guard::check(
         &secret,
+        &ctx.id,
         &form.website,
         &form.form_token,
         signup_guard::now_ms(),
         min_age,
         max_age,
     );
-    // The signup rate limits, on the loop, for forms past the bot checks.
-    if guard.is_ok() {
-        let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    if let Ok(passed) = &guard
+        && !passed.wait.is_zero()
+    {
+        // Too young: answered once old enough (costs a timer, not a thread).
+        tokio::time::sleep(passed.wait).await;
+    }
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let accounts = state.accounts.clone();
+    let limits = state.clone();
+    continue_page(&state, keys, ctx, move |_, ctx, _| {
+        // Each form is accepted once.
+        let guard = guard.and_then(|p| {
+            accounts
+                .signup_form_spend(&p.nonce, p.expires_ms, signup_guard::now_ms())
+                .then_some(())
+                .ok_or(signup_guard::Refusal::Used)
+        });
+        if let Err(refusal) = guard {
+            tracing::info!(?refusal, "signup form refused");
+            return signup_page(ctx, &secret, vec![Flash::error(refusal.text())]);
+        }
+        let errors = signup_errors(&form);
+        if !errors.is_empty() {
+            return signup_page(ctx, &secret, errors.into_iter().map(Flash::error).collect());
+        }
+        // The signup rate limits, for forms past every check above.
         let key = crate::limits::KeyCtx {
             ip: Some(&ip),
             ..Default::default()
         };
-        if let Err(r) = crate::http::limits::check(&state, &crate::limits::Scope::Signup, &key) {
+        let scope = crate::limits::Scope::Signup;
+        if let Err(r) = crate::http::limits::check(&limits, &scope, &key) {
             tracing::info!(%ip, limit = %r.name, "signup rate-limited");
-            return crate::http::limits::page_429_saying(
-                &r,
-                "Too many sign-ups from your address, or from everybody, in the last hour.",
-            );
+            return Err(PageError::RateLimited {
+                retry_after_s: r.retry_after.as_secs_f64().ceil().max(1.0) as u64,
+                text: "Too many sign-ups from your address, or from everybody, in the last \
+                       hour.",
+            });
         }
-    }
-    page(
-        &state,
-        Input::post(&state, &headers, token),
-        move |_, ctx, _| {
-            if ctx.user.is_some() {
-                return Page::redirect("/tests");
+        let refused = |ctx: &Ctx, e: &UserError| {
+            // Nothing created: not counted in everybody's window (the address's stays).
+            crate::http::limits::refund(&limits, &scope, &crate::limits::KeyCtx::default());
+            signup_page(ctx, &secret, vec![Flash::error(user_error_text(e))])
+        };
+        match accounts.users().register(
+            form.username.trim(),
+            form.password.trim(),
+            form.email.trim(),
+            form.tests_repo.trim(),
+        ) {
+            Ok(_) => Page::redirect("/login?created=1"),
+            // A refused signup: the form again, with the edge's text (`http::error`).
+            Err(
+                e @ (UserError::BadName { .. }
+                | UserError::NameTaken { .. }
+                | UserError::NameOrEmailTaken { .. }
+                | UserError::BadPasswordLength
+                | UserError::BadEmail { .. }
+                | UserError::CorruptUser { .. }
+                | UserError::Unstorable { .. }
+                | UserError::Hashing(_)),
+            ) => refused(ctx, &e),
+            Err(e) => {
+                crate::http::limits::refund(&limits, &scope, &crate::limits::KeyCtx::default());
+                Err(PageError::internal("signup failed", e))
             }
-            if let Err(refusal) = guard {
-                tracing::info!(?refusal, "signup form refused");
-                return signup_page(ctx, &secret, vec![Flash::error(refusal.text())]);
-            }
-            let errors = signup_errors(&form);
-            if !errors.is_empty() {
-                return signup_page(ctx, &secret, errors.into_iter().map(Flash::error).collect());
-            }
-            match accounts.users().register(
-                form.username.trim(),
-                form.password.trim(),
-                form.email.trim(),
-                form.tests_repo.trim(),
-            ) {
-                Ok(_) => Page::redirect("/login?created=1"),
-                // A refused signup: the form again, with the edge's text (`http::error`).
-                Err(
-                    e @ (UserError::BadName { .. }
-                    | UserError::NameTaken { .. }
-                    | UserError::NameOrEmailTaken { .. }
-                    | UserError::BadPasswordLength
-                    | UserError::BadEmail { .. }
-                    | UserError::CorruptUser { .. }
-                    | UserError::Unstorable { .. }
-                    | UserError::Hashing(_)),
-                ) => signup_page(ctx, &secret, vec![Flash::error(user_error_text(&e))]),
-                Err(e) => Err(PageError::internal("signup failed", e)),
-            }
-        },
-    )
+        }
+    })
     .await
 }
 
@@ -487,7 +518,14 @@ mod tests {
             ..NextQuery::default()
         };
         assert_eq!(safe_next(&q("/tests/view/1?x=2")), "/tests/view/1?x=2");
-        for bad in ["//evil.org", "https://evil.org", "/\\evil.org", "tests"] {
+        for bad in [
+            "//evil.org",
+            "https://evil.org",
+            "/\\evil.org",
+            "tests",
+            "/\t/evil.org",
+            "/\n/evil.org",
+        ] {
             assert_eq!(safe_next(&q(bad)), "/", "{bad}");
         }
         assert_eq!(login_action(&q("/a b")), "/login?next=/a%20b");

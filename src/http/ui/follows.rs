@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::kit::url::site_url;
+use super::kit::url::{NO_PUBLIC_URL, outside_link, same_site_path};
 use super::kit::{Flash, Input, Layout, OrInternal, Page, PageError, form_or_default, page};
 use super::session::Ctx;
 use crate::http::run_id::RunId;
@@ -40,10 +40,8 @@ pub struct FollowForm {
 /// Where to go after a follow or an unfollow: `back` if it is a same-site path, else the
 /// run's page.
 fn back_to(back: Option<&str>, run: &str) -> String {
-    back.filter(|b| {
-        b.starts_with('/') && !b.starts_with("//") && !b.contains('\\') && b.len() < 2000
-    })
-    .map_or_else(|| format!("/tests/view/{run}"), str::to_string)
+    back.and_then(same_site_path)
+        .unwrap_or_else(|| format!("/tests/view/{run}"))
 }
 
 /// The refusal past the cap.
@@ -193,7 +191,7 @@ pub async fn feed_action(
 ) -> Response {
     let f = form_or_default(form);
     let ledger = state.ledger.clone();
-    let base = site_url(state.config.public_url.as_deref(), &headers);
+    let base = state.config.public_base().map(str::to_string);
     let input = Input::post(&state, &headers, f.csrf_token.clone());
     page(&state, input, move |_, ctx, _| {
         let Some(user) = ctx.user.clone() else {
@@ -202,12 +200,15 @@ pub async fn feed_action(
         match f.action.as_str() {
             "new" => {
                 let token = ledger.new_feed(&user.username).or_internal("new feed")?;
-                let l = Layout::new(ctx, "Your feed URL").flash(Flash::info(
+                let mut l = Layout::new(ctx, "Your feed URL").flash(Flash::info(
                     "A new feed URL: copy it now, it is not shown again. Any older one no longer works.",
                 ));
+                if base.is_none() {
+                    l = l.flash(Flash::warning(NO_PUBLIC_URL));
+                }
                 Page::ok(&FeedUrlPage {
                     l,
-                    url: format!("{base}/feeds/{token}.atom"),
+                    url: outside_link(base.as_deref(), &format!("/feeds/{token}.atom")),
                 })
             }
             "revoke" => {
@@ -238,7 +239,13 @@ mod tests {
     fn back_is_a_same_site_path_or_the_run() {
         let run = "0123456789abcdef01234567";
         assert_eq!(back_to(Some("/tests?x=1"), run), "/tests?x=1");
-        for bad in ["//evil.example", "https://evil.example", "/\\evil", ""] {
+        for bad in [
+            "//evil.example",
+            "https://evil.example",
+            "/\\evil",
+            "",
+            "/\t/evil.example",
+        ] {
             assert_eq!(
                 back_to(Some(bad), run),
                 format!("/tests/view/{run}"),

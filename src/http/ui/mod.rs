@@ -117,6 +117,10 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/user/tokens", get(tokens::list).post(tokens::create))
         .route("/user/tokens/revoke", axum::routing::post(tokens::revoke))
         .route(
+            "/user/tokens/revoke_all",
+            axum::routing::post(tokens::revoke_all),
+        )
+        .route(
             "/user/{name}",
             get(people::user_page).post(people::user_action),
         )

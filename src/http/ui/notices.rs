@@ -18,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::kit::url::site_url;
 use super::kit::{Input, Layout, OrInternal, Page, PageError, form_or_default, open_page, page};
 use crate::http::state::AppState;
 use crate::ledger::{MAX_NOTICES, Notice};
@@ -205,23 +204,21 @@ pub struct AtomFeed {
     pub id: String,
     pub user: String,
     pub updated: String,
-    /// The server's base URL (for links).
+    /// `public_url` (links are paths without it).
     pub base: String,
     pub notices: Vec<NoticeView>,
 }
 
 /// `GET /feeds/<token>.atom`: the notices of the token's user, as Atom. An unknown or
 /// revoked token is 404.
-pub async fn feed(
-    State(state): State<Arc<AppState>>,
-    Path(file): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn feed(State(state): State<Arc<AppState>>, Path(file): Path<String>) -> Response {
     let Some(token) = file.strip_suffix(".atom").map(str::to_string) else {
         return not_found();
     };
     let ledger = state.ledger.clone();
-    let base = site_url(state.config.public_url.as_deref(), &headers);
+    // The feed's links: on `public_url`, else paths (a reader resolves them against the
+    // feed's own URL); never on the request's `Host`.
+    let base = state.config.public_base().unwrap_or_default().to_string();
     let job = move || -> Result<Option<String>, PageError> {
         let Some(user) = ledger.feed_user(&token).or_internal("feed token")? else {
             return Ok(None);
@@ -230,11 +227,18 @@ pub async fn feed(
             .notices(&user, false)
             .or_internal("notices")?
             .iter()
-            .map(view)
+            .map(|n| {
+                let mut v = view(n);
+                for text in [&mut v.id, &mut v.title, &mut v.detail, &mut v.run_id] {
+                    *text = xml_chars(text);
+                }
+                v
+            })
             .collect();
         let updated = notices
             .first()
             .map_or_else(|| "1970-01-01T00:00:00.000Z".to_string(), |n| n.iso.clone());
+        let user = xml_chars(&user);
         let feed = AtomFeed {
             id: format!("tag:shoal,2026:notices:{user}"),
             user,
@@ -267,6 +271,32 @@ pub async fn feed(
     }
 }
 
+/// `text` without the characters XML 1.0 has no place for (the C0 controls but tab, line
+/// feed and carriage return; U+FFFE, U+FFFF): one of them anywhere makes a feed reader
+/// drop the whole feed. Runs older than the rule at creation may still have them.
+fn xml_chars(text: &str) -> String {
+    text.chars()
+        .filter(|&c| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..))
+        .collect()
+}
+
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "Not Found").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feed_keeps_only_what_xml_allows() {
+        assert_eq!(
+            xml_chars("a\u{0}b\u{8}c\u{1b}[0m\u{fffe}\u{ffff}"),
+            "abc[0m"
+        );
+        assert_eq!(
+            xml_chars("tab\tline\ncr\r é ☃ 𝄞 \u{85}"),
+            "tab\tline\ncr\r é ☃ 𝄞 \u{85}"
+        );
+    }
 }

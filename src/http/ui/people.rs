@@ -32,7 +32,8 @@ use super::kit::{
 };
 use super::session::Ctx;
 use crate::accounts::{
-    AuthError, DEFAULT_MACHINE_LIMIT, ProfileChange, SessionState, User, UserAction, UserError,
+    Accounts, AuthError, DEFAULT_MACHINE_LIMIT, ProfileChange, SessionState, User, UserAction,
+    UserError,
 };
 use crate::http::auth::{self, Login};
 use crate::http::state::AppState;
@@ -109,6 +110,8 @@ pub struct ProfilePage {
     pub u: UserView,
     /// The runs followed and the feed URL (`follows.rs`).
     pub f: super::follows::FollowsView,
+    /// The names of one's API tokens (the tokens page manages them).
+    pub tokens: Vec<String>,
 }
 
 #[derive(Template)]
@@ -116,6 +119,9 @@ pub struct ProfilePage {
 pub struct UserAdminPage {
     pub l: Layout,
     pub u: UserView,
+    /// The account's live reset links, in words ("mailed on request, 5 minutes ago"): only
+    /// approvers see that someone asked.
+    pub reset_links: Vec<String>,
 }
 
 /// A non-approver on an approver's page.
@@ -147,12 +153,22 @@ pub(super) fn done_message(code: &str, name: &str) -> Option<String> {
     })
 }
 
-fn profile_page(ledger: &Ledger, ctx: &Ctx, user: &User, flashes: Vec<Flash>) -> PageResult {
+fn profile_page(
+    (ledger, accounts): (&Ledger, &Accounts),
+    ctx: &Ctx,
+    user: &User,
+    flashes: Vec<Flash>,
+) -> PageResult {
     let u = view_of(ledger, user)?;
     let mut l = Layout::new(ctx, "Profile");
     l.flashes = flashes;
     let f = super::follows::profile_view(ledger, &user.username)?;
-    Page::ok(&ProfilePage { l, u, f })
+    let tokens = accounts
+        .tokens_of(&user.username)?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    Page::ok(&ProfilePage { l, u, f, tokens })
 }
 
 /// `GET /user`: one's own profile (login-gated).
@@ -161,7 +177,7 @@ pub async fn own_profile(
     headers: HeaderMap,
     Query(q): Query<DoneQuery>,
 ) -> Response {
-    let ledger = state.ledger.clone();
+    let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(user) = ctx.user.clone() else {
             return to_login("/user");
@@ -173,7 +189,7 @@ pub async fn own_profile(
             .map(Flash::info)
             .into_iter()
             .collect();
-        profile_page(&ledger, ctx, &user, flashes)
+        profile_page((&ledger, &accounts), ctx, &user, flashes)
     })
     .await
 }
@@ -264,8 +280,9 @@ pub async fn change_profile(
     .await;
     let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
     continue_page(&state, keys, ctx, move |_, ctx, _| {
-        let refuse =
-            |ctx: &Ctx, text: String| profile_page(&ledger, ctx, &user, vec![Flash::error(text)]);
+        let refuse = |ctx: &Ctx, text: String| {
+            profile_page((&ledger, &accounts), ctx, &user, vec![Flash::error(text)])
+        };
         match verdict {
             Ok(Ok(_)) => {}
             Ok(Err(AuthError::Throttled { retry_after })) => {
@@ -323,7 +340,7 @@ pub async fn user_page(
             .into_iter()
             .collect();
         if me.username == name {
-            return profile_page(&ledger, ctx, &me, flashes);
+            return profile_page((&ledger, &accounts), ctx, &me, flashes);
         }
         if !me.is_approver() {
             // The accounts' refusal, in the edge's words (`http::error`).
@@ -331,9 +348,21 @@ pub async fn user_page(
         }
         let user = accounts.users().load(&name)?.ok_or(PageError::NotFound)?;
         let u = view_of(&ledger, &user)?;
+        let reset_links = accounts
+            .reset_links_of(&user.username)?
+            .into_iter()
+            .map(|(mailed, by, created)| {
+                let when = super::kit::time::ago(Some(&created));
+                if mailed {
+                    format!("mailed on request, {when}")
+                } else {
+                    format!("issued by {by}, {when}")
+                }
+            })
+            .collect();
         let mut l = Layout::new(ctx, "User Management");
         l.flashes = flashes;
-        Page::ok(&UserAdminPage { l, u })
+        Page::ok(&UserAdminPage { l, u, reset_links })
     })
     .await
 }

@@ -4,9 +4,11 @@
 //! the link by username or email).
 //!
 //! Owns: the forms' fields (`password`, `password2`; `username`; `csrf_token` on each), their
-//! messages, the link's URL (`public_url`, else the request's `Host`), the mail's words, and
-//! the pages. `/forgot` answers the same words whether an account exists or not, and sends
-//! its mail after answering (a spawned task), so neither the words nor the time tell.
+//! messages, the link's URL (on `public_url` only; without it the approver's page shows a path
+//! and says why, and mail cannot be configured at all), the mail's words, and
+//! the pages. `/forgot` answers the same words whether an account exists or not, and does
+//! everything else after answering (a spawned task: the look-up in the pool, then the mail),
+//! so neither the words nor the time tell; it writes nothing to the public action log.
 //! It is counted against the rate scope `password_reset` (keyed by address or by the name
 //! asked for) on the event loop.
 //! Must not: make, store or check links (`Accounts` does), or log a link.
@@ -18,11 +20,12 @@ use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::accounts::weak_password;
+use super::kit::url::{NO_PUBLIC_URL, outside_link};
 use super::kit::{Flash, Input, Layout, Page, PageError, form_or_default, page};
 use crate::accounts::{RESET_TTL_S, UserError};
 use crate::http::state::AppState;
@@ -58,22 +61,6 @@ pub struct ForgotPage {
     pub mail: bool,
 }
 
-/// Where people reach the server: `public_url`, else `http://<Host>`.
-fn base_url(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(url) = &state.config.public_url {
-        return url.trim_end_matches('/').to_string();
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-        })
-        .unwrap_or("localhost");
-    format!("http://{host}")
-}
-
 #[derive(Deserialize, Default)]
 pub struct CsrfForm {
     #[serde(default)]
@@ -89,7 +76,7 @@ pub async fn issue(
 ) -> Response {
     let form = form_or_default(form);
     let accounts = state.accounts.clone();
-    let base = base_url(&state, &headers);
+    let base = state.config.public_base().map(str::to_string);
     page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
@@ -101,11 +88,14 @@ pub async fn issue(
                 return Err(UserError::NotApprover.into());
             }
             let secret = accounts.reset_issue(&me, &name)?;
-            let l = Layout::new(ctx, "Password reset link");
+            let mut l = Layout::new(ctx, "Password reset link");
+            if base.is_none() {
+                l = l.flash(Flash::warning(NO_PUBLIC_URL));
+            }
             Page::ok(&ResetLinkPage {
                 l,
                 username: name,
-                link: format!("{base}/reset/{secret}"),
+                link: outside_link(base.as_deref(), &format!("/reset/{secret}")),
                 hours: RESET_TTL_S / 3600,
             })
         },
@@ -244,32 +234,64 @@ pub async fn forgot(
     {
         return crate::http::limits::page_429(&r);
     }
-    let accounts = state.accounts.clone();
-    let base = base_url(&state, &headers);
-    let runtime = tokio::runtime::Handle::current();
-    page(
+    let Some(base) = state.config.public_base().map(str::to_string) else {
+        // Refused at start (validation); never a link from the request's Host header.
+        return forgot_form(State(state), headers).await;
+    };
+    let answer = page(
         &state,
         Input::post(&state, &headers, form.csrf_token),
         move |_, ctx, _| {
-            if let Some((user, secret)) = accounts.reset_request(&asked)? {
-                let body = format!(
-                    "Hello {},\n\nsomeone (hopefully you) asked for a new password on {base}.\n\
-                     Set one here within 24 hours; the link works once:\n\n\
-                     {base}/reset/{secret}\n\n\
-                     If you did not ask, ignore this mail: your password stays as it is.\n",
-                    user.username
-                );
-                let to = user.email.clone();
-                // After the answer: the time taken tells nothing either.
-                runtime.spawn(async move {
-                    if let Err(e) = mailer.send(&to, "Your password reset link", body).await {
-                        tracing::warn!(error = %e, user = %user.username, "reset mail not sent");
-                    }
-                });
-            }
             let l = Layout::new(ctx, "Forgot password").flash(Flash::info(MSG_SENT));
             Page::ok(&ForgotPage { l, mail: true })
         },
     )
-    .await
+    .await;
+    // The answer is made first, the same for every input (a refused form is a 403 and does
+    // nothing); the look-up, the link and the mail come after it, so neither the words nor
+    // the time tell who has an account.
+    if answer.status() == StatusCode::OK {
+        tokio::spawn(mail_link(state, mailer, base, asked));
+    }
+    answer
+}
+
+/// After `/forgot` answered: a link for the account `asked` names, if there is one to mail
+/// (`Accounts::reset_request`, in the pool), mailed on `base` (`public_url`).
+async fn mail_link(
+    state: Arc<AppState>,
+    mailer: Arc<crate::mail::Mailer>,
+    base: String,
+    asked: String,
+) {
+    let accounts = state.accounts.clone();
+    let found = match state
+        .offload
+        .run(move || accounts.reset_request(&asked))
+        .await
+    {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "reset request failed");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reset request not handled");
+            return;
+        }
+    };
+    let Some((user, secret)) = found else { return };
+    let body = format!(
+        "Hello {},\n\nsomeone (hopefully you) asked for a new password on {base}.\n\
+         Set one here within 24 hours; the link works once:\n\n\
+         {base}/reset/{secret}\n\n\
+         If you did not ask, ignore this mail: your password stays as it is.\n",
+        user.username
+    );
+    if let Err(e) = mailer
+        .send(&user.email, "Your password reset link", body)
+        .await
+    {
+        tracing::warn!(error = %e, user = %user.username, "reset mail not sent");
+    }
 }

@@ -1,27 +1,34 @@
 //! API tokens: `GET/POST /user/tokens` (one's own tokens listed, a new one made and shown
-//! once) and `POST /user/tokens/revoke`.
+//! once), `POST /user/tokens/revoke` and `POST /user/tokens/revoke_all`.
 //!
-//! Owns: the forms' fields (`name`, `read_only`; `token_id` to revoke; `csrf_token` on each),
-//! their messages, and the pages. Every POST goes through [`page`], so the CSRF token is
-//! checked before anything else. A new token is shown in the answer to the POST that made it
+//! Owns: the forms' fields (`name`, `read_only`, `password`: the current one; `token_id` to
+//! revoke; `csrf_token` on each), their messages, and the pages. Every POST checks the CSRF
+//! token before anything else. Making a token also asks for the current password, checked
+//! through the login path (the throttle, as `/login`), so a stolen session cannot turn itself
+//! into a lasting credential. A new token is shown in the answer to the POST that made it
 //! (`Cache-Control: no-store`, like every page) and never again.
 //! Must not: make, store or check tokens (`Accounts` does), or show a token twice.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use askama::Template;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::kit::time::ago;
 use super::kit::url::login_next;
-use super::kit::{Flash, Input, Layout, Page, PageResult, form_or_default, page};
+use super::kit::{
+    Flash, Input, Layout, Page, PageError, PageResult, continue_page, form_or_default, open_page,
+    page, respond,
+};
 use super::session::Ctx;
-use crate::accounts::{Accounts, TOKEN_NAME_MAX, TokenRefusal, User};
+use crate::accounts::{Accounts, AuthError, TOKEN_NAME_MAX, TokenRefusal, User};
+use crate::http::auth::{self, Login};
 use crate::http::state::AppState;
 
 /// One token as the page lists it.
@@ -90,6 +97,7 @@ pub async fn list(
         };
         let flashes = match q.done.as_deref() {
             Some("revoked") => vec![Flash::info("Token revoked")],
+            Some("revoked_all") => vec![Flash::info("Every token revoked")],
             _ => Vec::new(),
         };
         tokens_page(&accounts, ctx, &user, None, flashes)
@@ -103,45 +111,79 @@ pub struct CreateForm {
     name: String,
     #[serde(default)]
     read_only: Option<String>,
+    /// The current password.
+    #[serde(default)]
+    password: String,
     #[serde(default)]
     csrf_token: Option<String>,
 }
 
-/// `POST /user/tokens`: makes a token and shows it once.
+/// `POST /user/tokens`: the CSRF token, then the current password through the login path,
+/// then a token made and shown once.
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<CreateForm>, FormRejection>,
 ) -> Response {
     let form = form_or_default(form);
-    let token = form.csrf_token.clone();
-    let accounts = state.accounts.clone();
-    page(
+    let input = Input::post(&state, &headers, form.csrf_token.clone());
+    let keys = input.keys.clone();
+    let ctx = match open_page(&state, input).await {
+        Ok(ctx) => ctx,
+        Err(answer) => return answer,
+    };
+    let Some(user) = ctx.user.clone() else {
+        return respond(
+            &keys,
+            ctx.set_cookie,
+            Page::Redirect(login_next("/user/tokens")),
+        );
+    };
+    let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let verdict = auth::authenticate(
         &state,
-        Input::post(&state, &headers, token),
-        move |_, ctx, _| {
-            let Some(user) = ctx.user.clone() else {
-                return Page::redirect(login_next("/user/tokens"));
-            };
-            let read_only = form.read_only.as_deref().is_some_and(|v| !v.is_empty());
-            match accounts.token_create(&user, &form.name, read_only) {
-                Ok((secret, _)) => {
-                    let shown = Flash::info(
-                        "Token created. Copy it now: it is shown only this once.".to_string(),
-                    );
-                    tokens_page(&accounts, ctx, &user, Some(secret), vec![shown])
-                }
-                Err(TokenRefusal::Account(e)) => Err(e.into()),
-                Err(refusal) => tokens_page(
-                    &accounts,
-                    ctx,
-                    &user,
-                    None,
-                    vec![Flash::error(format!("Error! {refusal}"))],
-                ),
-            }
-        },
+        Login::at(ip, user.username.clone(), form.password.clone()),
     )
+    .await;
+    let accounts = state.accounts.clone();
+    continue_page(&state, keys, ctx, move |_, ctx, _| {
+        let refuse = |ctx: &Ctx, text: &str| {
+            tokens_page(&accounts, ctx, &user, None, vec![Flash::error(text)])
+        };
+        match verdict {
+            Ok(Ok(_)) => {}
+            Ok(Err(AuthError::Throttled { retry_after })) => {
+                return Err(PageError::Throttled {
+                    retry_after_s: auth::retry_after_s(retry_after),
+                });
+            }
+            Ok(Err(AuthError::WrongPassword | AuthError::Blocked | AuthError::Pending)) => {
+                return refuse(ctx, "Error! Invalid password: no token was made");
+            }
+            Ok(Err(AuthError::Account(e))) => {
+                return Err(PageError::internal("token: password check failed", e));
+            }
+            Err(e) => return Err(PageError::internal("token: password check failed", e)),
+        }
+        let read_only = form.read_only.as_deref().is_some_and(|v| !v.is_empty());
+        match accounts.token_create(&user, &form.name, read_only) {
+            Ok((secret, _)) => {
+                let shown = Flash::info(
+                    "Token created. Copy it now: it is shown only this once.".to_string(),
+                );
+                tokens_page(&accounts, ctx, &user, Some(secret), vec![shown])
+            }
+            Err(TokenRefusal::Account(e)) => Err(e.into()),
+            Err(refusal) => tokens_page(
+                &accounts,
+                ctx,
+                &user,
+                None,
+                vec![Flash::error(format!("Error! {refusal}"))],
+            ),
+        }
+    })
     .await
 }
 
@@ -174,6 +216,29 @@ pub async fn revoke(
                 return tokens_page(&accounts, ctx, &user, None, vec![flash]);
             }
             Page::redirect("/user/tokens?done=revoked")
+        },
+    )
+    .await
+}
+
+/// `POST /user/tokens/revoke_all`: revokes every token of one's own.
+pub async fn revoke_all(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    form: Result<Form<RevokeForm>, FormRejection>,
+) -> Response {
+    let form = form_or_default(form);
+    let token = form.csrf_token.clone();
+    let accounts = state.accounts.clone();
+    page(
+        &state,
+        Input::post(&state, &headers, token),
+        move |_, ctx, _| {
+            let Some(user) = ctx.user.clone() else {
+                return Page::redirect(login_next("/user/tokens"));
+            };
+            accounts.tokens_revoke_all_logged(&user)?;
+            Page::redirect("/user/tokens?done=revoked_all")
         },
     )
     .await

@@ -74,4 +74,32 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// Takes back one call of `scope` counted by [`Engine::rate_check`] in the limits whose
+    /// key `ctx` gives (a call that turned out to do nothing, e.g. a signup whose name was
+    /// taken: it must not fill everybody's window). A window that has restarted since is
+    /// left alone.
+    pub fn rate_refund(&self, scope: &Scope, ctx: &KeyCtx<'_>, now: Instant) {
+        if !self.has_rate(scope) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        for (id, s) in &self.rate_scopes {
+            if s != scope {
+                continue;
+            }
+            let Some(l) = inner.limits.get_mut(*id) else {
+                continue;
+            };
+            let Some(key) = l.def.key.value(ctx) else {
+                continue;
+            };
+            let window = l.def.window;
+            if let Some(w) = l.rate.get_mut(key.as_ref())
+                && now.saturating_duration_since(w.start) < window
+            {
+                w.count = w.count.saturating_sub(1);
+            }
+        }
+    }
 }

@@ -206,12 +206,44 @@ fn parse_doc(coll: Collection, id: &str, text: &str) -> StoreResult<Doc> {
     })
 }
 
+/// The database holds password hashes, sessions and token hashes: a new file is created
+/// readable by its owner only (0600; SQLite gives its `-wal` and `-shm` files the database's
+/// mode), and an existing file (or `-wal`, `-shm`) that others may read is warned about,
+/// not changed (the operator may have meant it).
+fn owner_only(path: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut create = std::fs::OpenOptions::new();
+    create.write(true).create_new(true).mode(0o600);
+    match create.open(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.into()),
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = PathBuf::from(file);
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                path = %file.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the store file is readable by other users (it holds password hashes and \
+                 sessions): chmod 600 it"
+            );
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) `<data_dir>/shoal.db`, applies pending migrations. A new
     /// database gets `auto_vacuum = INCREMENTAL` (it must be set before the first table).
     pub fn open(data_dir: &Path, sync: SqliteSync) -> StoreResult<SqliteStore> {
         std::fs::create_dir_all(data_dir)?;
         let path = data_dir.join(DB_FILE);
+        owner_only(&path)?;
         let mut writer = Connection::open(&path)?;
         let pages: i64 = writer.pragma_query_value(None, "page_count", |r| r.get(0))?;
         if pages == 0 {

@@ -36,6 +36,12 @@ pub enum PageError {
     Forbidden,
     /// 429: too many failed logins; try again after this many seconds (`Retry-After`).
     Throttled { retry_after_s: u64 },
+    /// 429: a rate limit reached (`text` says which, in words); try again after this many
+    /// seconds (`Retry-After`).
+    RateLimited {
+        retry_after_s: u64,
+        text: &'static str,
+    },
     /// 500: `what` failed; the detail is logged, never sent.
     Internal { what: &'static str, detail: String },
     /// Not a failure: what was asked for is at another address (a page past the last one

@@ -200,6 +200,21 @@ impl PageError {
                     other => other,
                 }
             }
+            PageError::RateLimited {
+                retry_after_s,
+                text,
+            } => {
+                let text = format!("{text} Please wait {retry_after_s} s and try again.");
+                match error_page(
+                    ctx,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many requests",
+                    &text,
+                ) {
+                    Page::Html(_, html) => Page::Throttled(retry_after_s, html),
+                    other => other,
+                }
+            }
             PageError::Internal { what, detail } => {
                 tracing::error!(error = %detail, "{what}");
                 internal_page()

@@ -111,28 +111,86 @@ pub fn login_next(path: &str) -> String {
     Href::new("/login").param("next", path).build()
 }
 
-/// Where this server is reached, for links that leave the browser (a feed URL): the
-/// configured `public_url`, else the request's `Host` (when it is a plain host name) over
-/// http.
-pub fn site_url(public_url: Option<&str>, headers: &axum::http::HeaderMap) -> String {
-    if let Some(u) = public_url {
-        return u.trim_end_matches('/').to_string();
+/// The longest redirect target taken from a form or a query.
+const TARGET_MAX: usize = 2000;
+
+/// A place to send the browser after a form (`next` at login, `back` after a follow): only a
+/// path on this site. `target` is resolved as a browser would, relative to the site (the
+/// `url` crate, WHATWG rules: a browser drops tabs and newlines, so `/\t/evil.example` is
+/// `//evil.example` to it); it must stay on the site's origin and may hold no control
+/// character, no backslash, and at most [`TARGET_MAX`] bytes. `Some`: `target` as given (a
+/// browser resolves it as checked here); `None`: refused.
+pub fn same_site_path(target: &str) -> Option<String> {
+    if target.len() > TARGET_MAX
+        || !target.starts_with('/')
+        || target.contains('\\')
+        || target.chars().any(char::is_control)
+    {
+        return None;
     }
-    let host = headers
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-        })
-        .unwrap_or("localhost");
-    format!("http://{host}")
+    let site = url::Url::parse("http://shoal.invalid/").ok()?;
+    let resolved = site.join(target).ok()?;
+    if resolved.origin() != site.origin()
+        || !resolved.username().is_empty()
+        || resolved.password().is_some()
+    {
+        return None;
+    }
+    let path = &resolved[url::Position::BeforePath..];
+    // A path that starts `//` would be another host to whoever reads it next.
+    (path.starts_with('/') && !path.starts_with("//")).then(|| target.to_string())
+}
+
+/// What a page says beside a link it could give only as a path ([`outside_link`]).
+pub const NO_PUBLIC_URL: &str = "This server has no public_url setting, so the link is shown \
+    as a path: put the address you reach this server at in front of it. (The operator sets \
+    public_url to have whole links; shoal never builds them from the address a request \
+    names, which the requester chooses.)";
+
+/// A link that leaves the server (a reset link, a feed URL): `path` on the configured
+/// `public_url` (`public_base`), or the bare path when there is none. Never built from a
+/// request's `Host` header: whoever sends the request picks that.
+pub fn outside_link(public_base: Option<&str>, path: &str) -> String {
+    format!("{}{path}", public_base.unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_same_site_paths_are_redirect_targets() {
+        for (target, want) in [
+            ("/tests/view/1?x=2", "/tests/view/1?x=2"),
+            ("/", "/"),
+            ("/a b", "/a b"),
+            ("/tests#frag", "/tests#frag"),
+            ("/a/../tests", "/a/../tests"),
+        ] {
+            assert_eq!(same_site_path(target).as_deref(), Some(want), "{target}");
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/\t\t/evil.example",
+            "/\u{0}/evil.example",
+            "/\u{7f}/x",
+            "/\u{85}/x",
+            "/\\evil.example",
+            "https://evil.example",
+            "http://shoal.invalid/x",
+            "tests",
+            "",
+            " /x",
+            "/.//evil.example",
+            "/a/..//evil.example",
+        ] {
+            assert_eq!(same_site_path(bad), None, "{bad:?}");
+        }
+        assert_eq!(same_site_path(&format!("/{}", "x".repeat(2000))), None);
+    }
 
     #[test]
     fn values_paths_and_next() {
