@@ -666,7 +666,8 @@ async fn refresh_official_master_reads_master_and_its_bench_from_github() {
     let server = server_on(
         no_jobs()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     assert_eq!(job_runs(&server, "refresh_official_master").await, 0.0);
@@ -742,7 +743,8 @@ async fn refresh_books_takes_checked_books_and_refuses_a_bad_checksum() {
     let server = server_on(
         no_jobs()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     let before = offered_books(&server).await;
@@ -808,4 +810,36 @@ async fn refresh_books_takes_checked_books_and_refuses_a_bad_checksum() {
     run_job(&server, "refresh_books").await;
     stored_actions(&server, "system_event", 3).await;
     assert!(only_good(offered_books(&server).await));
+}
+
+/// A server with no GitHub reachable (the harness's default) says so once, as a warning that
+/// says what still works, however often the jobs that need GitHub run.
+#[tokio::test]
+async fn github_out_of_reach_is_said_once_as_a_warning() {
+    let server = server().await;
+    for name in [
+        "refresh_official_master",
+        "refresh_books",
+        "refresh_official_master",
+    ] {
+        let (status, v) = server
+            .post_json(&format!("/debug/job/{name}"), &json!({}))
+            .await;
+        assert_eq!(status, 500, "{name}: {v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("could not be reached")),
+            "{name}: {v}"
+        );
+    }
+    let logs = server.logs();
+    let said: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("GitHub cannot be used"))
+        .collect();
+    assert_eq!(said.len(), 1, "{logs}");
+    assert!(said[0].contains("WARN"), "{}", said[0]);
+    assert!(said[0].contains("every page work as before"), "{}", said[0]);
+    assert!(!logs.contains("periodic job failed"), "{logs}");
 }
