@@ -168,9 +168,20 @@ async fn demo_fleet(
             );
         }
     };
+    // Ctrl-C or SIGTERM: stop the fleet, then the server (in `demo`). Killed outright, the
+    // server is ended by the kernel (LocalServer, SHOAL_EXIT_WITH_PARENT).
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
     tokio::select! {
         () = progress => {}
         _ = tokio::signal::ctrl_c() => println!("shoal demo: stopping"),
+        () = terminate => println!("shoal demo: stopping (SIGTERM)"),
     }
     for h in handles.values() {
         h.abort();
