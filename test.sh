@@ -92,7 +92,13 @@ run_phase() {
     local counts
     counts="$(grep -E '^ *Summary \[' "$TMP/$name.log" | tail -n1 | sed 's/^ *Summary \[[^]]*\] *//')"
     [ -n "$counts" ] || counts="no summary (the build or nextest failed)"
+    # The tests nextest lists under its summary (failed, timed out, crashed), by name.
+    local failed
+    failed="$(sed -n '/^ *Summary \[/,$p' "$TMP/$name.log" |
+        sed -n 's/^ *[A-Z][A-Z-]* *\[ *[0-9.]*s\] *\(([0-9/]*) \)\{0,1\}[^ ]* \(.*\)$/\2/p' |
+        sort -u | paste -sd ' ' -)"
     local line="phase $name: $([ "$rc" = 0 ] && echo ok || echo FAILED) in ${secs}s: $counts"
+    [ -z "$failed" ] || line="$line; failed: $failed"
     if [ "$name" = mongodb ]; then
         line="$line; $(find "$TALLY" -type f | wc -l) tests ran servers or commands on MongoDB"
     fi
