@@ -95,7 +95,7 @@ run_phase() {
     # The tests nextest lists under its summary (failed, timed out, crashed), by name.
     local failed
     failed="$(sed -n '/^ *Summary \[/,$p' "$TMP/$name.log" |
-        sed -n 's/^ *[A-Z][A-Z-]* *\[ *[0-9.]*s\] *\(([0-9/]*) \)\{0,1\}[^ ]* \(.*\)$/\2/p' |
+        sed -n 's/^ *[A-Z][A-Z-]* *\[ *[0-9.]*s\] *\(([ 0-9/]*) \)\{0,1\}[^ ]* \(.*\)$/\2/p' |
         sort -u | paste -sd ' ' -)"
     local line="phase $name: $([ "$rc" = 0 ] && echo ok || echo FAILED) in ${secs}s: $counts"
     [ -z "$failed" ] || line="$line; failed: $failed"

@@ -559,7 +559,19 @@ pub fn run_bin(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (ExitStatus, 
         .find(|(k, _)| *k == "SHOAL_DATA_DIR")
         .map(|(_, dir)| mongo_env(Path::new(dir)))
         .unwrap_or_default();
-    let expect = expect_store_env(&mongo);
+    // The store guard when the harness chose the store (a data directory was given), for the
+    // store the command ends up with (the test's own SHOAL_STORE wins).
+    let expect = if mongo.is_empty() {
+        Vec::new()
+    } else {
+        let mut chosen = mongo.clone();
+        chosen.extend(
+            env.iter()
+                .filter(|(k, _)| *k == "SHOAL_STORE")
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        expect_store_env(&chosen)
+    };
     let out = Command::new(bin())
         .args(args)
         .current_dir(cwd)
