@@ -1,11 +1,12 @@
-//! The layout, checked from the source. In every module of `src/` (a file), as in `src/http/`:
-//! no module imports another that imports it back (directly or around a longer loop); in
-//! `src/http/`: no file is over 600 lines (a
-//! longer one holds more than one job: split it where the jobs meet); the HTTP layer names
-//! no store and takes no lock. The line rule holds for every file under `src/` too. Across
-//! the crate: the components (`scheduler`, `rundb`, `accounts`, `nets`, `github`, `ledger`) depend on
-//! one another one way only, no top-level module imports another that imports it back, and
-//! no component's state is visible outside it.
+//! The layout, checked from the source. No file of `src/` imports another that imports it
+//! back, directly or around a longer loop: in `src/http/` none at all; elsewhere a
+//! directory's `mod.rs` and its own files may name each other (the facade), nothing else.
+//! In `src/http/`: no file is over 600 lines (a longer one holds more than one job: split it
+//! where the jobs meet); the HTTP layer names no store and takes no lock. The line rule holds
+//! for every file under `src/` too. Across the crate: the components (`scheduler`, `rundb`,
+//! `accounts`, `nets`, `github`, `ledger`) depend on one another one way only, no top-level
+//! module imports another that imports it back, and no component's state is visible outside
+//! it.
 //!
 //! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
 //! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
