@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -36,6 +37,9 @@ pub struct JobContext {
     pub refused_books: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// PGN retention, when any of its windows is set (`pgn_retention_*days`).
     pub pgn_retention: Option<Arc<PgnRetention>>,
+    /// Whether GitHub is known to be out of reach: said once when it goes (a warning that
+    /// says what still works), once when it is back, not at every job ([`run_job`]).
+    pub github_down: std::sync::atomic::AtomicBool,
 }
 
 /// Why one run of a job failed.
@@ -210,8 +214,15 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
     };
     metrics::histogram!("shoal_job_seconds", "job" => job.name)
         .record(started.elapsed().as_secs_f64());
-    if let Err(e) = &result {
-        tracing::error!(job = job.name, error = %e, "periodic job failed");
+    match &result {
+        Err(JobError::Github(e)) if e.is_outage() => github_down(state, job, e),
+        Err(e) => tracing::error!(job = job.name, error = %e, "periodic job failed"),
+        Ok(()) if matches!(job.work, Work::Github(_)) || job.name == "refresh_books" => {
+            if state.github_down.swap(false, Ordering::AcqRel) {
+                tracing::info!(job = job.name, "GitHub answers again");
+            }
+        }
+        Ok(()) => {}
     }
     result
 }
@@ -240,6 +251,23 @@ async fn prune_github(cx: &JobContext) -> Result<(), JobError> {
         );
     }
     Ok(())
+}
+
+/// A job that needs GitHub found it out of reach: a warning the first time (saying what still
+/// works), a debug line after that, until it answers again.
+fn github_down(state: &JobContext, job: &Job, e: &GithubError) {
+    if state.github_down.swap(true, Ordering::AcqRel) {
+        tracing::debug!(job = job.name, error = %e, "GitHub still out of reach");
+        return;
+    }
+    tracing::warn!(
+        job = job.name,
+        error = %e,
+        "GitHub cannot be used ({}): official master and the book list are not refreshed \
+         and a new test's commits must be typed under \"Advanced\"; workers, runs and every \
+         page work as before. Said once; retried every 15 minutes",
+        state.config.github_api_url
+    );
 }
 
 /// The book list refreshed from the official books repository: unchanged and checked books

@@ -200,14 +200,60 @@ fn sqlite_command(
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
-    Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|e| {
+    let config = Config::load(path.map(PathBuf::as_path), std::env::vars()).map_err(|e| {
         eprintln!("shoal: {e}");
         ExitCode::from(2)
-    })
+    })?;
+    expect_store(&config, std::env::var("SHOAL_EXPECT_STORE").ok().as_deref())?;
+    Ok(config)
+}
+
+/// `SHOAL_EXPECT_STORE=sqlite|mongodb` (not a setting: a guard for scripts and the test suite)
+/// refuses to run a command whose configuration names another store, so a lost
+/// `SHOAL_STORE` cannot quietly put the data in a fresh SQLite file.
+fn expect_store(config: &Config, expected: Option<&str>) -> Result<(), ExitCode> {
+    let Some(expected) = expected.filter(|e| !e.is_empty()) else {
+        return Ok(());
+    };
+    let actual = config.store.name();
+    if expected == actual {
+        return Ok(());
+    }
+    eprintln!(
+        "shoal: SHOAL_EXPECT_STORE={expected} but this configuration's store is \"{actual}\": \
+         not running"
+    );
+    Err(ExitCode::from(2))
+}
+
+/// `SHOAL_EXIT_WITH_PARENT=<pid>` (set by `shoal demo` and `shoal sim` for the server they
+/// start): the kernel sends this process SIGTERM (an orderly shutdown) when its parent dies,
+/// however it dies; a parent already gone by now means exit at once.
+fn exit_with_parent() -> Result<(), ExitCode> {
+    let Some(parent) = std::env::var("SHOAL_EXIT_WITH_PARENT")
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return Ok(());
+    };
+    let signal = rustix::process::Signal::TERM;
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(signal)) {
+        eprintln!("shoal: cannot follow the parent process: {e}");
+        return Err(ExitCode::FAILURE);
+    }
+    let now = rustix::process::Pid::as_raw(rustix::process::getppid());
+    if now != parent {
+        eprintln!("shoal: the parent process {parent} is gone");
+        return Err(ExitCode::FAILURE);
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(code) = exit_with_parent() {
+        return code;
+    }
     match cli.command {
         Command::Serve { config } => {
             let config = match load(config.as_ref()) {

@@ -219,6 +219,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         github: Arc::clone(&github),
         ledger: Arc::clone(&ledger),
         refused_books: Default::default(),
+        github_down: Default::default(),
         pgn_retention: pgn_retention.clone(),
     });
     // Validation has tried the same URL: a failure here is only logged (reset mail off).
@@ -321,6 +322,7 @@ pub async fn serve(
 
     tracing::info!(
         primary = state.primary,
+        store = state.config.store.name(),
         tokens = state.config.threadpool_tokens,
         gate_mode = state.scheduler.gate().config().admission.mode(),
         gate_capacity = state.scheduler.gate().config().capacity,

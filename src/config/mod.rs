@@ -95,6 +95,16 @@ pub enum StoreKind {
     Mongodb,
 }
 
+impl StoreKind {
+    /// The setting's value (`"sqlite"`, `"mongodb"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Sqlite => "sqlite",
+            StoreKind::Mongodb => "mongodb",
+        }
+    }
+}
+
 /// A new user's `machine_limit` (Fishtest's 16), and the built-in machine limit's default.
 /// The settings hold it because both the accounts and the limits' defaults read it.
 pub const DEFAULT_MACHINE_LIMIT: u32 = 16;

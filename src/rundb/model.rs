@@ -99,6 +99,21 @@ fn one() -> u32 {
     1
 }
 
+/// The sample of a run's totals (and its SPRT's LLR) for its trajectory. Here, beside the
+/// totals, so that the trajectory (`trajectory.rs`) names no run model (the run names it).
+impl super::trajectory::Point {
+    pub fn of(results: &Stats, llr: Option<f64>) -> Self {
+        Self {
+            g: results.games(),
+            w: results.wins,
+            l: results.losses,
+            d: results.draws,
+            p: results.pentanomial,
+            llr,
+        }
+    }
+}
+
 impl WorkerInfo {
     /// The keys a worker must send, no more, no fewer.
     pub const KEYS: [&'static str; 16] = [

@@ -38,7 +38,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::model::Stats;
 use crate::store::Doc;
 
 /// The most points a trajectory holds.
@@ -63,20 +62,6 @@ pub struct Point {
     /// The SPRT's LLR at that moment (SPRT runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llr: Option<f64>,
-}
-
-impl Point {
-    /// The sample of a run's totals (and its SPRT's LLR).
-    pub fn of(results: &Stats, llr: Option<f64>) -> Point {
-        Point {
-            g: results.games(),
-            w: results.wins,
-            l: results.losses,
-            d: results.draws,
-            p: results.pentanomial,
-            llr,
-        }
-    }
 }
 
 /// What changed since the last journal patch (not stored).
@@ -269,6 +254,7 @@ pub fn apply_patch_key(doc: &mut Doc, key: &str, value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rundb::model::Stats;
 
     fn stats(games: u64) -> Stats {
         Stats {

@@ -66,8 +66,11 @@ pub async fn demo(o: DemoOptions) -> Result<(), SimError> {
     };
     let mut env = server_env(scale);
     env.retain(|(k, _)| k != "SHOAL_LOG");
+    // Listening for SIGTERM from the start, so that one sent while the demo sets up stops it
+    // in order too (the default action would end the demo and leave its server running).
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let server = LocalServer::start(&bin, Some(&o.data_dir), o.port, &env).await?;
-    let result = demo_fleet(&o, &bin, &server, scale).await;
+    let result = demo_fleet(&o, &bin, &server, scale, terminate).await;
     server.stop(Duration::from_secs(20)).await?;
     result
 }
@@ -77,6 +80,7 @@ async fn demo_fleet(
     bin: &Path,
     server: &LocalServer,
     scale: TimeScale,
+    terminate: Option<tokio::signal::unix::Signal>,
 ) -> Result<(), SimError> {
     let dir = &server.data_dir;
     setup::ensure_user(bin, dir, DEMO_USER, DEMO_PASSWORD, true, 1_000_000).await?;
@@ -168,9 +172,20 @@ async fn demo_fleet(
             );
         }
     };
+    // Ctrl-C or SIGTERM: stop the fleet, then the server (in `demo`). Killed outright, the
+    // server is ended by the kernel (LocalServer, SHOAL_EXIT_WITH_PARENT).
+    let terminate = async move {
+        match terminate {
+            Some(mut s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
     tokio::select! {
         () = progress => {}
         _ = tokio::signal::ctrl_c() => println!("shoal demo: stopping"),
+        () = terminate => println!("shoal demo: stopping (SIGTERM)"),
     }
     for h in handles.values() {
         h.abort();

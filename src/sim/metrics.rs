@@ -9,20 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::report::{SchedulerReport, ServerRoute, ServerSummary};
 
-/// A Prometheus histogram read from `/metrics`: cumulative buckets.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PromHistogram {
-    /// Observations (the `+Inf` bucket).
-    pub count: f64,
-    pub sum: f64,
-    /// (upper bound `le` in the metric's unit, cumulative count), ascending, finite bounds
-    /// only (the `+Inf` bucket is `count`).
-    pub buckets: Vec<(f64, f64)>,
-}
+// The histogram's type is the report's (report.rs); its reading and arithmetic are here.
+pub use super::report::PromHistogram;
 
 fn labels_match(labels: &str, want: &[(&str, &str)]) -> bool {
     want.iter()

@@ -17,7 +17,6 @@ use super::chart;
 use super::latency::LatencySummary;
 use super::limits::{self, LimitsReport};
 use super::measure::{self, FleetReport};
-use super::metrics::PromHistogram;
 use super::setup::MachineInfo;
 
 /// What was asked, as the report records it.
@@ -341,6 +340,18 @@ pub async fn write_report(r: &Report, dir: &Path) -> Result<(), SimError> {
     let svg = chart::render_svg(&r.fleet.timeline, &title)?;
     tokio::fs::write(dir.join("chart.svg"), svg).await?;
     Ok(())
+}
+
+/// A Prometheus histogram read from `/metrics`: cumulative buckets (read and summarised by
+/// `metrics.rs`, which names the report; the report names no metrics code).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromHistogram {
+    /// Observations (the `+Inf` bucket).
+    pub count: f64,
+    pub sum: f64,
+    /// (upper bound `le` in the metric's unit, cumulative count), ascending, finite bounds
+    /// only (the `+Inf` bucket is `count`).
+    pub buckets: Vec<(f64, f64)>,
 }
 
 #[cfg(test)]

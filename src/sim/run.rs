@@ -107,6 +107,9 @@ async fn scrape(client: &Client) -> Option<String> {
 /// writes it).
 pub async fn run(o: &SimOptions) -> Result<Report, SimError> {
     let scale = validate(o)?;
+    // The limit options checked here, not in `validate` (limits names the options; the
+    // options name no limits).
+    limits::server_limits(o)?;
     let machine = MachineInfo::read().await;
     let sim_cpu_start = setup::cpu_seconds("self").await;
     let server = start_or_connect(o, scale).await?;

@@ -92,6 +92,9 @@ impl LocalServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
+            // Dropped with us, and ended by the kernel (SIGTERM) if we die without dropping
+            // it (killed, SIGKILL): src/main.rs, exit_with_parent.
+            .env("SHOAL_EXIT_WITH_PARENT", std::process::id().to_string())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);

@@ -597,9 +597,7 @@ async fn actions_is_a_list_of_actions() {
 #[tokio::test]
 async fn calc_elo_and_rate_limit_carry_no_duration() {
     let fake = crate::fake_github::FakeGithub::start().await;
-    let server =
-        TestServer::start_with(crate::harness::Opts::new().set("github_api_url", fake.api_url()))
-            .await;
+    let server = TestServer::start_with(fake.opts(crate::harness::Opts::new())).await;
     let (status, cors, v) = get(&server, "/api/calc_elo?W=120&D=300&L=100").await;
     assert_eq!((status, cors), (200, None), "{v}");
     assert_eq!(keys(&v), BTreeSet::from(["LOS", "ci", "elo"]), "{v}");

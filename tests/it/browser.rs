@@ -29,7 +29,8 @@ const MARK_VAR: &str = "SHOAL_TEST_CHROMEDRIVER";
 /// the group (they call `setsid`), so the driver's environment carries a marker
 /// ([`MARK_VAR`]) they inherit, and every process that carries it is killed too. If the
 /// test process dies without unwinding (nextest's timeout), the leader is told by the kernel
-/// (`PR_SET_PDEATHSIG`) and kills its group itself; so it does when chromedriver ends.
+/// (`PR_SET_PDEATHSIG`) and kills the marked processes and its group itself ([`LEADER`]); so
+/// it does when chromedriver ends (test: `a_killed_browser_test_leaves_no_browser_behind`).
 pub(crate) struct Driver {
     /// The group leader (`sh`).
     child: Child,
@@ -108,30 +109,69 @@ pub(crate) fn marked(mark: &str) -> Vec<i32> {
         .collect()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// Whether `name` is an executable file in a directory of `PATH`.
+pub(crate) fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
+/// Fails the test with one line naming the command that installs what is missing.
+pub(crate) fn require_browser() {
+    for name in ["chromium", "chromedriver"] {
+        assert!(
+            on_path(name),
+            "{name} is not installed: run ./test.sh (it installs it), or apt-get install \
+             chromium chromium-driver"
+        );
+    }
+}
+
+/// The leader of a driver's process group (`sh`): starts chromedriver on a port it picks
+/// itself (`--port=0`, so no other process can take the port between our choice and its
+/// bind), waits for it, and when chromedriver ends or the leader is told to stop (SIGTERM:
+/// the test process died, `PR_SET_PDEATHSIG`) kills every process carrying the marker (the
+/// crash handlers that left the group), then the group, itself included.
+const LEADER: &str = r#"sweep() {
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = $$ ] && continue
+    grep -qxzF "$1" "$p/environ" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+  done
+  kill -9 0
+}
+marker="$1"
+trap 'sweep "$marker"' TERM
+chromedriver --port=0 &
+wait
+sweep "$marker""#;
+
 pub(crate) async fn start_driver() -> Driver {
+    use std::io::BufRead as _;
     use std::os::unix::process::CommandExt as _;
-    let port = free_port();
-    let mark = format!("{}-{port}", std::process::id());
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STARTED: AtomicU64 = AtomicU64::new(0);
+    require_browser();
+    let mark = format!(
+        "{}-{}",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    );
     // SAFETY: getpid(2) has no preconditions.
     let parent = unsafe { libc::getpid() };
     let mut cmd = Command::new("sh");
-    // The leader waits for chromedriver and kills its group when chromedriver ends, or when
-    // it is told that the test process died.
     cmd.arg("-c")
-        .arg(r#"trap 'kill -9 0' TERM; chromedriver --port="$1" & wait; kill -9 0"#)
+        .arg(LEADER)
         .arg("sh")
-        .arg(port.to_string())
+        .arg(format!("{MARK_VAR}={mark}"))
         .env(MARK_VAR, &mark)
         .process_group(0)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: the closure runs in the child between fork and exec and calls only
     // async-signal-safe functions (prctl, getppid).
@@ -147,26 +187,39 @@ pub(crate) async fn start_driver() -> Driver {
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("sh");
+    let mut child = cmd.spawn().expect("sh");
     let pgid = i32::try_from(child.id()).expect("a pid");
+    // chromedriver says where it listens ("... started successfully on port N."); the rest of
+    // its output (and Chromium's) is read and dropped, so no writer ever blocks on the pipe.
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = tokio::sync::oneshot::channel::<u16>();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(port) = line
+                .split("started successfully on port ")
+                .nth(1)
+                .and_then(|p| p.trim_end_matches('.').trim().parse::<u16>().ok())
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(port);
+            }
+        }
+    });
     let mut driver = Driver {
         child,
-        port,
+        port: 0,
         pgid,
         mark,
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        if let Ok(Some(status)) = driver.child.try_wait() {
-            panic!(
-                "chromedriver must be installed (apt-get install chromium chromium-driver): {status}"
-            );
+    match tokio::time::timeout(Duration::from_secs(60), rx).await {
+        Ok(Ok(port)) => driver.port = port,
+        Ok(Err(_)) => {
+            let status = driver.child.try_wait();
+            panic!("chromedriver ended before it listened: {status:?}");
         }
-        assert!(Instant::now() < deadline, "chromedriver did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        Err(_) => panic!("chromedriver did not say where it listens within 60 s"),
     }
     driver
 }
@@ -584,4 +637,93 @@ async fn a_failing_browser_test_leaves_no_browser_behind() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(c);
+}
+
+/// A browser test killed without unwinding (as nextest kills one past its time limit): run in
+/// a process of its own by `a_killed_browser_test_leaves_no_browser_behind`, which kills it.
+/// Does nothing when run otherwise.
+#[tokio::test]
+#[ignore = "run by a_killed_browser_test_leaves_no_browser_behind"]
+async fn hold_a_browser_open() {
+    if std::env::var_os("SHOAL_TEST_HOLD_BROWSER").is_none() {
+        return;
+    }
+    let server = TestServer::start().await;
+    let driver = start_driver().await;
+    let c = browser(&driver).await;
+    c.goto(&server.url("/tests")).await.expect("dashboard");
+    body_text(&c).await;
+    println!("HOLDING {}", driver.mark);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[test]
+fn a_killed_browser_test_leaves_no_browser_behind() {
+    use std::io::BufRead as _;
+    require_browser();
+    use std::os::unix::process::CommandExt as _;
+    let exe = std::env::current_exe().expect("the test binary");
+    // In a process group of its own, killed whole, as nextest runs and kills a test.
+    let mut child = Command::new(exe)
+        .process_group(0)
+        .args([
+            "browser::hold_a_browser_open",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("SHOAL_TEST_HOLD_BROWSER", "1")
+        .env_remove("SHOAL_TEST_MONGODB_TALLY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the test binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(mark) = line.strip_prefix("HOLDING ") {
+                let _ = tx.send(mark.to_string());
+            }
+        }
+    });
+    let mark = match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(mark) => mark,
+        Err(e) => {
+            let _ = child.kill();
+            panic!("the held browser test never opened its page: {e}");
+        }
+    };
+    let running: Vec<i32> = marked(&mark).into_iter().filter(|&p| alive(p)).collect();
+    eprintln!("the held test's browser:\n{}", describe(&running));
+    assert!(
+        running.iter().any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "chromium")
+        }),
+        "Chromium runs:\n{}",
+        describe(&running)
+    );
+    // SIGKILL: no unwinding, no Drop; only the kernel's death signal to the driver's leader.
+    let pgid = i32::try_from(child.id()).expect("a pid");
+    // SAFETY: killpg(2) on the group our child leads (not reaped yet); no memory is touched.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+    child.wait().expect("reap it");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<i32> = marked(&mark).into_iter().filter(|&p| alive(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind by the killed test:\n{}",
+            describe(&left)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

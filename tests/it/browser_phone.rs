@@ -2,7 +2,8 @@
 //! 360 px), a tablet's (800 px) and a wide screen's (1400 px): no page scrolls sideways (the
 //! document is no wider than the viewport), the navigation is reachable (on a phone through the
 //! Menu button, which needs no JavaScript) and Logout is on screen when logged in; on a touch
-//! screen every control is at least 44 px tall. Screenshots of the dashboard, a run page, its
+//! screen every control is at least 44 px tall. Each check is of the page asked for: the
+//! browser is still at its address and shows no error page. Screenshots of the dashboard, a run page, its
 //! tasks table and the open menu go to `target/screenshots/` (`phone_*.png`, `wide_*.png`).
 
 use fantoccini::{Client, Locator};
@@ -11,7 +12,9 @@ use serde_json::json;
 use crate::browser::{
     body_text, browser, fill, screenshot, start_driver, submit, wait_for_answer, wait_to_leave,
 };
-use crate::fleet::{PASSWORD, Totals, Worker, add_user, approve, create_run, fixed_args};
+use crate::fleet::{
+    PASSWORD, Totals, Worker, add_user, approve, create_run, fixed_args, sprt_args,
+};
 use crate::harness::TestServer;
 
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
@@ -147,10 +150,23 @@ async fn assert_navigation(c: &Client, page: &str, width: u32) {
     assert_fits(c, &format!("{page} (menu open)"), width).await;
 }
 
+/// Opens `page` and checks that the browser shows it: still at that path (not sent to
+/// `/login` or elsewhere) and not an error page (whose only way on is "Go to Home").
+async fn open(c: &Client, server: &TestServer, page: &str) {
+    c.goto(&server.url(page)).await.expect("page");
+    let text = body_text(c).await;
+    let url = c.current_url().await.expect("the page's address");
+    let path = page.split(['?', '#']).next().unwrap_or(page);
+    assert_eq!(url.path(), path, "asked for {page}, got {url}:\n{text}");
+    assert!(
+        !text.contains("Go to Home"),
+        "asked for {page}, got an error page:\n{text}"
+    );
+}
+
 /// Visits `page` at `width` and checks the layout; `logged_in`: Logout is on screen.
 async fn check_page(c: &Client, server: &TestServer, page: &str, width: u32, logged_in: bool) {
-    c.goto(&server.url(page)).await.expect("page");
-    body_text(c).await;
+    open(c, server, page).await;
     assert_fits(c, page, width).await;
     if logged_in {
         assert!(
@@ -183,7 +199,10 @@ async fn every_page_fits_a_phone_and_a_wide_screen() {
     }
     let view = format!("/tests/view/{run}");
     let stats = format!("/tests/stats/{run}");
-    let live_elo = format!("/tests/live_elo/{run}");
+    // Live Elo is an SPRT's page (another run's is an error page).
+    let sprt = create_run(&server, "alice", sprt_args(0.0, 2.0)).await;
+    approve(&server, "boss", &sprt).await;
+    let live_elo = format!("/tests/live_elo/{sprt}");
     let driver = start_driver().await;
     let c = browser(&driver).await;
 
@@ -321,8 +340,7 @@ async fn on_a_touch_screen_every_control_is_at_least_44_px_tall() {
         .copied()
         .chain([view.as_str()])
     {
-        c.goto(&server.url(page)).await.expect("page");
-        body_text(&c).await;
+        open(&c, &server, page).await;
         // The menu open, so its links are measured too.
         c.find(Locator::Css("label.menu-button"))
             .await

@@ -137,7 +137,8 @@ async fn submit_a_test_by_branch_name_in_chromium() {
     let server = TestServer::start_with(
         crate::harness::Opts::new()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     add_user(&server, "alice", &[]);

@@ -1,11 +1,17 @@
 //! A GitHub of our own on loopback: a real HTTP server answering in GitHub's documented shapes
 //! (a commit, a commit list, a comparison as JSON or as a diff, a repository with its fork
-//! `source`, raw files, `rate_limit`) from `tests/data/github/fixture.json`. It keeps a quota
+//! `source`, raw files, `rate_limit`: the fields GitHub's REST description requires of the
+//! `commit`, `commit-comparison` and `rate-limit-overview` schemas, and the identity of a
+//! `full-repository`; `tests/it/github.rs` checks them) from `tests/data/github/fixture.json`. It keeps a quota
 //! as GitHub does (every API reply carries `X-RateLimit-*`; a conditional request answered
 //! 304 costs nothing) and can be told to fail in each of the ways GitHub fails: rate-limited,
 //! a 5xx, too slow, a malformed reply, or gone altogether (`stop`).
 //!
-//! shoal points at it through `github_api_url` (`<base>`) and `github_raw_url` (`<base>/raw`).
+//! shoal points at it through `github_api_url` (`<base>`) and `github_raw_url` (`<base>/raw`),
+//! and gives it the token it wants (`github_token` = [`FakeGithub::token`]; [`FakeGithub::opts`]
+//! sets all three): an API call without `Authorization: Bearer <token>` is refused as GitHub
+//! refuses bad credentials (401, "Bad credentials"), so every test that gets an answer also
+//! checks that shoal sent the token. Raw files need none, as on `raw.githubusercontent.com`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -37,6 +43,8 @@ pub enum Mode {
 
 struct Inner {
     fixture: Value,
+    /// The token an API call must carry.
+    token: String,
     mode: Mode,
     limit: u64,
     used: u64,
@@ -53,6 +61,7 @@ struct Shared(Arc<Mutex<Inner>>);
 
 pub struct FakeGithub {
     pub addr: SocketAddr,
+    token: String,
     shared: Shared,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -69,8 +78,10 @@ impl FakeGithub {
         );
         let fixture: Value =
             serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+        let token = format!("ghp_fake{:016x}", rand::random::<u64>());
         let shared = Shared(Arc::new(Mutex::new(Inner {
             fixture,
+            token: token.clone(),
             mode: Mode::Normal,
             limit: 5000,
             used: 0,
@@ -101,6 +112,7 @@ impl FakeGithub {
         });
         FakeGithub {
             addr,
+            token,
             shared,
             stop: Some(tx),
             task: Some(task),
@@ -115,6 +127,18 @@ impl FakeGithub {
     /// `github_raw_url`.
     pub fn raw_url(&self) -> String {
         format!("http://{}/raw", self.addr)
+    }
+
+    /// The token API calls must carry (`github_token`).
+    pub fn token(&self) -> String {
+        self.token.clone()
+    }
+
+    /// `opts` with this GitHub's API and raw URLs and its token.
+    pub fn opts(&self, opts: crate::harness::Opts) -> crate::harness::Opts {
+        opts.set("github_api_url", self.api_url())
+            .set("github_raw_url", self.raw_url())
+            .set("github_token", self.token())
     }
 
     /// Serves `bytes` as the raw file `owner/repo/ref/path` (e.g. the books repository's).
@@ -175,11 +199,14 @@ async fn answer(
     api: bool,
     reply: Option<(Value, Option<String>)>,
 ) -> Response {
-    let mode = {
+    let (mode, token) = {
         let mut g = s.0.lock();
         *g.hits.entry(path).or_default() += 1;
-        g.mode
+        (g.mode, g.token.clone())
     };
+    if api && !authorized(headers, &token) {
+        return bad_credentials();
+    }
     if let Mode::Slow(d) = mode {
         tokio::time::sleep(d).await;
     }
@@ -226,8 +253,7 @@ async fn answer(
             g.used += 1;
             quota_headers(&g, &mut out);
         }
-        let body =
-            json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"});
+        let body = json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"});
         return (StatusCode::NOT_FOUND, out, body.to_string()).into_response();
     };
     let text = raw_text.unwrap_or_else(|| body.to_string());
@@ -262,6 +288,29 @@ async fn answer(
     (StatusCode::OK, out, text).into_response()
 }
 
+/// Whether a request carries the token (`Authorization: Bearer <token>`, or GitHub's older
+/// `token <token>`).
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("token "))
+        })
+        .is_some_and(|t| t == token)
+}
+
+/// GitHub's answer to a missing or wrong token.
+fn bad_credentials() -> Response {
+    let body = json!({
+        "message": "Bad credentials",
+        "documentation_url": "https://docs.github.com/rest",
+        "status": "401"
+    });
+    (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
+}
+
 fn repos(f: &Value) -> &serde_json::Map<String, Value> {
     f["repos"].as_object().expect("repos")
 }
@@ -290,19 +339,70 @@ fn resolve(f: &Value, repo: &Value, reference: &str) -> Option<String> {
     None
 }
 
-fn commit_json(f: &Value, sha: &str) -> Value {
-    let c = &f["commits"][sha];
+/// A GitHub user as the API embeds one (`simple-user`'s fields).
+fn user_json(login: &str) -> Value {
+    let api = format!("https://api.github.com/users/{login}");
     json!({
+        "login": login, "id": 1, "node_id": "MDQ6VXNlcjE=",
+        "avatar_url": "https://avatars.githubusercontent.com/u/1?v=4", "gravatar_id": "",
+        "url": api, "html_url": format!("https://github.com/{login}"),
+        "followers_url": format!("{api}/followers"),
+        "following_url": format!("{api}/following{{/other_user}}"),
+        "gists_url": format!("{api}/gists{{/gist_id}}"),
+        "starred_url": format!("{api}/starred{{/owner}}{{/repo}}"),
+        "subscriptions_url": format!("{api}/subscriptions"),
+        "organizations_url": format!("{api}/orgs"), "repos_url": format!("{api}/repos"),
+        "events_url": format!("{api}/events{{/privacy}}"),
+        "received_events_url": format!("{api}/received_events"),
+        "type": "User", "user_view_type": "public", "site_admin": false,
+    })
+}
+
+/// A commit in the shape of GitHub's `commit` schema (its required fields and `stats`,
+/// `files`), in repository `full`.
+fn commit_json(f: &Value, full: &str, sha: &str) -> Value {
+    let c = &f["commits"][sha];
+    let api = format!("https://api.github.com/repos/{full}");
+    let who = json!({"name": "Dev", "email": "dev@example.org", "date": "2026-11-20T10:00:00Z"});
+    json!({
+        "url": format!("{api}/commits/{sha}"),
         "sha": sha,
-        "node_id": "C_fake",
+        "node_id": "C_kwDOAAAAAdoAKGZha2U",
+        "html_url": format!("https://github.com/{full}/commit/{sha}"),
+        "comments_url": format!("{api}/commits/{sha}/comments"),
         "commit": {
-            "author": {"name": "Dev", "email": "dev@example.org", "date": "2026-11-20T10:00:00Z"},
-            "committer": {"name": "Dev", "email": "dev@example.org", "date": "2026-11-20T10:00:00Z"},
+            "url": format!("{api}/git/commits/{sha}"),
+            "author": who,
+            "committer": who,
             "message": c["message"],
+            "comment_count": 0,
+            "tree": {"sha": sha, "url": format!("{api}/git/trees/{sha}")},
+            "verification": {"verified": false, "reason": "unsigned", "signature": null,
+                             "payload": null, "verified_at": null},
         },
+        "author": user_json("dev-one"),
+        "committer": user_json("dev-one"),
         "parents": c["parents"].as_array().into_iter().flatten()
-            .map(|p| json!({"sha": p})).collect::<Vec<_>>(),
-        "html_url": format!("https://github.com/x/y/commit/{sha}"),
+            .map(|p| json!({
+                "sha": p,
+                "url": format!("{api}/commits/{}", p.as_str().unwrap_or_default()),
+                "html_url": format!("https://github.com/{full}/commit/{}", p.as_str().unwrap_or_default()),
+            })).collect::<Vec<_>>(),
+        "stats": {"total": 0, "additions": 0, "deletions": 0},
+        "files": [],
+    })
+}
+
+/// A repository in the shape GitHub's `full-repository` starts with (its identity, owner,
+/// visibility and default branch; `parent` and `source` for a fork).
+fn repo_json(full: &str, fork: bool) -> Value {
+    let (owner, name) = full.split_once('/').unwrap_or((full, full));
+    json!({
+        "id": 1, "node_id": "R_kgDOAAAAAQ", "name": name, "full_name": full,
+        "owner": user_json(owner), "private": false,
+        "html_url": format!("https://github.com/{full}"), "description": null, "fork": fork,
+        "url": format!("https://api.github.com/repos/{full}"), "default_branch": "master",
+        "visibility": "public", "archived": false, "disabled": false,
     })
 }
 
@@ -325,14 +425,18 @@ fn ancestors(f: &Value, sha: &str) -> Vec<String> {
     out
 }
 
-async fn rate_limit(State(s): State<Shared>) -> Response {
+async fn rate_limit(State(s): State<Shared>, headers: HeaderMap) -> Response {
     let g = s.0.lock();
+    if !authorized(&headers, &g.token) {
+        return bad_credentials();
+    }
     let core = json!({
         "limit": g.limit, "remaining": g.limit.saturating_sub(g.used),
-        "reset": g.reset, "used": g.used, "resource": "core"
+        "reset": g.reset, "used": g.used
     });
+    let search = json!({"limit": 30, "remaining": 30, "reset": g.reset, "used": 0});
     // Asking for the quota costs none, as on GitHub.
-    axum::Json(json!({"resources": {"core": core}, "rate": core})).into_response()
+    axum::Json(json!({"resources": {"core": core, "search": search}, "rate": core})).into_response()
 }
 
 async fn repo(
@@ -343,15 +447,10 @@ async fn repo(
     let reply = {
         let g = s.0.lock();
         find_repo(&g.fixture, &owner, &name).map(|(full, r)| {
-            let mut v = json!({
-                "full_name": full,
-                "name": full.split('/').nth(1),
-                "fork": r["fork"],
-                "html_url": format!("https://github.com/{full}"),
-            });
-            if let Some(src) = r.get("source") {
-                v["source"] = json!({"full_name": src});
-                v["parent"] = json!({"full_name": src});
+            let mut v = repo_json(full, r["fork"].as_bool().unwrap_or(false));
+            if let Some(src) = r.get("source").and_then(Value::as_str) {
+                v["source"] = repo_json(src, false);
+                v["parent"] = repo_json(src, false);
             }
             (v, None)
         })
@@ -366,8 +465,8 @@ async fn commit(
 ) -> Response {
     let reply = {
         let g = s.0.lock();
-        find_repo(&g.fixture, &owner, &name).map(|(_, r)| match resolve(&g.fixture, r, &reference) {
-            Some(sha) => (commit_json(&g.fixture, &sha), None),
+        find_repo(&g.fixture, &owner, &name).map(|(full, r)| match resolve(&g.fixture, r, &reference) {
+            Some(sha) => (commit_json(&g.fixture, full, &sha), None),
             None => (
                 json!({"__status": 422, "body": {
                     "message": format!("No commit found for SHA: {reference}"),
@@ -390,14 +489,14 @@ async fn commits(
 ) -> Response {
     let reply = {
         let g = s.0.lock();
-        find_repo(&g.fixture, &owner, &name).and_then(|(_, r)| {
+        find_repo(&g.fixture, &owner, &name).and_then(|(full, r)| {
             let start = q.get("sha").map(String::as_str).unwrap_or("master");
             let per_page: usize = q.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(30);
             let head = resolve(&g.fixture, r, start)?;
             let list: Vec<Value> = ancestors(&g.fixture, &head)
                 .iter()
                 .take(per_page)
-                .map(|sha| commit_json(&g.fixture, sha))
+                .map(|sha| commit_json(&g.fixture, full, sha))
                 .collect();
             Some((json!(list), None))
         })
@@ -424,7 +523,7 @@ async fn compare(
     let reply = {
         let g = s.0.lock();
         (|| {
-            let (_, r) = find_repo(&g.fixture, &owner, &name)?;
+            let (full, r) = find_repo(&g.fixture, &owner, &name)?;
             let (base, head) = spec.split_once("...")?;
             let base = resolve(&g.fixture, r, base)?;
             let head = resolve(&g.fixture, r, head)?;
@@ -439,6 +538,19 @@ async fn compare(
             let of_head: BTreeSet<String> = ancestors(&g.fixture, &head).into_iter().collect();
             let ahead = of_head.difference(&of_base).count();
             let behind = of_base.difference(&of_head).count();
+            // The commits of head not in base, oldest first (as GitHub lists them), and the
+            // newest commit both have.
+            let mut commits: Vec<Value> = ancestors(&g.fixture, &head)
+                .iter()
+                .filter(|c| !of_base.contains(*c))
+                .map(|c| commit_json(&g.fixture, full, c))
+                .collect();
+            commits.reverse();
+            let merge_base = ancestors(&g.fixture, &head)
+                .into_iter()
+                .find(|c| of_base.contains(c))
+                .unwrap_or_else(|| base.clone());
+            let html = format!("https://github.com/{full}/compare/{spec}");
             let status = match (ahead, behind) {
                 (0, 0) => "identical",
                 (_, 0) => "ahead",
@@ -446,8 +558,17 @@ async fn compare(
                 _ => "diverged",
             };
             Some((
-                json!({"status": status, "ahead_by": ahead, "behind_by": behind,
-                       "total_commits": ahead, "files": []}),
+                json!({
+                    "url": format!("https://api.github.com/repos/{full}/compare/{spec}"),
+                    "html_url": html,
+                    "permalink_url": format!("https://github.com/{full}/compare/{base}...{head}"),
+                    "diff_url": format!("{html}.diff"),
+                    "patch_url": format!("{html}.patch"),
+                    "base_commit": commit_json(&g.fixture, full, &base),
+                    "merge_base_commit": commit_json(&g.fixture, full, &merge_base),
+                    "status": status, "ahead_by": ahead, "behind_by": behind,
+                    "total_commits": ahead, "commits": commits, "files": []
+                }),
                 None,
             ))
         })()

@@ -17,11 +17,20 @@ fn repo(full: &str) -> RepoName {
 }
 
 fn github(fake: &FakeGithub, dir: &std::path::Path, timeout_s: u64) -> Github {
+    github_with_token(fake, dir, timeout_s, Some(fake.token()))
+}
+
+fn github_with_token(
+    fake: &FakeGithub,
+    dir: &std::path::Path,
+    timeout_s: u64,
+    token: Option<String>,
+) -> Github {
     let store: shoal::store::SharedStore = Arc::from(harness::open_store(dir).expect("store"));
     let cfg = GithubConfig {
         api_url: fake.api_url(),
         raw_url: fake.raw_url(),
-        token: None,
+        token: token.map(shoal::secret::Secret::new),
         timeout: Duration::from_secs(timeout_s),
         official_repo: OFFICIAL.into(),
     };
@@ -466,4 +475,170 @@ async fn official_master_sha_is_kept_in_fishtests_shape_and_written_after_a_miss
             "3333333333333333333333333333333333333333"
         ))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_sent_and_the_stand_in_wants_it() {
+    let fake = FakeGithub::start().await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/repos/{OFFICIAL}", fake.api_url());
+    // The stand-in refuses a call without the token, or with another, as GitHub does.
+    for auth in [None, Some("Bearer ghp_not_it".to_string())] {
+        let mut req = http.get(&url);
+        if let Some(a) = &auth {
+            req = req.header("authorization", a);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{auth:?}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["message"], "Bad credentials");
+    }
+    let r = http
+        .get(&url)
+        .bearer_auth(fake.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // shoal without the token is refused; with it, answered.
+    let dir = tempfile::tempdir().unwrap();
+    let without = github_with_token(&fake, dir.path(), 5, None);
+    let e = without.commit(&repo(FORK), "lmr-tweak").await.unwrap_err();
+    assert!(
+        matches!(e, GithubError::Refused { status: 401, .. }),
+        "{e:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let with = github(&fake, dir.path(), 5);
+    assert!(with.commit(&repo(FORK), "lmr-tweak").await.is_ok());
+}
+
+/// The fields GitHub's REST description (github/rest-api-description) requires of each reply
+/// the stand-in gives, so shoal is tested against GitHub's shapes, not the stand-in's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stand_in_answers_in_githubs_documented_shapes() {
+    let fake = FakeGithub::start().await;
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let req = http
+            .get(format!("{}{path}", fake.api_url()))
+            .bearer_auth(fake.token());
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200, "{path}");
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let has = |what: &str, v: &serde_json::Value, keys: &[&str]| {
+        let missing: Vec<&&str> = keys.iter().filter(|k| v.get(**k).is_none()).collect();
+        assert!(missing.is_empty(), "{what} lacks {missing:?}: {v}");
+    };
+    // `commit` and its `commit.commit`, `parents[]`, `simple-user` author.
+    let commit_keys = [
+        "url",
+        "sha",
+        "node_id",
+        "html_url",
+        "comments_url",
+        "commit",
+        "author",
+        "committer",
+        "parents",
+    ];
+    let git_commit_keys = [
+        "url",
+        "author",
+        "committer",
+        "message",
+        "comment_count",
+        "tree",
+    ];
+    let user_keys = [
+        "login",
+        "id",
+        "node_id",
+        "avatar_url",
+        "gravatar_id",
+        "url",
+        "html_url",
+        "followers_url",
+        "following_url",
+        "gists_url",
+        "starred_url",
+        "subscriptions_url",
+        "organizations_url",
+        "repos_url",
+        "events_url",
+        "received_events_url",
+        "type",
+        "site_admin",
+    ];
+    let check_commit = |what: &str, c: &serde_json::Value| {
+        has(what, c, &commit_keys);
+        has(&format!("{what}.commit"), &c["commit"], &git_commit_keys);
+        has(&format!("{what}.author"), &c["author"], &user_keys);
+        for p in c["parents"].as_array().unwrap() {
+            has(&format!("{what}.parents[]"), p, &["sha", "url"]);
+        }
+    };
+    let c = get(format!("/repos/{FORK}/commits/lmr-tweak")).await;
+    check_commit("commit", &c);
+    assert_eq!(c["sha"], "aaaa000000000000000000000000000000000001");
+    let list = get(format!("/repos/{FORK}/commits?sha=lmr-tweak&per_page=2")).await;
+    for c in list.as_array().unwrap() {
+        check_commit("commits[]", c);
+    }
+    // `commit-comparison`.
+    let cmp = get(format!(
+        "/repos/{FORK}/compare/3333333333333333333333333333333333333333...lmr-tweak"
+    ))
+    .await;
+    has(
+        "comparison",
+        &cmp,
+        &[
+            "url",
+            "html_url",
+            "permalink_url",
+            "diff_url",
+            "patch_url",
+            "base_commit",
+            "merge_base_commit",
+            "status",
+            "ahead_by",
+            "behind_by",
+            "total_commits",
+            "commits",
+        ],
+    );
+    check_commit("comparison.base_commit", &cmp["base_commit"]);
+    assert_eq!(
+        cmp["commits"].as_array().unwrap().len() as u64,
+        cmp["total_commits"].as_u64().unwrap()
+    );
+    // A fork's repository: its identity and its `source`.
+    let r = get(format!("/repos/{FORK}")).await;
+    let repo_keys = [
+        "id",
+        "node_id",
+        "name",
+        "full_name",
+        "owner",
+        "private",
+        "html_url",
+        "description",
+        "fork",
+        "url",
+        "default_branch",
+    ];
+    has("repository", &r, &repo_keys);
+    has("repository.source", &r["source"], &repo_keys);
+    has("repository.owner", &r["owner"], &user_keys);
+    // `rate-limit-overview`: `resources.core` and `.search`, `rate`, each a `rate-limit`.
+    let q = get("/rate_limit".to_string()).await;
+    for part in ["/resources/core", "/resources/search", "/rate"] {
+        let v = q.pointer(part).unwrap_or(&serde_json::Value::Null);
+        has(part, v, &["limit", "remaining", "reset", "used"]);
+    }
 }

@@ -92,6 +92,44 @@ pub fn on_mongodb() -> bool {
     std::env::var_os("SHOAL_TEST_MONGODB_URI").is_some()
 }
 
+/// On the MongoDB pass, the guard every server and `shoal` command the harness starts gets:
+/// `SHOAL_EXPECT_STORE` (the binary refuses to run on another store, so a test fails), and a
+/// mark that this test ran something on MongoDB ([`tally_mongodb`]). Empty on SQLite.
+fn expect_store_env(store_env: &[(String, String)]) -> Vec<(String, String)> {
+    if !on_mongodb() {
+        return Vec::new();
+    }
+    let store = store_env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "SHOAL_STORE")
+        .map_or("sqlite", |(_, v)| v.as_str());
+    if store == "mongodb" {
+        tally_mongodb();
+    }
+    vec![("SHOAL_EXPECT_STORE".to_string(), store.to_string())]
+}
+
+/// Leaves this test's mark in `SHOAL_TEST_MONGODB_TALLY` (a directory; `./test.sh` counts
+/// its files): one file per test process, which nextest gives every test.
+pub fn tally_mongodb() {
+    let Some(dir) = std::env::var_os("SHOAL_TEST_MONGODB_TALLY") else {
+        return;
+    };
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string();
+    let path = Path::new(&dir).join(std::process::id().to_string());
+    std::fs::write(&path, name).expect("the MongoDB tally directory");
+}
+
+/// The store named in a server's "listening on" line (`store="mongodb"`).
+pub fn store_in_log(line: &str) -> Option<&str> {
+    let rest = line.split(" store=").nth(1)?;
+    Some(rest.split_whitespace().next()?.trim_matches('"'))
+}
+
 /// Returns true, after saying so, when the test is about the SQLite store itself and the
 /// suite runs on MongoDB: the caller returns early.
 pub fn sqlite_only(what: &str) -> bool {
@@ -260,7 +298,8 @@ pub fn cli(data_dir: &Path) -> Command {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("SHOAL_DATA_DIR", data_dir)
         .env("SHOAL_LOG", "warn")
-        .envs(mongo_env(data_dir));
+        .envs(mongo_env(data_dir))
+        .envs(expect_store_env(&mongo_env(data_dir)));
     cmd
 }
 
@@ -321,10 +360,12 @@ impl TestServer {
                 store_env.push((k.clone(), v.clone()));
             }
         }
+        let expect = expect_store_env(&store_env);
+        cmd.envs(expect.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut child = cmd.spawn().expect("spawn shoal");
         let stderr = child.stderr.take().expect("stderr");
         let logs = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let (tx, rx) = std::sync::mpsc::channel::<(SocketAddr, String)>();
         let sink = logs.clone();
         std::thread::spawn(move || {
             let mut sent = false;
@@ -333,7 +374,8 @@ impl TestServer {
                 if !sent && let Some(rest) = line.split("listening on http://").nth(1) {
                     let addr = rest.split_whitespace().next().unwrap_or_default();
                     if let Ok(addr) = addr.parse() {
-                        let _ = tx.send(addr);
+                        let store = store_in_log(&line).unwrap_or_default().to_string();
+                        let _ = tx.send((addr, store));
                         sent = true;
                     }
                 }
@@ -343,7 +385,19 @@ impl TestServer {
             }
         });
         let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
+            Ok((addr, store)) => {
+                // On the MongoDB pass the server says which store it opened: the one asked for.
+                if let Some((_, expected)) = expect.first()
+                    && store != *expected
+                {
+                    let _ = child.kill();
+                    panic!(
+                        "the server runs on store {store:?}, not {expected:?}; log:\n{}",
+                        logs.lock()
+                    );
+                }
+                addr
+            }
             Err(_) => {
                 let _ = child.kill();
                 panic!("server did not start; log:\n{}", logs.lock());
@@ -368,6 +422,7 @@ impl TestServer {
     pub fn cli(&self) -> Command {
         let mut cmd = cli(&self.data_dir);
         cmd.envs(self.store_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.envs(expect_store_env(&self.store_env));
         cmd
     }
 
@@ -504,11 +559,25 @@ pub fn run_bin(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (ExitStatus, 
         .find(|(k, _)| *k == "SHOAL_DATA_DIR")
         .map(|(_, dir)| mongo_env(Path::new(dir)))
         .unwrap_or_default();
+    // The store guard when the harness chose the store (a data directory was given), for the
+    // store the command ends up with (the test's own SHOAL_STORE wins).
+    let expect = if mongo.is_empty() {
+        Vec::new()
+    } else {
+        let mut chosen = mongo.clone();
+        chosen.extend(
+            env.iter()
+                .filter(|(k, _)| *k == "SHOAL_STORE")
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        expect_store_env(&chosen)
+    };
     let out = Command::new(bin())
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(mongo)
+        .envs(expect)
         .envs(env.iter().copied())
         .output()
         .expect("run shoal");

@@ -101,7 +101,13 @@ async fn a_primary_and_two_secondaries_share_one_mongodb_database() {
             &[("run-id", &run), ("csrf_token", &token), ("confirm", "yes")],
         )
         .await;
-    assert!(page.status >= 400, "stop on a secondary: {}", page.status);
+    // Refused as a secondary refuses (503, saying why): not any error, and never a 500.
+    assert_eq!(page.status, 503, "stop on a secondary: {}", page.body);
+    assert!(
+        page.body.contains("Primary instance required."),
+        "{}",
+        page.body
+    );
     assert_eq!(run_of(&primary, &run).await["finished"], json!(false));
 
     // A worker blocked through a secondary's page: stored at once, followed by the primary

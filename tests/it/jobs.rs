@@ -671,7 +671,8 @@ async fn refresh_official_master_reads_master_and_its_bench_from_github() {
     let server = server_on(
         no_jobs()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     assert_eq!(job_runs(&server, "refresh_official_master").await, 0.0);
@@ -747,7 +748,8 @@ async fn refresh_books_takes_checked_books_and_refuses_a_bad_checksum() {
     let server = server_on(
         no_jobs()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     let before = offered_books(&server).await;
@@ -827,6 +829,7 @@ async fn the_refreshed_book_list_is_kept_across_restarts_in_fishtests_shape() {
             .data_dir(&data)
             .set("github_api_url", fake.api_url())
             .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token())
     };
     let server = server_on(opts()).await;
     let text = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -\n";
@@ -917,4 +920,36 @@ async fn prune_github_drops_old_diffs_of_runs_that_are_over_and_keeps_the_rest()
     assert!(!kept(gone), "an old diff of a run that is gone");
     assert!(kept(&running), "an unfinished run keeps its diff");
     assert!(kept("fedcba9876543210fedcba98"), "a recent diff is kept");
+}
+
+/// A server with no GitHub reachable (the harness's default) says so once, as a warning that
+/// says what still works, however often the jobs that need GitHub run.
+#[tokio::test]
+async fn github_out_of_reach_is_said_once_as_a_warning() {
+    let server = server().await;
+    for name in [
+        "refresh_official_master",
+        "refresh_books",
+        "refresh_official_master",
+    ] {
+        let (status, v) = server
+            .post_json(&format!("/debug/job/{name}"), &json!({}))
+            .await;
+        assert_eq!(status, 500, "{name}: {v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("could not be reached")),
+            "{name}: {v}"
+        );
+    }
+    let logs = server.logs();
+    let said: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("GitHub cannot be used"))
+        .collect();
+    assert_eq!(said.len(), 1, "{logs}");
+    assert!(said[0].contains("WARN"), "{}", said[0]);
+    assert!(said[0].contains("every page work as before"), "{}", said[0]);
+    assert!(!logs.contains("periodic job failed"), "{logs}");
 }

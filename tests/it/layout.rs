@@ -1,16 +1,19 @@
-//! The layout, checked from the source. In `src/http/`: no module imports another that
-//! imports it back (directly or around a longer loop), and no file is over 600 lines (a
-//! longer one holds more than one job: split it where the jobs meet); the HTTP layer names
-//! no store and takes no lock. The line rule holds for every file under `src/` too. Across
-//! the crate: the components (`scheduler`, `rundb`, `accounts`, `nets`, `github`, `ledger`) depend on
-//! one another one way only, no top-level module imports another that imports it back, and
-//! no component's state is visible outside it.
+//! The layout, checked from the source. No file of `src/` imports another that imports it
+//! back, directly or around a longer loop: in `src/http/` none at all; elsewhere a
+//! directory's `mod.rs` and its own files may name each other (the facade), nothing else.
+//! In `src/http/`: no file is over 600 lines (a longer one holds more than one job: split it
+//! where the jobs meet); the HTTP layer names no store and takes no lock. The line rule holds
+//! for every file under `src/` too. Across the crate: the components (`scheduler`, `rundb`,
+//! `accounts`, `nets`, `github`, `ledger`) depend on one another one way only, no top-level
+//! module imports another that imports it back, and no component's state is visible outside
+//! it.
 //!
 //! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
 //! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
 //! `self::…`, or a child's name (`kit::…` in `ui/mod.rs`); a path is charged to the longest
 //! module it names, so `crate::http::state::AppState` is a dependency on `state.rs`, while
-//! `crate::http::AppState` would be one on `http/mod.rs`. Declaring a child (`pub mod x;`)
+//! `crate::http::AppState` would be one on `http/mod.rs`; a `use` group, nested or not
+//! (`crate::{a::{b::X, c}}`), is every path it holds. Declaring a child (`pub mod x;`)
 //! is not a dependency; naming an item of one's parent is.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,10 +71,79 @@ fn code(text: &str) -> String {
         .into_owned()
 }
 
+/// The paths of a `use` group's text (what is between its braces), each as its segments:
+/// `a::{b, c::{d, self}}, e as f, *` → `a::b`, `a::c::d`, `a::c`, `e`, and nothing for `*`.
+fn group_paths(group: &str) -> Vec<Vec<String>> {
+    let mut items = Vec::new();
+    let (mut depth, mut from) = (0, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[from..]);
+    let mut out = Vec::new();
+    for item in items {
+        let item = item.trim();
+        let item = item.split(" as ").next().unwrap_or_default().trim();
+        if item.is_empty() || item == "*" {
+            continue;
+        }
+        if item == "self" {
+            out.push(Vec::new());
+            continue;
+        }
+        let (head, inner) = match item.find("::{") {
+            Some(at) => (&item[..at], item[at + 3..].strip_suffix('}')),
+            None => (item, None),
+        };
+        let head: Vec<String> = head
+            .split("::")
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "*")
+            .map(String::from)
+            .collect();
+        match inner {
+            Some(inner) => {
+                for tail in group_paths(inner) {
+                    let mut p = head.clone();
+                    p.extend(tail);
+                    out.push(p);
+                }
+            }
+            None => out.push(head),
+        }
+    }
+    out
+}
+
+/// The text of the brace group opening at `open` (`text[open] == '{'`), without its braces.
+fn braced(text: &str, open: usize) -> &str {
+    let mut depth = 0;
+    for (i, c) in text[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &text[open + 1..open + i];
+                }
+            }
+            _ => {}
+        }
+    }
+    &text[open + 1..]
+}
+
 fn dependencies(modules: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>> {
-    let path =
-        regex::Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(?:::\{([^}]*)\})?")
-            .expect("regex");
+    let path = regex::Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{)?")
+        .expect("regex");
     let bare = regex::Regex::new(r"(?:^|[^:\w])([a-z_][a-z0-9_]*)::").expect("regex");
     let longest = |p: &[String]| {
         (1..=p.len())
@@ -88,20 +160,10 @@ fn dependencies(modules: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet
                 .chain(c.get(2).map_or("", |g| g.as_str()).split("::"))
                 .filter(|s| !s.is_empty())
                 .collect();
-            let group: Vec<String> = c
-                .get(3)
-                .map(|g| {
-                    g.as_str()
-                        .split(',')
-                        .map(|i| i.trim().split("::").next().unwrap_or_default().to_string())
-                        .filter(|i| !i.is_empty() && i != "self")
-                        .collect()
-                })
-                .unwrap_or_default();
-            let tails: Vec<Option<String>> = if group.is_empty() {
-                vec![None]
-            } else {
-                group.into_iter().map(Some).collect()
+            // A group, nested or not, is every path it holds (`self` is the head itself).
+            let tails: Vec<Vec<String>> = match c.get(3) {
+                Some(g) => group_paths(braced(text, g.end() - 1)),
+                None => vec![Vec::new()],
             };
             for tail in tails {
                 let mut parts: Vec<String> = head.iter().map(|s| s.to_string()).collect();
@@ -280,6 +342,50 @@ fn a_cycle_is_found() {
     .map(|(k, v)| (k, code(&v)))
     .collect();
     assert_eq!(find_cycle(&dependencies(&acyclic)), None);
+}
+
+/// Every file of the crate, not only `src/http`: no module imports another that imports it
+/// back, directly or around a longer loop. Outside `src/http` a directory's `mod.rs` and its
+/// own files may name each other (the facade: the parent re-exports its children's items and
+/// they name the parent's shared types); every other loop is refused.
+#[test]
+fn no_import_cycle_between_files_anywhere() {
+    let modules = crate_modules();
+    assert!(modules.len() > 100, "src read: {} modules", modules.len());
+    let mut deps = dependencies(&modules);
+    for (m, ds) in deps.iter_mut() {
+        ds.retain(|d| !(d.starts_with(m) || m.starts_with(d)));
+    }
+    if let Some(cycle) = find_cycle(&deps) {
+        let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+        panic!("import cycle in src: {}", names.join(" -> "));
+    }
+}
+
+#[test]
+fn nested_use_groups_are_read() {
+    let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
+    let modules: BTreeMap<Module, String> = [
+        (m("a"), "pub mod b;".to_string()),
+        (m("a/b"), "pub mod c; pub mod e;".to_string()),
+        (m("a/b/c"), "use crate::d::Y;".to_string()),
+        (m("a/b/e"), String::new()),
+        (
+            m("d"),
+            "use crate::{a::{b::{c::X, self}}, a::b::e as f};\nfn g() {}".to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, code(&v)))
+    .collect();
+    let deps = dependencies(&modules);
+    assert_eq!(
+        deps[&m("d")],
+        BTreeSet::from([m("a/b/c"), m("a/b"), m("a/b/e")]),
+        "{deps:?}"
+    );
+    let cycle = find_cycle(&deps).expect("d -> a/b/c -> d");
+    assert_eq!(cycle.len(), 3, "{cycle:?}");
 }
 
 #[test]

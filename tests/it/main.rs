@@ -30,6 +30,7 @@ mod layout;
 mod limits;
 mod mongo;
 mod nets_store;
+mod newcomer;
 mod openapi;
 mod reset;
 mod security;

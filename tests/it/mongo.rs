@@ -3,7 +3,9 @@
 //! in-memory storage, and killed with the test binary. Each test takes a database of its own
 //! ([`fresh_uri`]).
 //!
-//! `.ci/run` installs it; on a machine without it these tests fail and say how to install it.
+//! `./test.sh` installs it (the pinned version, under `target/`) and points
+//! `SHOAL_TEST_SECANTUSD` at it; on a machine without it these tests fail with one line saying
+//! how to install it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -53,8 +55,9 @@ fn start() -> Result<u16, String> {
                 Ok(child) => child,
                 Err(e) => {
                     let _ = tx.send(Err(format!(
-                        "cannot start {cmd} ({e}): the MongoDB tests need SecantusDB \
-                         (`pip install SecantusDB`, as .ci/run does)"
+                        "SecantusDB is not installed ({cmd}: {e}): run ./test.sh (it installs \
+                         it under target/), or set SHOAL_TEST_SECANTUSD to a secantusd-py of \
+                         `pip install SecantusDB==0.7.0b3`"
                     )));
                     return;
                 }

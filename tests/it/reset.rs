@@ -302,6 +302,10 @@ async fn a_mailed_link_resets_the_password_and_nothing_tells_who_exists() {
         .expect("a mail within 30 s")
         .expect("mail");
     assert!(mail.contains("alice@example.org"), "{mail}");
+    // And no second one: not for the unknown address, not alice's twice.
+    if let Ok(second) = tokio::time::timeout(Duration::from_secs(3), mails.recv()).await {
+        panic!("a second mail arrived: {second:?}");
+    }
     // Undo quoted-printable soft line breaks before reading the link.
     let text = mail.replace("=\n", "").replace("=3D", "=");
     let path = path_of(&text);

@@ -22,21 +22,10 @@ use crate::fleet::{
 use crate::harness::{Opts, TestServer, bin, mongo_env};
 use crate::mongo;
 use crate::web::Browser;
-use shoal::rundb::model::{Run, Stats};
-use shoal::rundb::trajectory::{MAX_POINTS, Point, Trajectory};
+use shoal::rundb::model::Run;
+use shoal::rundb::trajectory::{MAX_POINTS, Trajectory};
 
 const EVEN: [f64; 5] = [0.05, 0.2, 0.5, 0.2, 0.05];
-
-fn stats(t: &Totals) -> Stats {
-    Stats {
-        wins: t.wins,
-        losses: t.losses,
-        draws: t.draws,
-        crashes: 0,
-        time_losses: 0,
-        pentanomial: t.pentanomial,
-    }
-}
 
 fn add(a: &Totals, b: &Totals) -> Totals {
     let mut s = *a;
@@ -49,13 +38,55 @@ fn add(a: &Totals, b: &Totals) -> Totals {
     s
 }
 
+/// A point's counts: games, wins, losses, draws, pentanomial.
+type Counts = (u64, u64, u64, u64, [u64; 5]);
+
 /// The counts of a trajectory's points (the LLRs are the server's to compute).
-fn counts(t: &Trajectory) -> Vec<(u64, u64, u64, u64, [u64; 5])> {
+fn counts(t: &Trajectory) -> Vec<Counts> {
     t.points.iter().map(|p| (p.g, p.w, p.l, p.d, p.p)).collect()
 }
 
+/// The trajectory a run's acknowledged updates should leave, by the sampling rule as
+/// documented (`src/rundb/trajectory.rs`'s module doc, "Sampling"), written out here
+/// without the server's code: a point is kept once the run has played `stride` games (at
+/// first 2) past the point before the newest, else the newest point moves forward to the
+/// totals; at `MAX_POINTS` points, every other one goes (the first, the third, …, and the
+/// newest stays) and the stride doubles.
+#[derive(Debug, Clone, Default)]
+struct Expected {
+    stride: u64,
+    points: Vec<Counts>,
+}
+
+impl Expected {
+    fn record(&mut self, now: Counts) {
+        if self.stride == 0 {
+            self.stride = 2;
+        }
+        let n = self.points.len();
+        let before_last = if n >= 2 { self.points[n - 2].0 } else { 0 };
+        match self.points.last_mut() {
+            Some(last) if last.0 == now.0 => *last = now,
+            Some(last) if n >= 2 && last.0 - before_last < self.stride => *last = now,
+            _ => {
+                if n >= MAX_POINTS {
+                    self.points = self
+                        .points
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| i % 2 == 0 || *i == n - 1)
+                        .map(|(_, p)| *p)
+                        .collect();
+                    self.stride *= 2;
+                }
+                self.points.push(now);
+            }
+        }
+    }
+}
+
 /// One worker playing an SPRT run batch by batch, keeping the trajectory its acknowledged
-/// updates make by the server's own sampling rule (`Trajectory::record`, fed from outside).
+/// updates should make ([`Expected`]).
 struct Player {
     worker: Worker,
     run: String,
@@ -63,7 +94,7 @@ struct Player {
     /// The current task: id, size, the run's totals before it, its own totals.
     task: Option<(u64, u64, Totals, Totals)>,
     totals: Totals,
-    expected: Trajectory,
+    expected: Expected,
 }
 
 impl Player {
@@ -77,7 +108,7 @@ impl Player {
                 .expect("batch size"),
             task: None,
             totals: Totals::default(),
-            expected: Trajectory::default(),
+            expected: Expected::default(),
         }
     }
 
@@ -112,10 +143,13 @@ impl Player {
                 .await;
             assert_eq!(status, 200, "{v}");
             let now = add(&base, &t);
-            self.expected.record(
-                Point::of(&stats(&self.totals), None),
-                Point::of(&stats(&now), None),
-            );
+            self.expected.record((
+                now.games(),
+                now.wins,
+                now.losses,
+                now.draws,
+                now.pentanomial,
+            ));
             self.totals = now;
             if v["task_alive"] == true {
                 self.task = Some((task_id, size, base, t));
@@ -224,7 +258,7 @@ async fn history_is_recorded_bounded_and_survives_kill_9(uri: Option<&str>) {
     player.play(&server, 6).await;
     assert_eq!(player.expected.points.len(), 6);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while counts(&stored(&server, uri, &id).await.trajectory) != counts(&player.expected) {
+    while counts(&stored(&server, uri, &id).await.trajectory) != player.expected.points {
         assert!(
             Instant::now() < deadline,
             "the six points were never written"
@@ -249,7 +283,7 @@ async fn history_is_recorded_bounded_and_survives_kill_9(uri: Option<&str>) {
         "the acknowledged totals"
     );
     let t = &run.trajectory;
-    assert_eq!(counts(t), counts(&expected), "every acknowledged point");
+    assert_eq!(counts(t), expected.points, "every acknowledged point");
     assert_eq!(t.stride, expected.stride);
     assert!(t.from_origin());
     assert!(t.points.len() <= MAX_POINTS && t.points.len() >= MAX_POINTS / 2);
@@ -381,7 +415,7 @@ async fn the_history_is_kept_through_export_and_import() {
     assert!(ok, "import: {err}");
     let server = TestServer::start_with(Opts::new().data_dir(&copy)).await;
     let run = stored_run(&server, &id);
-    assert_eq!(counts(&run.trajectory), counts(&expected));
+    assert_eq!(counts(&run.trajectory), expected.points);
     assert_eq!(run.trajectory.stride, expected.stride);
 }
 

@@ -20,7 +20,8 @@ async fn server_with(fake: &FakeGithub) -> TestServer {
     let server = TestServer::start_with(
         Opts::new()
             .set("github_api_url", fake.api_url())
-            .set("github_raw_url", fake.raw_url()),
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
     )
     .await;
     add_user(&server, "alice", &[]);
