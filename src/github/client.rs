@@ -1,7 +1,7 @@
 //! One GET to GitHub, done carefully: the timeout, one retry of what is safe to retry (a
 //! failed connection, a 502/503/504: a GET changes nothing), the quota read from every API
 //! reply's `X-RateLimit-*` headers, and conditional requests: a reply with an `ETag` is kept
-//! (in memory and in the store's `kvstore`, so a restart does not spend the quota again) and
+//! (in memory and in the store's `shoal_kvstore`, so a restart does not spend the quota again) and
 //! the next request for the same URL sends `If-None-Match`; GitHub's 304 does not count
 //! against the quota.
 //!
@@ -271,7 +271,7 @@ impl Client {
         let id = cache_id(url);
         let doc = self
             .offload
-            .run(move || store.get(Collection::Kvstore, &id))
+            .run(move || store.get(Collection::ShoalKv, &id))
             .await
             .ok()?
             .ok()??;
@@ -301,7 +301,7 @@ impl Client {
         let store = Arc::clone(&self.store);
         match self
             .offload
-            .run(move || store.put(Collection::Kvstore, &doc))
+            .run(move || store.put(Collection::ShoalKv, &doc))
             .await
         {
             Ok(Ok(())) => {}
@@ -323,7 +323,7 @@ impl Client {
     }
 }
 
-/// The `kvstore` id a reply is kept under.
+/// The `shoal_kvstore` id a reply is kept under.
 fn cache_id(url: &str) -> String {
     format!(
         "github_cache:{}",

@@ -1,5 +1,5 @@
 //! A run's diff: fetched from GitHub once, after the run is created, and kept in the store
-//! beside the run (`kvstore` `run_diff:<run id>`), so the run page shows it while GitHub is
+//! beside the run (`shoal_kvstore` `run_diff:<run id>`), so the run page shows it while GitHub is
 //! down and it costs the quota once.
 //!
 //! Must not: fetch while a page waits (the run page reads only what is kept), or keep more
@@ -37,7 +37,7 @@ fn key(run_id: &str) -> String {
 impl Github {
     /// The diff kept for a run, if any (a blocking store read: call it in the pool).
     pub fn stored_diff_blocking(&self, run_id: &str) -> Option<StoredDiff> {
-        let doc = self.store.get(Collection::Kvstore, &key(run_id)).ok()??;
+        let doc = self.store.get(Collection::ShoalKv, &key(run_id)).ok()??;
         serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
     }
 
@@ -72,7 +72,7 @@ impl Github {
         let id = key(run_id);
         let kept = self
             .offload
-            .run(move || store.get(Collection::Kvstore, &id))
+            .run(move || store.get(Collection::ShoalKv, &id))
             .await
             .ok()
             .and_then(Result::ok)
@@ -96,7 +96,7 @@ impl Github {
         let store = Arc::clone(&self.store);
         match self
             .offload
-            .run(move || store.put(Collection::Kvstore, &doc))
+            .run(move || store.put(Collection::ShoalKv, &doc))
             .await
         {
             Ok(Ok(())) => Ok(()),

@@ -1,6 +1,6 @@
 //! Official master as shoal last saw it: its newest commit and the newest bench its messages
 //! state (the base bench of a new test and the presets' default). Refreshed by a periodic job;
-//! kept in the store (`kvstore` `shoal_official_master`) so a restart starts from it; a change
+//! kept in the store (`shoal_kvstore` `shoal_official_master`) so a restart starts from it; a change
 //! is logged as a `system_event` and shown in `/metrics`.
 //!
 //! Must not: be awaited by a page or the worker API (they read [`Github::master`], memory).
@@ -45,7 +45,7 @@ impl Github {
 
     /// Reads the stored master (at start-up, in the pool).
     pub fn load_master_blocking(&self) {
-        match self.store.get(Collection::Kvstore, KEY) {
+        match self.store.get(Collection::ShoalKv, KEY) {
             Ok(Some(doc)) => {
                 match serde_json::from_value::<Master>(
                     doc.get("value").cloned().unwrap_or(Value::Null),
@@ -95,7 +95,7 @@ impl Github {
                 let mut doc = Doc::new();
                 doc.insert("_id".into(), json!(KEY));
                 doc.insert("value".into(), json!(&*doc_m));
-                store.put(Collection::Kvstore, &doc)?;
+                store.put(Collection::ShoalKv, &doc)?;
                 ledger.log_system_event(format!(
                     "official master {}: {}{}",
                     &doc_m.sha[..doc_m.sha.len().min(10)],
