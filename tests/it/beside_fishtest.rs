@@ -17,12 +17,12 @@ use serde_json::{Value, json};
 use crate::harness::{Opts, TestServer, bin};
 use crate::mongo;
 
-fn dump_dir() -> PathBuf {
+pub(crate) fn dump_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fishtest-db")
 }
 
 /// Runs `shoal <args>` on the MongoDB database `uri` (from a directory without settings).
-fn shoal(data: &Path, uri: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn shoal(data: &Path, uri: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(bin())
         .args(args)
         .current_dir(data.parent().expect("parent"))
@@ -146,7 +146,7 @@ async fn assert_fishtest_shapes(uri: &str) {
     );
 }
 
-async fn user_doc(uri: &str, name: &str) -> Document {
+pub(crate) async fn user_doc(uri: &str, name: &str) -> Document {
     mongo::docs(uri, "users", doc! {"username": name})
         .await
         .pop()

@@ -9,6 +9,7 @@ mod beside_fishtest;
 mod bounds;
 mod browser;
 mod browser_dashboard;
+mod browser_import;
 mod browser_nets;
 mod browser_phone;
 mod browser_record;
