@@ -19,6 +19,7 @@ mod contrast;
 mod core;
 mod fake_github;
 mod fishtest_db;
+mod fishtest_schema;
 mod fleet;
 mod follows;
 mod fuzz;
