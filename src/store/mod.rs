@@ -69,7 +69,7 @@ pub const FISHTEST_KV_KEYS: [&str; 5] = [
 
 /// The action kinds only shoal writes (Fishtest's schema refuses them): they go to
 /// [`Collection::ShoalActions`], never to `actions`.
-pub const SHOAL_ACTION_KINDS: [&str; 2] = ["api_token", "password_reset"];
+pub const SHOAL_ACTION_KINDS: [&str; 3] = ["api_token", "password_reset", "set_limit"];
 
 impl Collection {
     /// Fishtest's collections (what a dump holds).

@@ -481,6 +481,10 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
             .set("mongodb_uri", &uri)
             .set("dead_task_timeout_s", 1)
             .set("pgn_retention_days", 1)
+            .set(
+                "limits",
+                r#"[{kind = "concurrency", key = "user", max = 50}]"#,
+            )
             .data_dir(&data),
     )
     .await;
@@ -542,11 +546,14 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
     for _ in 0..10 {
         totals.play_pair(&mut w.rng, [0.1, 0.2, 0.4, 0.2, 0.1]);
     }
+    // Crashes: the task ends as a crash_or_time, and a purge takes it out (a bad task).
+    let mut stats = totals.json();
+    stats["crashes"] = json!(4);
     let (status, v) = w
         .call(
             &server,
             "/api/update_task",
-            json!({"run_id": run, "task_id": task_id, "stats": totals.json()}),
+            json!({"run_id": run, "task_id": task_id, "stats": stats}),
         )
         .await;
     assert_eq!(status, 200, "{v}");
@@ -802,6 +809,101 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         )
         .await;
     assert_eq!(page.status, 302, "delete: {}", page.body);
+    // An SPSA run: a task, its parameters asked for and one batch reported.
+    let mut spsa_args = fixed_args(4000);
+    spsa_args["spsa"] = json!({"raw_params": "Alpha,50,0,100,5,0.002\nBeta,-20,-100,100,8,0.002"});
+    let spsa = crate::fleet::create_run(&server, "walker", spsa_args).await;
+    crate::fleet::approve(&server, "chief", &spsa).await;
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", spsa.as_str()),
+                ("num-games", "4000"),
+                ("priority", "9"),
+                ("throughput", "100"),
+                ("info", "tuning"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    let mut tuner = Worker::new("walker", 4, 0x70);
+    let reply = tuner.request_task(&server).await;
+    assert_eq!(reply["run"]["_id"], json!(spsa), "{reply}");
+    let ids = json!({"run_id": spsa, "task_id": reply["task_id"]});
+    let mut body = ids.clone();
+    body["stats"] = Totals::default().json();
+    let (status, asked) = tuner.call(&server, "/api/request_spsa", body).await;
+    assert_eq!(status, 200, "{asked}");
+    let mut t = Totals::default();
+    while t.games() < 16 {
+        t.play_pair(&mut tuner.rng, [0.1, 0.2, 0.4, 0.2, 0.1]);
+    }
+    let mut body = ids.clone();
+    body["stats"] = t.json();
+    body["spsa"] = json!({"num_games": t.games(), "wins": t.wins, "losses": t.losses,
+                          "draws": t.draws, "sig": asked["sig"]});
+    let (status, v) = tuner.call(&server, "/api/update_task", body).await;
+    assert_eq!(status, 200, "{v}");
+    // The SPSA run steps back (priority 0) so the next runs are served.
+    let page = chief
+        .post(
+            "/tests/stop",
+            &[
+                ("run-id", spsa.as_str()),
+                ("csrf_token", &chief_token),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "stop: {}", page.body);
+    // An SPRT run decided by its games (accepted: green).
+    let sprt =
+        crate::fleet::create_run(&server, "walker", crate::fleet::sprt_args(-10.0, -5.0)).await;
+    crate::fleet::approve(&server, "chief", &sprt).await;
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", sprt.as_str()),
+                ("num-games", "800000"),
+                ("priority", "7"),
+                ("throughput", "100"),
+                ("info", "sprt"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    for n in 0..20 {
+        let mut player = Worker::new("walker", 4, 0x80 + n);
+        let reply = player.request_task(&server).await;
+        if reply["run"]["_id"] != json!(sprt) {
+            break;
+        }
+        player
+            .play(&server, &reply, 64, [0.0, 0.0, 0.1, 0.3, 0.6])
+            .await;
+    }
+    let sprt_doc = mongo::docs(
+        &uri,
+        "runs",
+        doc! {"_id": bson::oid::ObjectId::parse_str(&sprt).expect("oid")},
+    )
+    .await;
+    // A limit set by an approver (shoal's own action kind).
+    let page = chief
+        .post(
+            "/limits",
+            &[
+                ("name", "concurrency:user"),
+                ("max", "40"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 200, "limits: {}", page.body);
     // A run played to its end (finished by its games) and its PGN retention pass.
     let small = crate::fleet::create_run(&server, "walker", fixed_args(1000)).await;
     crate::fleet::approve(&server, "chief", &small).await;
@@ -856,6 +958,7 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         "purge_run",
         "delete_run",
         "finished_run",
+        "crash_or_time",
     ] {
         assert!(
             ours.iter().any(|a| a.get_str("action").ok() == Some(kind)),
@@ -886,7 +989,31 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         .iter()
         .filter_map(|a| a.get_str("action").ok().map(str::to_string))
         .collect();
-    assert!(kinds.iter().any(|k| k == "api_token"), "{kinds:?}");
+    for kind in ["api_token", "password_reset", "set_limit"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind}: {kinds:?}");
+    }
+    let decided = sprt_doc[0]
+        .get_document("args")
+        .and_then(|a| a.get_document("sprt"));
+    assert_eq!(
+        decided.and_then(|s| s.get_str("state")).ok(),
+        Some("accepted"),
+        "the SPRT run decided: {:?}",
+        sprt_doc[0].get("results")
+    );
+    let purged = mongo::docs(
+        &uri,
+        "runs",
+        doc! {"_id": bson::oid::ObjectId::parse_str(&run).expect("oid")},
+    )
+    .await;
+    assert!(
+        purged[0]
+            .get_array("bad_tasks")
+            .is_ok_and(|b| !b.is_empty()),
+        "the crashing task purged: {:?}",
+        purged[0].get("bad_tasks")
+    );
     // Approvers still see shoal's own kinds in the action log.
     let page = chief.get("/actions?action=api_token").await;
     assert!(page.body.contains("api_token"), "{}", page.body);

@@ -1093,7 +1093,10 @@ fn run(d: &Document, ctx: &Ctx, e: &mut Errs) {
     {
         e.add(
             p,
-            format!("(is_green, is_yellow) = ({g}, {y}), computed {flags:?}"),
+            format!(
+                "(is_green, is_yellow) = ({g}, {y}), computed {flags:?} (state {state:?}, results {results:?}, LOS {:?})",
+                results.map(|(_, pt)| los(&pt))
+            ),
         );
     }
 }

@@ -130,8 +130,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX shoal_actions_time ON shoal_actions(json_extract(doc, '$.time'));
     CREATE INDEX shoal_actions_username ON shoal_actions(json_extract(doc, '$.username'), id);
     INSERT INTO shoal_actions (id, doc) SELECT id, doc FROM actions
-        WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset');
-    DELETE FROM actions WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset');
+        WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset', 'set_limit');
+    DELETE FROM actions WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset', 'set_limit');
     "#,
 ];
 

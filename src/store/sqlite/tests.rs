@@ -137,6 +137,7 @@ fn shoal_documents_move_out_of_fishtest_collections() {
             ("a1", "api_token"),
             ("a2", "new_run"),
             ("a3", "password_reset"),
+            ("a4", "set_limit"),
         ] {
             let doc = json!({"_id": id, "action": kind, "username": "alice", "time": 1.0});
             tx.execute(
@@ -161,7 +162,7 @@ fn shoal_documents_move_out_of_fishtest_collections() {
     );
     assert_eq!(ids(Collection::ShoalKv), ["cpu_hours:alice", "session:ab"]);
     assert_eq!(ids(Collection::Actions), ["a2"]);
-    assert_eq!(ids(Collection::ShoalActions), ["a1", "a3"]);
+    assert_eq!(ids(Collection::ShoalActions), ["a1", "a3", "a4"]);
     assert_eq!(
         s.get(Collection::ShoalKv, "session:ab").expect("get"),
         Some(doc(json!({"_id": "session:ab", "user": "alice"})))
