@@ -729,6 +729,56 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         assert_eq!(page.status, 302, "block user {blocked}: {}", page.body);
     }
 
+    // seabird changes its password on its profile (written as Fishtest writes one).
+    {
+        let mut b = crate::web::Browser::new(&server);
+        let token = b.get("/login").await.csrf();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let page = b
+                .post(
+                    "/login",
+                    &[
+                        ("username", "seabird"),
+                        ("password", "violet otter juggles nine lamps"),
+                        ("csrf_token", &token),
+                    ],
+                )
+                .await;
+            if page.status == 302 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "seabird login: {}", page.body);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let token = b.get("/user").await.csrf();
+        let page = b
+            .post(
+                "/user",
+                &[
+                    ("user", "seabird"),
+                    ("email", "seabird@example.org"),
+                    ("old_password", "violet otter juggles nine lamps"),
+                    ("password", "amber heron sings eleven tunes"),
+                    ("password2", "amber heron sings eleven tunes"),
+                    ("tests_repo", ""),
+                    ("csrf_token", &token),
+                ],
+            )
+            .await;
+        assert!(
+            page.status == 302 || page.status == 200,
+            "password: {}",
+            page.body
+        );
+        let d = user_doc(&uri, "seabird").await;
+        assert_eq!(
+            d.get_str("password").ok(),
+            Some("amber heron sings eleven tunes"),
+            "{d}"
+        );
+    }
+
     // Follows, an API token (made, used, revoked), a reset link: shoal's own.
     let page = walker
         .post(
@@ -934,11 +984,32 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
     }
     let (status, v) = server.post_json("/debug/pgn_retention", &json!({})).await;
     assert_eq!(status, 200, "retention: {v}");
-    // Everything written behind reaches the database.
-    let (status, v) = server
-        .post_json("/debug/job/flush_buffers", &json!({}))
-        .await;
-    assert!(status == 200 || status == 404, "flush: {v}");
+    // Every periodic job once (those asking GitHub may fail here: no GitHub), the flush of
+    // everything written behind last.
+    for job in [
+        "scavenge_dead_tasks",
+        "update_itp",
+        "update_nps_gpm",
+        "clean_cache",
+        "refresh_blocked_workers",
+        "refresh_legacy_usernames",
+        "clean_worker_runs",
+        "validate_data_structures",
+        "refresh_limits",
+        "refresh_official_master",
+        "refresh_books",
+        "flush_buffers",
+    ] {
+        let (status, v) = server
+            .post_json(&format!("/debug/job/{job}"), &json!({}))
+            .await;
+        assert!(
+            status == 200 || job.starts_with("refresh_official") || job == "refresh_books",
+            "{job}: {v}"
+        );
+    }
+    let worker_runs = mongo::docs(&uri, "kvstore", doc! {"_id": "worker_runs"}).await;
+    assert_eq!(worker_runs.len(), 1, "worker_runs written: {worker_runs:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Each path wrote what it writes (so the check below looked at it).
