@@ -779,6 +779,37 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         );
     }
 
+    // The operator adds a net from a file (its record as Fishtest's schema has it).
+    let (bytes, cli_net) = crate::ui_nets::net(9, 12_000);
+    let file = dir.path().join(&cli_net);
+    std::fs::write(&file, &bytes).expect("net file");
+    let (ok, out, err) = shoal(&data, &uri, &["nn", file.to_str().expect("path")]);
+    assert!(ok, "shoal nn: {out} {err}");
+    let (ok, _, err) = shoal(
+        &data,
+        &uri,
+        &["nn", "--user", "shoal-cli", file.to_str().expect("path")],
+    );
+    assert!(!ok && err.contains("not a user name"), "{err}");
+    // The operator's commands on a user.
+    for args in [
+        &["user", "set", "seabird", "--block"][..],
+        &["user", "set", "seabird", "--unblock"],
+        &["user", "set", "seabird", "--machine-limit", "8"],
+        &["user", "set", "seabird", "--approver"],
+        &["user", "set", "seabird", "--no-approver"],
+        &[
+            "user",
+            "set",
+            "seabird",
+            "--password",
+            "teal walrus paints four doors",
+        ],
+    ] {
+        let (ok, out, err) = shoal(&data, &uri, args);
+        assert!(ok, "{args:?}: {out} {err}");
+    }
+
     // Follows, an API token (made, used, revoked), a reset link: shoal's own.
     let page = walker
         .post(
