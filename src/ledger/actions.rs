@@ -3,7 +3,9 @@
 //! Owns: the document's shape ([`document`]: the action, the user, the time, a message cut at
 //! 5,120 characters), writing one at once ([`Ledger::log_action`], with no run lock held: the
 //! kinds Fishtest does not know, `store::SHOAL_ACTION_KINDS`, into shoal's own log
-//! `shoal_actions`, never into Fishtest's `actions`), and reading both logs as one: [`ActionFilter`] (the `/actions` page's filters, or the subset of MongoDB
+//! `shoal_actions`, never into Fishtest's `actions`), and reading both logs as one, paged
+//! without reading Fishtest's log from its start: [`ActionFilter`] (the `/actions` page's
+//! filters, or the subset of MongoDB
 //! query operators `/api/actions` accepts, [`ActionFilter::from_mongo`]), newest first.
 //! Must not: know what a run is (the run database adds a run's fields and sends the actions it
 //! makes under a run's lock through its journal); insert into the store while a run's lock is
@@ -184,8 +186,8 @@ impl ActionFilter {
     }
 }
 
-/// Two lists each sorted by `sort` merged into one sorted list (ties: `a` first).
-fn merge_sorted(a: Vec<Doc>, b: Vec<Doc>, sort: &[(String, Order)]) -> Vec<Doc> {
+/// The order of a query's sort keys over documents.
+fn sort_order(sort: &[(String, Order)]) -> impl Fn(&Doc, &Doc) -> std::cmp::Ordering + '_ {
     let key = |d: &Doc, path: &str| -> Option<Value> {
         let mut v = d.get(path.split('.').next()?)?;
         for part in path.split('.').skip(1) {
@@ -193,7 +195,7 @@ fn merge_sorted(a: Vec<Doc>, b: Vec<Doc>, sort: &[(String, Order)]) -> Vec<Doc> 
         }
         Some(v.clone())
     };
-    let cmp = |x: &Doc, y: &Doc| {
+    move |x: &Doc, y: &Doc| {
         for (path, order) in sort {
             let o = compare(key(x, path).as_ref(), key(y, path).as_ref());
             let o = if *order == Order::Desc {
@@ -206,7 +208,15 @@ fn merge_sorted(a: Vec<Doc>, b: Vec<Doc>, sort: &[(String, Order)]) -> Vec<Doc> 
             }
         }
         std::cmp::Ordering::Equal
-    };
+    }
+}
+
+/// Two lists each sorted by `cmp` merged into one sorted list (ties: `a` first).
+fn merge_sorted(
+    a: Vec<Doc>,
+    b: Vec<Doc>,
+    cmp: &impl Fn(&Doc, &Doc) -> std::cmp::Ordering,
+) -> Vec<Doc> {
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
     loop {
@@ -298,8 +308,8 @@ impl Ledger {
                 .store
                 .find(Collection::ShoalActions, &q.skip(skip).limit(limit));
         }
-        // Both logs: shoal's is small (tokens, reset links). When none of its actions match,
-        // the page is Fishtest's alone; else the first `skip + limit` of each, merged.
+        // Both logs. shoal's is small (tokens, reset links): its first `skip + limit`
+        // matches, all it can contribute to the page.
         let upto = skip.saturating_add(limit);
         let own = self
             .store
@@ -309,12 +319,34 @@ impl Ledger {
                 .store
                 .find(Collection::Actions, &q.skip(skip).limit(limit));
         }
-        let theirs = self
-            .store
-            .find(Collection::Actions, &q.clone().limit(upto))?;
-        Ok(merge_sorted(theirs, own, &q.sort)
+        let n_own = u64::try_from(own.len()).unwrap_or(u64::MAX);
+        let cmp = sort_order(&q.sort);
+        // Fishtest's log from `skip - n_own` on (at least as far back as the page can start):
+        // the merge of that window with shoal's actions that sort after its first entry
+        // starts at the first entry's place in the merged log.
+        let from = skip.saturating_sub(n_own);
+        let theirs = self.store.find(
+            Collection::Actions,
+            &q.clone().skip(from).limit(limit.saturating_add(n_own)),
+        )?;
+        let (start, theirs, own) = match theirs.first() {
+            Some(first) if from > 0 => {
+                let (before, after): (Vec<Doc>, Vec<Doc>) =
+                    own.into_iter().partition(|d| cmp(d, first).is_lt());
+                let before = u64::try_from(before.len()).unwrap_or(u64::MAX);
+                (from.saturating_add(before), theirs, after)
+            }
+            Some(_) => (0, theirs, own),
+            // Fishtest's log has at most `from` entries; `from > 0` means `own` holds all of
+            // shoal's matches, so the page starts past both logs' ends: empty.
+            None if from > 0 => return Ok(Vec::new()),
+            None => (0, theirs, own),
+        };
+        let merged = merge_sorted(theirs, own, &cmp);
+        let drop = usize::try_from(skip.saturating_sub(start)).unwrap_or(usize::MAX);
+        Ok(merged
             .into_iter()
-            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+            .skip(drop)
             .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .collect())
     }
@@ -448,8 +480,34 @@ mod shoal_log {
         let own = ActionFilter::all().kinds(&["api_token"]);
         assert_eq!(messages(&own, 0, 10), ["m1"]);
         assert_eq!(ledger.count_actions(&own).expect("count"), 1);
+        // Every page of the merged log is the naive merge's (more actions, both logs
+        // interleaved and in runs).
+        for i in 0..25 {
+            let kind = if i % 7 < 2 { "api_token" } else { "new_run" };
+            ledger
+                .log_action(kind, "bob", fields(&format!("n{i}")))
+                .expect("log");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let everything = messages(&all, 0, 1000);
+        assert_eq!(everything.len(), 30);
+        for skip in 0..34u64 {
+            for limit in 1..9u64 {
+                let want: Vec<String> = everything
+                    .iter()
+                    .skip(skip as usize)
+                    .take(limit as usize)
+                    .cloned()
+                    .collect();
+                assert_eq!(
+                    messages(&all, skip, limit),
+                    want,
+                    "skip {skip} limit {limit}"
+                );
+            }
+        }
         let theirs = ActionFilter::all().kinds(&["new_run", "stop_run"]);
-        assert_eq!(messages(&theirs, 0, 10), ["m4", "m2", "m0"]);
-        assert_eq!(ledger.count_actions(&theirs).expect("count"), 3);
+        assert_eq!(messages(&theirs, 0, 3), ["n24", "n23", "n20"]);
+        assert_eq!(ledger.count_actions(&theirs).expect("count"), 20);
     }
 }
