@@ -16,6 +16,7 @@ use super::{
     CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
 };
 use crate::store::bson_map::{self, PgnDoc};
+use crate::store::mongo::SHOAL_RUN_FIELDS;
 use crate::store::{Collection, Cond, Doc, Order, Query, Store, StoreError};
 
 /// Documents read per page (runs: fewer, they are large).
@@ -128,14 +129,25 @@ fn export_collection(
             return Err(StoreError::MissingId.into());
         }
         for d in &docs {
-            let fishtest_user;
+            let fishtest_doc;
             let d = if coll == Collection::Users {
                 let (user, hash_only) = for_fishtest_user(d);
                 if hash_only {
                     hashed_only = hashed_only.saturating_add(1);
                 }
-                fishtest_user = user;
-                &fishtest_user
+                fishtest_doc = user;
+                &fishtest_doc
+            } else if coll == Collection::Runs
+                && SHOAL_RUN_FIELDS.iter().any(|f| d.contains_key(*f))
+            {
+                // shoal's own run fields (the trajectory the charts draw): Fishtest's run
+                // schema refuses them.
+                let mut run = d.clone();
+                for f in SHOAL_RUN_FIELDS {
+                    run.remove(*f);
+                }
+                fishtest_doc = run;
+                &fishtest_doc
             } else {
                 d
             };
