@@ -47,8 +47,9 @@ enum Command {
         config: Option<PathBuf>,
         /// The file, named nn-<first 12 hex digits of its sha256>.nnue (or .nnue.gz, gzipped).
         file: PathBuf,
-        /// Recorded as the net's uploader.
-        #[arg(long, default_value = "shoal-cli")]
+        /// Recorded as the net's uploader: a user name by Fishtest's rule (`[A-Za-z0-9]{2,}`),
+        /// which its net schema requires.
+        #[arg(long, default_value = "shoal")]
         user: String,
     },
     /// Check a settings file and print the effective configuration.
@@ -302,6 +303,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Nn { config, file, user } => {
+            if !shoal::accounts::valid_username(&user) {
+                eprintln!(
+                    "error: --user {user:?} is not a user name (letters and digits, at least 2): \
+                     Fishtest's net records require one"
+                );
+                return ExitCode::from(2);
+            }
             let config = match load(config.as_ref()) {
                 Ok(c) => c,
                 Err(code) => return code,

@@ -489,8 +489,9 @@ pub use crate::stats::SprtState;
 /// What kind of run is being flagged.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RunKind {
-    /// `elo0`/`elo1` matter: an accepted SPRT whose bounds sum below zero is
-    /// a non-regression test and is painted blue, not green.
+    /// `elo0`/`elo1`: an accepted SPRT whose bounds sum below zero is a non-regression test,
+    /// painted blue on the pages; its flag is still `is_green` (Fishtest's flags mirror the
+    /// colours with blue counted as green, and its run schema requires it).
     Sprt {
         state: SprtState,
         elo0: f64,
@@ -509,19 +510,19 @@ pub struct RunFlags {
     pub is_yellow: bool,
 }
 
-/// Fishtest's flags: accepted → green (except the blue non-regression case);
+/// Fishtest's flags: accepted → green (the blue non-regression case included);
 /// rejected → yellow when wins > losses (a "good but not good enough" run),
 /// otherwise red, which is no flag. A fixed-games run counts as accepted when
 /// LOS > 0.95 and rejected when LOS < 0.05.
 pub fn run_flags(kind: RunKind, wins: u64, losses: u64) -> RunFlags {
-    let (state, non_regression) = match kind {
-        RunKind::Sprt { state, elo0, elo1 } => (state, elo0 + elo1 < 0.0),
-        RunKind::FixedGames { los } if los < 0.05 => (SprtState::Rejected, false),
-        RunKind::FixedGames { los } if los > 0.95 => (SprtState::Accepted, false),
-        RunKind::FixedGames { .. } | RunKind::Spsa => (SprtState::Running, false),
+    let state = match kind {
+        RunKind::Sprt { state, .. } => state,
+        RunKind::FixedGames { los } if los < 0.05 => SprtState::Rejected,
+        RunKind::FixedGames { los } if los > 0.95 => SprtState::Accepted,
+        RunKind::FixedGames { .. } | RunKind::Spsa => SprtState::Running,
     };
     RunFlags {
-        is_green: state == SprtState::Accepted && !non_regression,
+        is_green: state == SprtState::Accepted,
         is_yellow: state == SprtState::Rejected && wins > losses,
     }
 }

@@ -3,12 +3,12 @@
 //! goes through.
 //!
 //! Owns: its state and locks (the users' cache and single flights, the session table, the
-//! throttle's counters), the `users` collection and the `kvstore` documents of sessions,
-//! legacy names and the password mode; the login policy ([`Accounts::login_on_loop`],
+//! throttle's counters), the `users` collection, `kvstore`'s legacy names and the
+//! `shoal_kvstore` documents of sessions and the password mode; the login policy ([`Accounts::login_on_loop`],
 //! [`Accounts::login_in_pool`]: the throttle's verdict, the credential cache, the guarded
 //! argon2 check, recording each verdict), an approver's decisions and a user's profile change
 //! (logged in the [`Ledger`]); API tokens (`tokens.rs`) and password-reset links (`reset.rs`),
-//! stored hashed in `kvstore`; the signup forms already sent (`once.rs`, in memory).
+//! stored hashed in `shoal_kvstore`; the signup forms already sent (`once.rs`, in memory).
 //! Says what happened in types ([`AuthError`], [`UserError`] with [`NameRefusal`]); the texts
 //! for a refused login or account operation are the HTTP layer's (`http::error`), made in one
 //! place for the API, the pages and the CLI.

@@ -2,7 +2,7 @@
 //! (and, when the operator configured SMTP, that a user asks for by email).
 //!
 //! Owns: making a link's secret (`shoal_` + 32 random bytes in hex), its record in the store's
-//! `kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked
+//! `shoal_kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked
 //! (`by`: the approver's name, or `email`), `mailed` (the kind), the creation and expiry
 //! dates; the secret itself is never stored), the rules (valid [`RESET_TTL_S`], single use: the record is deleted before
 //! the password changes, so two uses racing each other cannot both win, and a used link takes
@@ -22,7 +22,7 @@ use super::tokens::{new_secret, token_hash};
 use super::{Accounts, User, UserError};
 use crate::store::{Collection, Cond, Date, Doc, Query};
 
-/// The `kind` of reset-link documents in `kvstore`, and their `_id` prefix.
+/// The `kind` of reset-link documents in `shoal_kvstore`, and their `_id` prefix.
 const KIND: &str = "password_reset";
 /// A link is valid this long (24 hours).
 pub const RESET_TTL_S: i64 = 24 * 3600;
@@ -48,7 +48,7 @@ impl Accounts {
     /// The documents of `username`'s reset links.
     fn reset_docs(&self, username: &str) -> Result<Vec<Doc>, UserError> {
         Ok(self.store.find(
-            Collection::Kvstore,
+            Collection::ShoalKv,
             &Query::new()
                 .with(Cond::Eq("kind".into(), json!(KIND)))
                 .with(Cond::Eq("user".into(), json!(username))),
@@ -62,7 +62,7 @@ impl Accounts {
                 continue;
             }
             if let Some(id) = doc.get("_id").and_then(Value::as_str) {
-                self.store.delete(Collection::Kvstore, id)?;
+                self.store.delete(Collection::ShoalKv, id)?;
             }
         }
         Ok(())
@@ -79,7 +79,7 @@ impl Accounts {
                          "user": user.username, "by": by, "mailed": mail,
                          "created": now, "expires": expires});
         if let Value::Object(doc) = doc {
-            self.store.put(Collection::Kvstore, &doc)?;
+            self.store.put(Collection::ShoalKv, &doc)?;
         }
         Ok(secret)
     }
@@ -183,7 +183,7 @@ impl Accounts {
     pub fn reset_user(&self, secret: &str) -> Result<Option<User>, UserError> {
         let Some(doc) = self
             .store
-            .get(Collection::Kvstore, &kv_id(&token_hash(secret)))?
+            .get(Collection::ShoalKv, &kv_id(&token_hash(secret)))?
         else {
             return Ok(None);
         };
@@ -206,7 +206,7 @@ impl Accounts {
         }
         if !self
             .store
-            .delete(Collection::Kvstore, &kv_id(&token_hash(secret)))?
+            .delete(Collection::ShoalKv, &kv_id(&token_hash(secret)))?
         {
             return Ok(false);
         }

@@ -1,7 +1,7 @@
 //! Browser sessions: server-side records, so that ending one on the server ends it for good.
 //!
 //! Owns: the logged-in sessions (random id → user, CSRF token, lifetime, a fingerprint of the
-//! user's password hash), in memory behind one mutex, with a copy in the store's `kvstore`
+//! user's password hash), in memory behind one mutex, with a copy in the store's `shoal_kvstore`
 //! (one document per session, `_id` `session:<id>`, written at login and deleted when the
 //! session ends) so that a restart keeps people logged in.
 //! A session is ended when it is logged out, when it expires, and on its next use when its user
@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use super::{Accounts, User, UserError};
 use crate::store::Collection;
 
-/// The `kind` of the `kvstore` documents holding sessions, and their `_id` prefix.
+/// The `kind` of the `shoal_kvstore` documents holding sessions, and their `_id` prefix.
 const KIND: &str = "session";
 /// A remembered login lasts 400 days (Fishtest's cookie lifetime).
 pub const REMEMBER_S: i64 = 400 * 24 * 3600;
@@ -87,7 +87,7 @@ impl Accounts {
         let mut guard = self.sessions.map.lock();
         if guard.is_none() {
             let docs = self.store.find(
-                Collection::Kvstore,
+                Collection::ShoalKv,
                 &Query::new().with(Cond::Eq("kind".into(), Value::String(KIND.into()))),
             )?;
             let stored = docs
@@ -111,14 +111,14 @@ impl Accounts {
     fn store_session(&self, id: &str, session: &Session) -> Result<(), UserError> {
         let doc = json!({"_id": kv_id(id), "kind": KIND, "session": session});
         if let Value::Object(doc) = doc {
-            self.store.put(Collection::Kvstore, &doc)?;
+            self.store.put(Collection::ShoalKv, &doc)?;
         }
         Ok(())
     }
 
     fn forget_sessions(&self, ids: &[String]) -> Result<(), UserError> {
         for id in ids {
-            self.store.delete(Collection::Kvstore, &kv_id(id))?;
+            self.store.delete(Collection::ShoalKv, &kv_id(id))?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! `Authorization: Bearer shoal_…` on the JSON endpoints that otherwise take a password.
 //!
 //! Owns: making a token (32 random bytes, `shoal_` + 64 hex characters, shown once), its
-//! record in the store's `kvstore` (one document per token, `_id` `api_token:<SHA-256 of the
+//! record in the store's `shoal_kvstore` (one document per token, `_id` `api_token:<SHA-256 of the
 //! token, hex>`, with the owner, the name, `read_only`, the creation and last-use dates; the
 //! token itself is never stored), looking a presented token up by its hash, the owner's state
 //! checked on every use (read from the store, not from the credential cache: a blocked user's
@@ -24,7 +24,7 @@ use crate::store::{Collection, Cond, Date, Doc, Query};
 
 /// Every token starts with this.
 pub const TOKEN_PREFIX: &str = "shoal_";
-/// The `kind` of the token documents in `kvstore`, and their `_id` prefix.
+/// The `kind` of the token documents in `shoal_kvstore`, and their `_id` prefix.
 const KIND: &str = "api_token";
 /// The `kind` of the last-use documents, and their `_id` prefix.
 const USED_KIND: &str = "api_token_used";
@@ -131,7 +131,7 @@ impl Accounts {
         let doc = json!({"_id": kv_id(hash), "kind": KIND, "user": info.user,
                          "token_id": info.token_id, "token": info});
         if let Value::Object(doc) = doc {
-            self.store.put(Collection::Kvstore, &doc)?;
+            self.store.put(Collection::ShoalKv, &doc)?;
         }
         Ok(())
     }
@@ -147,7 +147,7 @@ impl Accounts {
     /// The documents of `username`'s tokens.
     fn token_docs(&self, username: &str) -> Result<Vec<Doc>, UserError> {
         Ok(self.store.find(
-            Collection::Kvstore,
+            Collection::ShoalKv,
             &Query::new()
                 .with(Cond::Eq("kind".into(), json!(KIND)))
                 .with(Cond::Eq("user".into(), json!(username))),
@@ -159,7 +159,7 @@ impl Accounts {
         let used: std::collections::HashMap<String, Date> = self
             .store
             .find(
-                Collection::Kvstore,
+                Collection::ShoalKv,
                 &Query::new()
                     .with(Cond::Eq("kind".into(), json!(USED_KIND)))
                     .with(Cond::Eq("user".into(), json!(username))),
@@ -190,9 +190,9 @@ impl Accounts {
             let Some(id) = doc.get("_id").and_then(Value::as_str) else {
                 continue;
             };
-            let deleted = self.store.delete(Collection::Kvstore, id)?;
+            let deleted = self.store.delete(Collection::ShoalKv, id)?;
             self.store
-                .delete(Collection::Kvstore, &used_id(&info.token_id))?;
+                .delete(Collection::ShoalKv, &used_id(&info.token_id))?;
             if deleted {
                 self.log_token(&info, format!("revoked token {:?}", info.name))?;
                 tracing::info!(user = %info.user, token = %info.token_id, "API token revoked");
@@ -207,19 +207,19 @@ impl Accounts {
         let mut revoked = 0;
         for doc in self.token_docs(username)? {
             if let Some(id) = doc.get("_id").and_then(Value::as_str)
-                && self.store.delete(Collection::Kvstore, id)?
+                && self.store.delete(Collection::ShoalKv, id)?
             {
                 revoked += 1;
             }
         }
         for doc in self.store.find(
-            Collection::Kvstore,
+            Collection::ShoalKv,
             &Query::new()
                 .with(Cond::Eq("kind".into(), json!(USED_KIND)))
                 .with(Cond::Eq("user".into(), json!(username))),
         )? {
             if let Some(id) = doc.get("_id").and_then(Value::as_str) {
-                self.store.delete(Collection::Kvstore, id)?;
+                self.store.delete(Collection::ShoalKv, id)?;
             }
         }
         Ok(revoked)
@@ -262,7 +262,7 @@ impl Accounts {
         let hash = token_hash(token);
         let doc = self
             .store
-            .get(Collection::Kvstore, &kv_id(&hash))
+            .get(Collection::ShoalKv, &kv_id(&hash))
             .map_err(UserError::from)?;
         let Some(info) = doc.as_ref().and_then(info_of) else {
             return Err(AuthError::WrongPassword);
@@ -288,7 +288,7 @@ impl Accounts {
         let now = Date::now();
         let used_doc = self
             .store
-            .get(Collection::Kvstore, &used_id(&info.token_id))
+            .get(Collection::ShoalKv, &used_id(&info.token_id))
             .map_err(UserError::from)?;
         let stale = used_doc
             .as_ref()
@@ -299,7 +299,7 @@ impl Accounts {
                              "user": info.user, "token_id": info.token_id, "last_used": now});
             if let Value::Object(doc) = doc {
                 self.store
-                    .put(Collection::Kvstore, &doc)
+                    .put(Collection::ShoalKv, &doc)
                     .map_err(UserError::from)?;
             }
         }

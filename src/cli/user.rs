@@ -234,7 +234,9 @@ pub fn user_command(config: &Config, action: UserAction) -> Result<String, Strin
                         _ => "unblocked",
                     };
                     f.insert("message".into(), serde_json::json!(message));
-                    log_action_doc(&store, action, "shoal-cli", f)?;
+                    // Fishtest's actions name a user or the system itself: the operator's
+                    // command is the system's decision.
+                    log_action_doc(&store, action, "fishtest.system", f)?;
                 }
             }
             format!(

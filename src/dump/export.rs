@@ -16,6 +16,7 @@ use super::{
     CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
 };
 use crate::store::bson_map::{self, PgnDoc};
+use crate::store::mongo::SHOAL_RUN_FIELDS;
 use crate::store::{Collection, Cond, Doc, Order, Query, Store, StoreError};
 
 /// Documents read per page (runs: fewer, they are large).
@@ -91,7 +92,6 @@ fn export_collection(
         PAGE
     };
     let mut after: Option<String> = None;
-    let mut sessions = 0u64;
     let mut hashed_only = 0u64;
     loop {
         let mut q = Query::new().sort("_id", Order::Asc).limit(page);
@@ -107,10 +107,20 @@ fn export_collection(
                      password there"
                 ));
             }
-            if sessions > 0 {
-                s.warnings.push(format!(
-                    "{sessions} login sessions of shoal's not exported (meaningless to Fishtest)"
-                ));
+            if coll == Collection::Kvstore {
+                // shoal's own key-value documents live in a collection of their own, never
+                // exported: say so for the one kind a reader may look for.
+                let sessions = store.count(
+                    Collection::ShoalKv,
+                    &[Cond::Eq("kind".into(), Value::String("session".into()))],
+                )?;
+                if sessions > 0 {
+                    s.warnings.push(format!(
+                        "{sessions} login sessions of shoal's not exported (meaningless to \
+                         Fishtest), nor shoal's other own documents (API tokens, follows, \
+                         caches: `shoal_kvstore`, `shoal_actions`)"
+                    ));
+                }
             }
             return Ok(());
         };
@@ -119,18 +129,25 @@ fn export_collection(
             return Err(StoreError::MissingId.into());
         }
         for d in &docs {
-            if coll == Collection::Kvstore && is_session(d) {
-                sessions = sessions.saturating_add(1);
-                continue;
-            }
-            let fishtest_user;
+            let fishtest_doc;
             let d = if coll == Collection::Users {
                 let (user, hash_only) = for_fishtest_user(d);
                 if hash_only {
                     hashed_only = hashed_only.saturating_add(1);
                 }
-                fishtest_user = user;
-                &fishtest_user
+                fishtest_doc = user;
+                &fishtest_doc
+            } else if coll == Collection::Runs
+                && SHOAL_RUN_FIELDS.iter().any(|f| d.contains_key(*f))
+            {
+                // shoal's own run fields (the trajectory the charts draw): Fishtest's run
+                // schema refuses them.
+                let mut run = d.clone();
+                for f in SHOAL_RUN_FIELDS {
+                    run.remove(*f);
+                }
+                fishtest_doc = run;
+                &fishtest_doc
             } else {
                 d
             };
@@ -159,13 +176,6 @@ fn for_fishtest_user(d: &Doc) -> (Doc, bool) {
         hash_only = true;
     }
     (d, hash_only)
-}
-
-/// A browser session's record (`accounts`, `sessions.rs`): shoal's own state, and a credential.
-fn is_session(d: &Doc) -> bool {
-    d.get("_id")
-        .and_then(Value::as_str)
-        .is_some_and(|id| id.starts_with("session:"))
 }
 
 fn id_label(d: &Doc) -> String {

@@ -15,7 +15,7 @@ use super::{
     CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
 };
 use crate::store::bson_map::{self, PgnDoc};
-use crate::store::{Collection, Doc, Store, StoreError};
+use crate::store::{Collection, Doc, FISHTEST_KV_KEYS, Store, StoreError};
 
 /// True if any collection or the PGN store holds something, with the first such collection.
 fn first_nonempty(store: &dyn Store) -> Result<Option<(String, u64)>, StoreError> {
@@ -148,6 +148,17 @@ impl<'a> ImportSink<'a> {
             Ok(d) => {
                 if coll == Collection::Runs {
                     self.check_run(&label, d.clone());
+                }
+                // A key of shoal's own (an export by an earlier shoal) goes to shoal's own
+                // collection: Fishtest's `kvstore` keeps only its keys.
+                if coll == Collection::Kvstore
+                    && d.get("_id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| !FISHTEST_KV_KEYS.contains(&id))
+                {
+                    self.store.put(Collection::ShoalKv, &d)?;
+                    self.summary.written = self.summary.written.saturating_add(1);
+                    return Ok(());
                 }
                 self.batch_bytes = self.batch_bytes.saturating_add(approx_size(&d));
                 self.batch.push(d);

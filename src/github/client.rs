@@ -1,7 +1,7 @@
 //! One GET to GitHub, done carefully: the timeout, one retry of what is safe to retry (a
 //! failed connection, a 502/503/504: a GET changes nothing), the quota read from every API
 //! reply's `X-RateLimit-*` headers, and conditional requests: a reply with an `ETag` is kept
-//! (in memory and in the store's `kvstore`, so a restart does not spend the quota again) and
+//! (in memory and in the store's `shoal_kvstore`, so a restart does not spend the quota again) and
 //! the next request for the same URL sends `If-None-Match`; GitHub's 304 does not count
 //! against the quota. The stored replies are bounded: [`prune_replies`] deletes the oldest
 //! kept beyond [`MAX_STORED_REPLIES`] (the periodic `prune_github` job).
@@ -274,7 +274,7 @@ impl Client {
         let id = cache_id(url);
         let doc = self
             .offload
-            .run(move || store.get(Collection::Kvstore, &id))
+            .run(move || store.get(Collection::ShoalKv, &id))
             .await
             .ok()?
             .ok()??;
@@ -305,7 +305,7 @@ impl Client {
         let store = Arc::clone(&self.store);
         match self
             .offload
-            .run(move || store.put(Collection::Kvstore, &doc))
+            .run(move || store.put(Collection::ShoalKv, &doc))
             .await
         {
             Ok(Ok(())) => {}
@@ -334,17 +334,17 @@ pub(super) fn prune_replies(store: &dyn Store, max: u64) -> StoreResult<u64> {
         Cond::Exists("etag".into(), true),
         Cond::Exists("url".into(), true),
     ];
-    let n = store.count(Collection::Kvstore, &kept)?;
+    let n = store.count(Collection::ShoalKv, &kept)?;
     let Some(excess) = n.checked_sub(max).filter(|e| *e > 0) else {
         return Ok(0);
     };
     let mut q = Query::new().sort("kept_at", Order::Asc).limit(excess);
     q.filter.extend(kept);
     let mut deleted = 0;
-    for doc in store.find(Collection::Kvstore, &q)? {
+    for doc in store.find(Collection::ShoalKv, &q)? {
         if let Some(id) = doc.get("_id").and_then(Value::as_str)
             && id.starts_with("github_cache:")
-            && store.delete(Collection::Kvstore, id)?
+            && store.delete(Collection::ShoalKv, id)?
         {
             deleted += 1;
         }
@@ -352,7 +352,7 @@ pub(super) fn prune_replies(store: &dyn Store, max: u64) -> StoreResult<u64> {
     Ok(deleted)
 }
 
-/// The `kvstore` id a reply is kept under.
+/// The `shoal_kvstore` id a reply is kept under.
 fn cache_id(url: &str) -> String {
     format!(
         "github_cache:{}",
@@ -401,7 +401,7 @@ mod tests {
         if let Some(t) = kept_at {
             doc.insert("kept_at".into(), json!(t));
         }
-        store.put(Collection::Kvstore, &doc).unwrap();
+        store.put(Collection::ShoalKv, &doc).unwrap();
     }
 
     #[test]
@@ -414,11 +414,11 @@ mod tests {
         let mut other = Doc::new();
         other.insert("_id".into(), json!("books"));
         other.insert("value".into(), json!({}));
-        store.put(Collection::Kvstore, &other).unwrap();
+        store.put(Collection::ShoalKv, &other).unwrap();
 
         assert_eq!(prune_replies(&*store, 3).unwrap(), 4);
         let left: Vec<String> = store
-            .find(Collection::Kvstore, &Query::new())
+            .find(Collection::ShoalKv, &Query::new())
             .unwrap()
             .iter()
             .filter_map(|d| d.get("_id").and_then(Value::as_str).map(str::to_string))

@@ -1,5 +1,5 @@
 //! A run's diff: fetched from GitHub once, after the run is created, and kept in the store
-//! beside the run (`kvstore` `run_diff:<run id>`), so the run page shows it while GitHub is
+//! beside the run (`shoal_kvstore` `run_diff:<run id>`), so the run page shows it while GitHub is
 //! down and it costs the quota once.
 //!
 //! The kept diffs are bounded: a diff fetched more than [`DIFF_KEEP_DAYS`] days ago is
@@ -102,13 +102,13 @@ impl Github {
             .sort("value.fetched_at", crate::store::Order::Asc)
             .limit(PRUNE_BATCH);
         let mut diffs = 0;
-        for doc in self.store.find(Collection::Kvstore, &q)? {
+        for doc in self.store.find(Collection::ShoalKv, &q)? {
             let Some(id) = doc.get("_id").and_then(Value::as_str) else {
                 continue;
             };
             if let Some(run_id) = id.strip_prefix("run_diff:")
                 && finished(run_id)
-                && self.store.delete(Collection::Kvstore, id)?
+                && self.store.delete(Collection::ShoalKv, id)?
             {
                 diffs += 1;
             }
@@ -118,7 +118,7 @@ impl Github {
 
     /// The diff kept for a run, if any (a blocking store read: call it in the pool).
     pub fn stored_diff_blocking(&self, run_id: &str) -> Option<StoredDiff> {
-        let doc = self.store.get(Collection::Kvstore, &key(run_id)).ok()??;
+        let doc = self.store.get(Collection::ShoalKv, &key(run_id)).ok()??;
         serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
     }
 
@@ -153,7 +153,7 @@ impl Github {
         let id = key(run_id);
         let kept = self
             .offload
-            .run(move || store.get(Collection::Kvstore, &id))
+            .run(move || store.get(Collection::ShoalKv, &id))
             .await
             .ok()
             .and_then(Result::ok)
@@ -179,7 +179,7 @@ impl Github {
         let store = Arc::clone(&self.store);
         match self
             .offload
-            .run(move || store.put(Collection::Kvstore, &doc))
+            .run(move || store.put(Collection::ShoalKv, &doc))
             .await
         {
             Ok(Ok(())) => Ok(()),
@@ -306,7 +306,7 @@ mod tests {
             let mut doc = Doc::new();
             doc.insert("_id".into(), json!(key(run)));
             doc.insert("value".into(), json!(d));
-            store.put(Collection::Kvstore, &doc).unwrap();
+            store.put(Collection::ShoalKv, &doc).unwrap();
         }
         let pruned = gh.prune_blocking(|run| run != "running_old").unwrap();
         assert_eq!(

@@ -1,6 +1,6 @@
 //! Official master as shoal last saw it: its newest commit and the newest bench its messages
 //! state (the base bench of a new test and the presets' default). Refreshed by a periodic job;
-//! kept in the store (`kvstore` `shoal_official_master`) so a restart starts from it, and its
+//! kept in the store (`shoal_kvstore` `shoal_official_master`) so a restart starts from it, and its
 //! SHA in Fishtest's `kvstore` `official_master_sha` (`{_id, value: <40 hex>}`), which Fishtest
 //! reads when it compares commits; a change is logged as a `system_event` and shown in
 //! `/metrics`. A store write that fails is made again at the next refresh, master changed or
@@ -50,7 +50,7 @@ impl Github {
 
     /// Reads the stored master (at start-up, in the pool).
     pub fn load_master_blocking(&self) {
-        match self.store.get(Collection::Kvstore, KEY) {
+        match self.store.get(Collection::ShoalKv, KEY) {
             Ok(Some(doc)) => {
                 match serde_json::from_value::<Master>(
                     doc.get("value").cloned().unwrap_or(Value::Null),
@@ -116,7 +116,7 @@ impl Github {
                 let mut doc = Doc::new();
                 doc.insert("_id".into(), json!(KEY));
                 doc.insert("value".into(), json!(&*doc_m));
-                store.put(Collection::Kvstore, &doc)?;
+                store.put(Collection::ShoalKv, &doc)?;
                 let mut doc = Doc::new();
                 doc.insert("_id".into(), json!(SHA_KEY));
                 doc.insert("value".into(), json!(doc_m.sha));

@@ -9,7 +9,7 @@
 //! Maintained incrementally, never by scanning runs on a view: a task set inactive adds its
 //! games and hours (under its run's lock: memory only), a run created adds a test; the
 //! write-behind ([`Ledger::persist_contributors`]) writes each changed user's document to
-//! `kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
+//! `shoal_kvstore` (`contrib:<user>`, kind `contributor`). The primary reads the documents once at
 //! start; when the marker `contributors:built:3` is missing (a store from before this table)
 //! it rebuilds them from the stored runs once ([`StoredRuns`]), then writes the marker. A
 //! secondary reads the documents again when its copy is older than [`SECONDARY_RELOAD`].
@@ -312,7 +312,7 @@ impl Ledger {
     /// Reads the stored table (primary: at start, rebuilding it from `runs` once if it was
     /// never built).
     pub fn load_contributors(&self, runs: &dyn StoredRuns) -> LedgerResult<()> {
-        if self.primary && self.store.get(Collection::Kvstore, MARKER)?.is_none() {
+        if self.primary && self.store.get(Collection::ShoalKv, MARKER)?.is_none() {
             self.rebuild_contributors(runs)?;
         }
         let rows = self.read_contributors()?;
@@ -322,7 +322,7 @@ impl Ledger {
 
     fn read_contributors(&self) -> LedgerResult<HashMap<String, Contributor>> {
         let docs = self.store.find(
-            Collection::Kvstore,
+            Collection::ShoalKv,
             &Query::new().with(Cond::Eq("kind".into(), json!(KIND))),
         )?;
         Ok(docs
@@ -343,11 +343,11 @@ impl Ledger {
             }
         })?;
         let docs: Vec<Doc> = table.rows.values().filter_map(to_doc).collect();
-        self.store.put_many(Collection::Kvstore, &docs)?;
+        self.store.put_many(Collection::ShoalKv, &docs)?;
         let mut marker = Doc::new();
         marker.insert("_id".into(), json!(MARKER));
         marker.insert("value".into(), json!(true));
-        self.store.put(Collection::Kvstore, &marker)?;
+        self.store.put(Collection::ShoalKv, &marker)?;
         tracing::info!(runs, users = docs.len(), "built the contributors table");
         Ok(())
     }
@@ -372,7 +372,7 @@ impl Ledger {
             return Ok(0);
         }
         let only: Vec<Doc> = docs.iter().map(|(_, d)| d.clone()).collect();
-        match self.store.put_many(Collection::Kvstore, &only) {
+        match self.store.put_many(Collection::ShoalKv, &only) {
             Ok(()) => Ok(docs.len()),
             Err(e) => {
                 self.contributors

@@ -2,7 +2,7 @@
 //! 1000-hour rule reads).
 //!
 //! Owns: adding a finished task's hours in memory (the run database calls it under the run's
-//! lock, where no store write may happen), the stored totals in `kvstore`
+//! lock, where no store write may happen), the stored totals in `shoal_kvstore`
 //! (`cpu_hours:<user>`), and `persist_cpu_hours`, which the write-behind calls each tick and at
 //! shutdown.
 //! Must not: write the store from `add_cpu_hours` (it runs under a run's lock).
@@ -27,7 +27,7 @@ impl Ledger {
     fn stored_cpu_hours(&self, username: &str) -> LedgerResult<f64> {
         if let Some(doc) = self
             .store
-            .get(Collection::Kvstore, &format!("cpu_hours:{username}"))?
+            .get(Collection::ShoalKv, &format!("cpu_hours:{username}"))?
         {
             return Ok(doc.get("value").and_then(Value::as_f64).unwrap_or(0.0));
         }
@@ -57,7 +57,7 @@ impl Ledger {
                 let mut doc = Doc::new();
                 doc.insert("_id".into(), json!(format!("cpu_hours:{username}")));
                 doc.insert("value".into(), json!(total + hours));
-                self.store.put(Collection::Kvstore, &doc)
+                self.store.put(Collection::ShoalKv, &doc)
             });
             match result {
                 Ok(()) => written += 1,

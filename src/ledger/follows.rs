@@ -1,6 +1,6 @@
 //! Follows: the runs each user follows, how far they have read, and their feed token.
 //!
-//! Owns: the `kvstore` documents `follows:<user>` (`{kind: "follows", user, runs: [{run_id,
+//! Owns: the `shoal_kvstore` documents `follows:<user>` (`{kind: "follows", user, runs: [{run_id,
 //! label, since}], read, feed}`: `since` and `read` are action times, seconds since the epoch;
 //! `feed` is the SHA-256 of the user's feed token) and `feed:<sha256 of the token>` (`{kind:
 //! "feed", user}`: the feed URL's lookup, keyed by the token's hash so that the store never
@@ -128,7 +128,7 @@ impl Ledger {
     fn stored_follows(&self, user: &str) -> LedgerResult<Follows> {
         Ok(self
             .store
-            .get(Collection::Kvstore, &doc_id(user))?
+            .get(Collection::ShoalKv, &doc_id(user))?
             .and_then(|d| serde_json::from_value::<Follows>(Value::Object(d)).ok())
             .unwrap_or_default())
     }
@@ -157,7 +157,7 @@ impl Ledger {
             if let Value::Object(fields) = serde_json::to_value(&f).unwrap_or(Value::Null) {
                 doc.extend(fields);
             }
-            self.store.put(Collection::Kvstore, &doc)?;
+            self.store.put(Collection::ShoalKv, &doc)?;
             self.remember(user, Arc::new(f));
         }
         Ok(answer)
@@ -208,10 +208,10 @@ impl Ledger {
         let token = hex::encode(rand::random::<[u8; 32]>());
         let hash = token_hash(&token);
         let lookup = to_doc(json!({"_id": feed_id(&hash), "kind": FEED_KIND, "user": user}));
-        self.store.put(Collection::Kvstore, &lookup)?;
+        self.store.put(Collection::ShoalKv, &lookup)?;
         let old = self.change_follows(user, |f| (true, f.feed.replace(hash)))?;
         if let Some(old) = old {
-            self.store.delete(Collection::Kvstore, &feed_id(&old))?;
+            self.store.delete(Collection::ShoalKv, &feed_id(&old))?;
         }
         Ok(token)
     }
@@ -223,7 +223,7 @@ impl Ledger {
             (old.is_some(), old)
         })?;
         if let Some(old) = &old {
-            self.store.delete(Collection::Kvstore, &feed_id(old))?;
+            self.store.delete(Collection::ShoalKv, &feed_id(old))?;
         }
         Ok(old.is_some())
     }
@@ -233,7 +233,7 @@ impl Ledger {
     pub fn forget_follows(&self, user: &str) -> LedgerResult<()> {
         self.revoke_feed(user)?;
         let _write = self.follows.write.lock();
-        self.store.delete(Collection::Kvstore, &doc_id(user))?;
+        self.store.delete(Collection::ShoalKv, &doc_id(user))?;
         self.follows.docs.lock().remove(user);
         Ok(())
     }
@@ -244,7 +244,7 @@ impl Ledger {
             return Ok(None);
         }
         let hash = token_hash(&token.to_ascii_lowercase());
-        let Some(doc) = self.store.get(Collection::Kvstore, &feed_id(&hash))? else {
+        let Some(doc) = self.store.get(Collection::ShoalKv, &feed_id(&hash))? else {
             return Ok(None);
         };
         let Some(user) = doc.get("user").and_then(Value::as_str) else {

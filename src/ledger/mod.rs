@@ -5,7 +5,7 @@
 //!
 //! Owns: its state and locks (the pending CPU hours and their write lock, the contributors
 //! table), the action document's shape ([`document`]), its reads ([`ActionFilter`]) and the
-//! `kvstore` documents of the totals (`cpu_hours:<user>`, `contributor:<user>`,
+//! `shoal_kvstore` documents of the totals (`cpu_hours:<user>`, `contributor:<user>`,
 //! `contributors:built:3`). It is told facts in plain values ([`TaskContribution`], a user and
 //! their hours), so it knows nothing of runs: the run database computes a finished task's
 //! figures and hands them over, and the one-time rebuild of the contributors table reads the

@@ -307,7 +307,7 @@ mod tests {
             Some("bob")
         );
         let docs = store
-            .find(Collection::Kvstore, &Query::new())
+            .find(Collection::ShoalKv, &Query::new())
             .expect("kvstore");
         let text = serde_json::to_string(&docs).expect("json");
         assert!(!text.contains(&token), "the token itself is stored");

@@ -224,14 +224,19 @@ fn place(tmp: &Path, target: &Path, name: &str) -> Result<(), NetError> {
     }
 }
 
-/// Records net `name` in `nns` (`downloads: 0`).
+/// Records net `name` in `nns` (`downloads: 0`), as Fishtest's schema has it: the upload
+/// time is the creation time of the document's ObjectId (made here, so that both stores show
+/// it), never a field of its own (Fishtest refuses one).
 fn record(store: &SharedStore, name: &str, user: &str) -> Result<(), NetError> {
     let mut doc = Doc::new();
     doc.insert("_id".into(), json!(name));
+    doc.insert(
+        crate::store::bson_map::MONGO_ID.into(),
+        json!({"$oid": crate::store::new_object_id()}),
+    );
     doc.insert("name".into(), json!(name));
     doc.insert("user".into(), json!(user));
     doc.insert("downloads".into(), json!(0));
-    doc.insert("time".into(), Date::now().to_value());
     match store.insert(Collection::Nns, doc) {
         Ok(_) => Ok(()),
         Err(StoreError::Duplicate(_)) => Err(NetError::Duplicate(name.to_string())),
@@ -551,7 +556,7 @@ pub(super) fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
                     .get("is_master")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
-                time: date_of(doc.get("time")).or_else(|| oid_time(doc)),
+                time: oid_time(doc).or_else(|| date_of(doc.get("time"))),
                 first_test: test_of(doc.get("first_test")),
                 last_test: test_of(doc.get("last_test")),
             })
@@ -568,6 +573,8 @@ pub(super) fn count_download(store: &SharedStore, name: &str) -> Result<bool, St
     };
     let n = doc.get("downloads").and_then(Value::as_u64).unwrap_or(0);
     doc.insert("downloads".into(), json!(n.saturating_add(1)));
+    // An earlier shoal stored the upload time as a field Fishtest refuses: dropped on rewrite.
+    doc.remove("time");
     store.put(Collection::Nns, &doc)?;
     Ok(true)
 }

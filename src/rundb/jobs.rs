@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde_json::json;
+
 use super::cache::{Prio, RunEntry};
+use super::records::run_fields;
 use super::schedule;
 use super::{DbResult, RunDb, secs_since};
 
@@ -34,12 +37,13 @@ impl RunDb {
             for &i in &stale {
                 self.set_inactive(&mut run, i);
                 self.check_crash_or_time(&run, i)?;
-                let message = format!(
-                    "Task {}/{i} has not been updated for {} seconds",
-                    run.id,
-                    secs_since(&run.tasks[i].last_updated) as u64
-                );
-                self.task_action("dead_task", &run, i, &message)?;
+                // Fishtest's `dead_task` action: the task and its worker, no message (its
+                // schema refuses one).
+                let task = &run.tasks[i];
+                let mut f = run_fields(&run, None);
+                f.insert("worker".into(), json!(task.worker_info.long_name()));
+                f.insert("task_id".into(), json!(i));
+                self.locked_action("dead_task", &task.worker_info.username, f);
                 dead += 1;
             }
             if !stale.is_empty() {

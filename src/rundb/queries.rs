@@ -166,14 +166,14 @@ impl RunDb {
         let mut doc = Doc::new();
         doc.insert("_id".into(), Value::String(format!("debug:{key}")));
         doc.insert("value".into(), value);
-        Ok(self.store.put(Collection::Kvstore, &doc)?)
+        Ok(self.store.put(Collection::ShoalKv, &doc)?)
     }
 
     /// The debug routes' key-value probe: reads what [`RunDb::debug_put`] wrote.
     pub fn debug_get(&self, key: &str) -> DbResult<Option<Doc>> {
         Ok(self
             .store
-            .get(Collection::Kvstore, &format!("debug:{key}"))?)
+            .get(Collection::ShoalKv, &format!("debug:{key}"))?)
     }
 }
 

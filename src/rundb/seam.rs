@@ -21,7 +21,7 @@ use crate::store::SharedStore;
 
 impl RunDb {
     /// The store under the runs (the scheduler keeps its own documents there: `workers`,
-    /// `kvstore`'s `worker_runs` and `limits`).
+    /// `kvstore`'s `worker_runs`, `shoal_kvstore`'s `limits`).
     pub(crate) fn store(&self) -> &SharedStore {
         &self.store
     }

@@ -27,7 +27,7 @@ use crate::rundb::model::{Run, WorkerInfo};
 use crate::rundb::{DbResult, RunDbError};
 use crate::store::{Collection, Doc};
 
-/// The `kvstore` document with the maxima approvers set.
+/// The `shoal_kvstore` document with the maxima approvers set.
 const LIMITS_DOC: &str = "limits";
 
 /// The engine's ids that request_task needs, computed once.
@@ -210,7 +210,7 @@ impl Scheduler {
     }
 
     /// An approver sets a configured limit's max: applied at once (waiters of its keys are
-    /// served), kept in the `kvstore` document `limits` (applied again at every start, over
+    /// served), kept in the `shoal_kvstore` document `limits` (applied again at every start, over
     /// settings.toml) and logged as a `set_limit` action. Returns the old max.
     pub fn set_limit_max(&self, name: &str, max: u64, by: &User) -> DbResult<u64> {
         if !by.is_approver() {
@@ -233,14 +233,14 @@ impl Scheduler {
             })?;
         let store = self.runs.store();
         let mut value = store
-            .get(Collection::Kvstore, LIMITS_DOC)?
+            .get(Collection::ShoalKv, LIMITS_DOC)?
             .and_then(|d| d.get("value").and_then(Value::as_object).cloned())
             .unwrap_or_default();
         value.insert(name.to_string(), json!(max));
         let mut doc = Doc::new();
         doc.insert("_id".into(), json!(LIMITS_DOC));
         doc.insert("value".into(), Value::Object(value));
-        store.put(Collection::Kvstore, &doc)?;
+        store.put(Collection::ShoalKv, &doc)?;
         let mut fields = Map::new();
         fields.insert("limit".into(), json!(name));
         fields.insert(
@@ -255,7 +255,7 @@ impl Scheduler {
 
     /// Start-up: the maxima approvers set (a limit no longer configured is ignored).
     pub(super) fn load_limit_maxima(&self) -> DbResult<()> {
-        let Some(doc) = self.runs.store().get(Collection::Kvstore, LIMITS_DOC)? else {
+        let Some(doc) = self.runs.store().get(Collection::ShoalKv, LIMITS_DOC)? else {
             return Ok(());
         };
         let Some(map) = doc.get("value").and_then(Value::as_object) else {

@@ -80,7 +80,7 @@ pub fn key_field(coll: Collection) -> &'static str {
 fn oid_keyed(coll: Collection) -> bool {
     !matches!(
         coll,
-        Collection::Kvstore | Collection::Nns | Collection::Workers
+        Collection::Kvstore | Collection::ShoalKv | Collection::Nns | Collection::Workers
     )
 }
 

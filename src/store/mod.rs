@@ -47,9 +47,32 @@ pub enum Collection {
     UserCache,
     TopMonth,
     Deltas,
+    /// shoal's own key-value documents (sessions, API tokens, reset links, follows and feed
+    /// tokens, the GitHub reply cache, stored diffs, CPU hours, the contributors table, the
+    /// limits, official master as shoal keeps it, ...): everything Fishtest's `kvstore` has no
+    /// key for ([`FISHTEST_KV_KEYS`]). Fishtest never reads it.
+    ShoalKv,
+    /// shoal's own action log: the kinds Fishtest does not know ([`SHOAL_ACTION_KINDS`]),
+    /// shown beside Fishtest's actions.
+    ShoalActions,
 }
 
+/// The keys of Fishtest's `kvstore` (collections.md §9): only these live there, each as
+/// `{_id, value}`; every other key shoal keeps is in [`Collection::ShoalKv`].
+pub const FISHTEST_KV_KEYS: [&str; 5] = [
+    "books",
+    "worker_runs",
+    "legacy_usernames",
+    "official_master_sha",
+    "github_api_cache",
+];
+
+/// The action kinds only shoal writes (Fishtest's schema refuses them): they go to
+/// [`Collection::ShoalActions`], never to `actions`.
+pub const SHOAL_ACTION_KINDS: [&str; 3] = ["api_token", "password_reset", "set_limit"];
+
 impl Collection {
+    /// Fishtest's collections (what a dump holds).
     pub const ALL: [Collection; 9] = [
         Collection::Runs,
         Collection::Users,
@@ -62,6 +85,9 @@ impl Collection {
         Collection::Deltas,
     ];
 
+    /// shoal's own collections of documents (Fishtest has none of them).
+    pub const SHOAL: [Collection; 2] = [Collection::ShoalKv, Collection::ShoalActions];
+
     pub fn name(self) -> &'static str {
         match self {
             Collection::Runs => "runs",
@@ -73,6 +99,8 @@ impl Collection {
             Collection::UserCache => "user_cache",
             Collection::TopMonth => "top_month",
             Collection::Deltas => "deltas",
+            Collection::ShoalKv => "shoal_kvstore",
+            Collection::ShoalActions => "shoal_actions",
         }
     }
 }

@@ -2,7 +2,8 @@
 //! beside Fishtest"), on a real MongoDB-compatible server (`mongo.rs`): the database is
 //! Fishtest's own sample, imported unchanged. shoal starts although the server refuses
 //! Fishtest's text indexes; a login through shoal leaves Fishtest's password as it was; every
-//! document shoal writes keeps to the fields Fishtest's own documents have; legacy user names
+//! document shoal writes, by every write path a person or a worker can trigger, passes
+//! Fishtest's own schemas (`fishtest_schema.rs`); legacy user names
 //! work and a name added while shoal runs is followed; `shoal user finalize-passwords` ends
 //! the trial.
 
@@ -17,12 +18,12 @@ use serde_json::{Value, json};
 use crate::harness::{Opts, TestServer, bin};
 use crate::mongo;
 
-fn dump_dir() -> PathBuf {
+pub(crate) fn dump_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fishtest-db")
 }
 
 /// Runs `shoal <args>` on the MongoDB database `uri` (from a directory without settings).
-fn shoal(data: &Path, uri: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn shoal(data: &Path, uri: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(bin())
         .args(args)
         .current_dir(data.parent().expect("parent"))
@@ -45,108 +46,7 @@ fn json_file(name: &str) -> Vec<Value> {
     serde_json::from_str(&text).expect("a JSON array")
 }
 
-/// The field names Fishtest's own documents use, per place (`users`, `runs`, `runs.args`,
-/// `runs.tasks`, `actions.<kind>`, ...), from the sample database its code wrote.
-fn fishtest_fields() -> BTreeMap<String, BTreeSet<String>> {
-    let mut f: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut add = |place: &str, v: &Value| {
-        if let Some(m) = v.as_object() {
-            f.entry(place.to_string())
-                .or_default()
-                .extend(m.keys().cloned());
-        }
-    };
-    for name in ["users", "workers", "nns", "pgns"] {
-        for d in json_file(&format!("{name}.json")) {
-            add(name, &d);
-        }
-    }
-    for a in json_file("actions.json") {
-        let kind = a["action"].as_str().expect("action kind").to_string();
-        add(&format!("actions.{kind}"), &a);
-    }
-    for r in json_file("runs.json") {
-        add("runs", &r);
-        add("runs.args", &r["args"]);
-        add("runs.results", &r["results"]);
-        for t in r["tasks"].as_array().into_iter().flatten() {
-            add("runs.tasks", t);
-            add("runs.tasks.worker_info", &t["worker_info"]);
-        }
-        for t in r["bad_tasks"].as_array().into_iter().flatten() {
-            add("runs.bad_tasks", t);
-        }
-    }
-    f
-}
-
-/// Every field of `d` (at `place`) that Fishtest's own documents never have.
-fn unknown_fields(
-    fields: &BTreeMap<String, BTreeSet<String>>,
-    place: &str,
-    d: &Document,
-) -> Vec<String> {
-    let known = fields.get(place);
-    d.keys()
-        .filter(|k| known.is_none_or(|s| !s.contains(*k)))
-        .map(|k| format!("{place}.{k}"))
-        .collect()
-}
-
-/// Checks every document of the database against the fields Fishtest's documents have.
-async fn assert_fishtest_shapes(uri: &str) {
-    let fields = fishtest_fields();
-    let mut unknown = Vec::new();
-    for name in ["users", "workers", "nns", "pgns"] {
-        for d in mongo::docs(uri, name, doc! {}).await {
-            unknown.extend(unknown_fields(&fields, name, &d));
-        }
-    }
-    for a in mongo::docs(uri, "actions", doc! {}).await {
-        let kind = a.get_str("action").expect("an action kind").to_string();
-        let place = format!("actions.{kind}");
-        assert!(
-            fields.contains_key(&place),
-            "shoal wrote an action kind Fishtest's sample has not: {a}"
-        );
-        unknown.extend(unknown_fields(&fields, &place, &a));
-    }
-    for r in mongo::docs(uri, "runs", doc! {}).await {
-        unknown.extend(unknown_fields(&fields, "runs", &r));
-        let args = r.get_document("args").expect("args");
-        unknown.extend(unknown_fields(&fields, "runs.args", args));
-        unknown.extend(unknown_fields(
-            &fields,
-            "runs.results",
-            r.get_document("results").expect("results"),
-        ));
-        for t in r.get_array("tasks").expect("tasks") {
-            let Bson::Document(t) = t else {
-                panic!("a task is a document")
-            };
-            unknown.extend(unknown_fields(&fields, "runs.tasks", t));
-            unknown.extend(unknown_fields(
-                &fields,
-                "runs.tasks.worker_info",
-                t.get_document("worker_info").expect("worker_info"),
-            ));
-        }
-        for t in r.get_array("bad_tasks").into_iter().flatten() {
-            let Bson::Document(t) = t else {
-                panic!("a bad task is a document")
-            };
-            unknown.extend(unknown_fields(&fields, "runs.bad_tasks", t));
-        }
-    }
-    unknown.sort();
-    unknown.dedup();
-    assert!(
-        unknown.is_empty(),
-        "fields Fishtest's documents never have: {unknown:?}"
-    );
-}
-
-async fn user_doc(uri: &str, name: &str) -> Document {
+pub(crate) async fn user_doc(uri: &str, name: &str) -> Document {
     mongo::docs(uri, "users", doc! {"username": name})
         .await
         .pop()
@@ -452,7 +352,7 @@ async fn shoal_beside_fishtest_on_one_mongodb_database() {
     assert!(ok, "user add: {err}");
     let newcomer = user_doc(&uri, "newcomer").await;
     assert_eq!(newcomer.get_str("password").ok(), Some("new pw 1"));
-    assert_fishtest_shapes(&uri).await;
+    assert_fishtest_schemas(&uri, "before finalize-passwords").await;
 
     // The end of the trial: the plaintext goes, the hash stays, logins go on.
     let (ok, out, err) = shoal(&data, &uri, &["user", "finalize-passwords"]);
@@ -509,4 +409,754 @@ async fn shoal_beside_fishtest_on_one_mongodb_database() {
     );
     assert!(ok, "user add: {err}");
     assert!(!user_doc(&uri, "later").await.contains_key("password"));
+}
+
+/// Logs `user` in through the login form (password [`crate::fleet::PASSWORD`]); the browser
+/// and a CSRF token of a page behind the login.
+async fn web_session<'a>(server: &'a TestServer, user: &str) -> (crate::web::Browser<'a>, String) {
+    let mut b = crate::web::Browser::new(server);
+    let token = b.get("/login").await.csrf();
+    let page = b
+        .post(
+            "/login",
+            &[
+                ("username", user),
+                ("password", crate::fleet::PASSWORD),
+                ("csrf_token", &token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "login {user}: {}", page.body);
+    let token = b.get("/tests").await.csrf();
+    (b, token)
+}
+
+/// Asserts that every document of Fishtest's collections passes Fishtest's schemas
+/// (`fishtest_schema.rs`), naming each problem.
+async fn assert_fishtest_schemas(uri: &str, when: &str) {
+    let problems = crate::fishtest_schema::check_database(uri).await;
+    assert!(
+        problems.is_empty(),
+        "{when}: documents Fishtest's schemas refuse:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every write path a person or a worker can trigger, through shoal on a database shared
+/// with Fishtest; then every document of every collection Fishtest uses passes Fishtest's
+/// own schemas, and shoal's own data (sessions, tokens, follows, its own action kinds) is in
+/// shoal's own collections.
+#[tokio::test]
+async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
+    use crate::fleet::{PASSWORD, Totals, Worker, fixed_args};
+    let uri = mongo::fresh_uri("paths");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let dump = dump_dir();
+    let (ok, _, err) = shoal(
+        &data,
+        &uri,
+        &["import", "--fishtest", dump.to_str().expect("path")],
+    );
+    assert!(ok, "import: {err}");
+    assert_fishtest_schemas(&uri, "the imported dump").await;
+    for (name, extra) in [("walker", None), ("chief", Some("--approver"))] {
+        let email = format!("{name}@example.org");
+        let mut args = vec![
+            "user",
+            "add",
+            name,
+            "--password",
+            PASSWORD,
+            "--email",
+            &email,
+        ];
+        args.extend(extra);
+        let (ok, _, err) = shoal(&data, &uri, &args);
+        assert!(ok, "user add {name}: {err}");
+    }
+    let server = TestServer::start_with(
+        Opts::new()
+            .set("store", "mongodb")
+            .set("mongodb_uri", &uri)
+            .set("dead_task_timeout_s", 1)
+            .set("pgn_retention_days", 1)
+            .set(
+                "limits",
+                r#"[{kind = "concurrency", key = "user", max = 50}]"#,
+            )
+            .data_dir(&data),
+    )
+    .await;
+    let started = chrono::Utc::now().timestamp() as f64;
+    let (mut walker, walker_token) = web_session(&server, "walker").await;
+    let (mut chief, chief_token) = web_session(&server, "chief").await;
+
+    // A net uploaded, then downloaded by a worker (its counter).
+    let (bytes, net) = crate::ui_nets::net(7, 20_000);
+    let page = crate::ui_nets::upload(&mut walker, Some(&walker_token), Some((&net, &bytes))).await;
+    assert!(
+        page.status == 302 || page.status == 200,
+        "upload: {} {}",
+        page.status,
+        page.body
+    );
+    let r = server
+        .client
+        .get(server.url(&format!("/api/nn/{net}")))
+        .send()
+        .await
+        .expect("download");
+    assert!(
+        r.status().is_success() || r.status().is_redirection(),
+        "{}",
+        r.status()
+    );
+    let nns = mongo::docs(&uri, "nns", doc! {"name": &net}).await;
+    assert_eq!(nns.len(), 1, "{nns:?}");
+    assert_eq!(
+        nns[0]
+            .get("downloads")
+            .and_then(Bson::as_i64)
+            .or_else(|| nns[0].get_i32("downloads").ok().map(i64::from)),
+        Some(1),
+        "{:?}",
+        nns[0]
+    );
+
+    // Runs: one testing the net, approved (the net's first and last test), played, its
+    // PGN uploaded, a worker's log line; another finished by its games.
+    let mut args = fixed_args(1000);
+    args["new_nets"] = json!([net]);
+    args["base_nets"] = json!(["nn-c9bb380a673b.nnue"]);
+    args["tests_repo"] = json!("https://github.com/walker/Stockfish");
+    let run = crate::fleet::create_run(&server, "walker", args).await;
+    crate::fleet::approve(&server, "chief", &run).await;
+    let nns = mongo::docs(&uri, "nns", doc! {"name": &net}).await;
+    assert!(
+        nns[0].contains_key("first_test") && nns[0].contains_key("last_test"),
+        "{:?}",
+        nns[0]
+    );
+    let mut w = Worker::new("walker", 4, 0x51);
+    let reply = w.request_task(&server).await;
+    assert_eq!(reply["run"]["_id"], json!(run), "{reply}");
+    let task_id = reply["task_id"].as_u64().expect("task id");
+    let mut totals = Totals::default();
+    for _ in 0..10 {
+        totals.play_pair(&mut w.rng, [0.1, 0.2, 0.4, 0.2, 0.1]);
+    }
+    // Crashes: the task ends as a crash_or_time, and a purge takes it out (a bad task).
+    let mut stats = totals.json();
+    stats["crashes"] = json!(4);
+    let (status, v) = w
+        .call(
+            &server,
+            "/api/update_task",
+            json!({"run_id": run, "task_id": task_id, "stats": stats}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let pgn = {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b"[Event \"x\"]\n\n1. e4 e5 1/2-1/2\n")
+            .expect("gzip");
+        gz.finish().expect("gzip")
+    };
+    let b64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&pgn)
+    };
+    let (status, v) = w
+        .call(
+            &server,
+            "/api/upload_pgn",
+            json!({"run_id": run, "task_id": task_id, "pgn": b64}),
+        )
+        .await;
+    assert_eq!(status, 200, "upload_pgn: {v}");
+    let (status, v) = w
+        .call(
+            &server,
+            "/api/worker_log",
+            json!({"message": "a line from the worker"}),
+        )
+        .await;
+    assert_eq!(status, 200, "worker_log: {v}");
+    let (status, v) = w
+        .call(
+            &server,
+            "/api/failed_task",
+            json!({"run_id": run, "task_id": task_id, "message": "engine crashed"}),
+        )
+        .await;
+    assert_eq!(status, 200, "failed_task: {v}");
+    // A task left silent: declared dead by the scavenger.
+    let silent = Worker::new("walker", 2, 0x52);
+    let reply = silent.request_task(&server).await;
+    assert!(reply["task_id"].is_u64(), "{reply}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, v) = server
+        .post_json("/debug/job/scavenge_dead_tasks", &json!({}))
+        .await;
+    assert_eq!(status, 200, "scavenge: {v}");
+    let dead = mongo::docs(&uri, "actions", doc! {"action": "dead_task"}).await;
+    assert!(!dead.is_empty(), "a dead task logged");
+
+    // A worker's stop: refused as not authorized (too few CPU hours), logged as Fishtest logs it.
+    let stopper = Worker::new("walker", 4, 0x53);
+    let reply = stopper.request_task(&server).await;
+    if let Some(tid) = reply["task_id"].as_u64() {
+        let (status, v) = stopper
+            .call(
+                &server,
+                "/api/stop_run",
+                json!({"run_id": reply["run"]["_id"], "task_id": tid, "message": "bench mismatch"}),
+            )
+            .await;
+        assert!(status == 200 || status == 401, "stop_run: {v}");
+    }
+
+    // Block and unblock a worker; the blocked worker asks for work meanwhile.
+    let short = {
+        let key = w.info["unique_key"].as_str().expect("key");
+        format!("walker-4cores-{}", key.split('-').next().expect("prefix"))
+    };
+    let page = chief
+        .post(
+            &format!("/workers/{short}"),
+            &[
+                ("csrf_token", &chief_token),
+                ("blocked", "1"),
+                ("message", "too fast"),
+                ("submit", "Submit"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "block: {}", page.body);
+    let (status, v) = w.call(&server, "/api/request_task", json!({})).await;
+    assert!(status == 200 || status == 400, "{v}");
+    let page = chief
+        .post(
+            &format!("/workers/{short}"),
+            &[
+                ("csrf_token", &chief_token),
+                ("message", ""),
+                ("submit", "Submit"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "unblock: {}", page.body);
+
+    // Signup, accepted by an approver; a profile edit; a user blocked and unblocked.
+    let mut newcomer = crate::web::Browser::new(&server);
+    let form = newcomer.get("/signup").await;
+    let (csrf, form_token) = (form.csrf(), form.input("form_token").expect("form token"));
+    let page = newcomer
+        .post(
+            "/signup",
+            &[
+                ("username", "seabird"),
+                ("password", "violet otter juggles nine lamps"),
+                ("password2", "violet otter juggles nine lamps"),
+                ("email", "seabird@example.org"),
+                ("csrf_token", &csrf),
+                ("form_token", &form_token),
+                ("website", ""),
+            ],
+        )
+        .await;
+    assert!(
+        page.status == 302 || page.status == 200,
+        "signup: {}",
+        page.body
+    );
+    assert!(
+        !mongo::docs(&uri, "users", doc! {"username": "seabird"})
+            .await
+            .is_empty(),
+        "signed up: {}",
+        page.body
+    );
+    let page = chief
+        .post(
+            "/user/seabird",
+            &[
+                ("user", "seabird"),
+                ("pending", "0"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "accept: {}", page.body);
+    let page = walker
+        .post(
+            "/user",
+            &[
+                ("user", "walker"),
+                ("email", "walker.new@example.org"),
+                ("old_password", PASSWORD),
+                ("password", ""),
+                ("password2", ""),
+                ("tests_repo", "https://github.com/walker/Stockfish/"),
+                ("csrf_token", &walker_token),
+            ],
+        )
+        .await;
+    assert!(
+        page.status == 302 || page.status == 200,
+        "profile: {}",
+        page.body
+    );
+    let walker_doc = user_doc(&uri, "walker").await;
+    assert_eq!(
+        walker_doc.get_str("email").ok(),
+        Some("walker.new@example.org"),
+        "{walker_doc}"
+    );
+    for blocked in ["1", "0"] {
+        let page = chief
+            .post(
+                "/user/seabird",
+                &[
+                    ("user", "seabird"),
+                    ("blocked", blocked),
+                    ("csrf_token", &chief_token),
+                ],
+            )
+            .await;
+        assert_eq!(page.status, 302, "block user {blocked}: {}", page.body);
+    }
+
+    // seabird changes its password on its profile (written as Fishtest writes one).
+    {
+        let mut b = crate::web::Browser::new(&server);
+        let token = b.get("/login").await.csrf();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let page = b
+                .post(
+                    "/login",
+                    &[
+                        ("username", "seabird"),
+                        ("password", "violet otter juggles nine lamps"),
+                        ("csrf_token", &token),
+                    ],
+                )
+                .await;
+            if page.status == 302 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "seabird login: {}", page.body);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let token = b.get("/user").await.csrf();
+        let page = b
+            .post(
+                "/user",
+                &[
+                    ("user", "seabird"),
+                    ("email", "seabird@example.org"),
+                    ("old_password", "violet otter juggles nine lamps"),
+                    ("password", "amber heron sings eleven tunes"),
+                    ("password2", "amber heron sings eleven tunes"),
+                    ("tests_repo", ""),
+                    ("csrf_token", &token),
+                ],
+            )
+            .await;
+        assert!(
+            page.status == 302 || page.status == 200,
+            "password: {}",
+            page.body
+        );
+        let d = user_doc(&uri, "seabird").await;
+        assert_eq!(
+            d.get_str("password").ok(),
+            Some("amber heron sings eleven tunes"),
+            "{d}"
+        );
+    }
+
+    // The operator adds a net from a file (its record as Fishtest's schema has it).
+    let (bytes, cli_net) = crate::ui_nets::net(9, 12_000);
+    let file = dir.path().join(&cli_net);
+    std::fs::write(&file, &bytes).expect("net file");
+    let (ok, out, err) = shoal(&data, &uri, &["nn", file.to_str().expect("path")]);
+    assert!(ok, "shoal nn: {out} {err}");
+    let (ok, _, err) = shoal(
+        &data,
+        &uri,
+        &["nn", "--user", "shoal-cli", file.to_str().expect("path")],
+    );
+    assert!(!ok && err.contains("not a user name"), "{err}");
+    // The operator's commands on a user.
+    for args in [
+        &["user", "set", "seabird", "--block"][..],
+        &["user", "set", "seabird", "--unblock"],
+        &["user", "set", "seabird", "--machine-limit", "8"],
+        &["user", "set", "seabird", "--approver"],
+        &["user", "set", "seabird", "--no-approver"],
+        &[
+            "user",
+            "set",
+            "seabird",
+            "--password",
+            "teal walrus paints four doors",
+        ],
+    ] {
+        let (ok, out, err) = shoal(&data, &uri, args);
+        assert!(ok, "{args:?}: {out} {err}");
+    }
+
+    // Follows, an API token (made, used, revoked), a reset link: shoal's own.
+    let page = walker
+        .post(
+            "/tests/follow",
+            &[("run", run.as_str()), ("csrf_token", &walker_token)],
+        )
+        .await;
+    assert!(
+        page.status == 302 || page.status == 200,
+        "follow: {}",
+        page.body
+    );
+    let page = walker
+        .post(
+            "/user/tokens",
+            &[("name", "ci"), ("csrf_token", &walker_token)],
+        )
+        .await;
+    assert_eq!(page.status, 200, "token: {}", page.body);
+    let secret = page
+        .body
+        .split("<code id=\"new-token\">")
+        .nth(1)
+        .and_then(|r| r.split("</code>").next())
+        .expect("the new token")
+        .to_string();
+    let other = crate::fleet::create_run(&server, "walker", fixed_args(1000)).await;
+    let r = server
+        .client
+        .post(server.url("/api/create_run"))
+        .bearer_auth(&secret)
+        .json(&json!({"args": fixed_args(2000)}))
+        .send()
+        .await
+        .expect("create_run with a token");
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let page = chief
+        .post("/user/seabird/reset_link", &[("csrf_token", &chief_token)])
+        .await;
+    assert_eq!(page.status, 200, "reset link: {}", page.body);
+    // seabird follows it and sets a new password (written as Fishtest writes one).
+    let path = {
+        let at = page.body.find("/reset/").expect("a reset link");
+        let rest = &page.body[at..];
+        let end = rest[7..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(rest.len(), |e| e + 7);
+        rest[..end].to_string()
+    };
+    let mut anon = crate::web::Browser::new(&server);
+    let form = anon.get(&path).await;
+    assert_eq!(form.status, 200, "{}", form.body);
+    let csrf = form.csrf();
+    let done = anon
+        .post(
+            &path,
+            &[
+                ("password", "scarlet badger knits ten socks"),
+                ("password2", "scarlet badger knits ten socks"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await;
+    assert!(
+        done.status == 302 || done.status == 200,
+        "reset: {}",
+        done.body
+    );
+    assert_eq!(
+        user_doc(&uri, "seabird").await.get_str("password").ok(),
+        Some("scarlet badger knits ten socks")
+    );
+
+    // The run controls: modify, purge, stop, delete.
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", run.as_str()),
+                ("num-games", "1000"),
+                ("priority", "1"),
+                ("throughput", "150"),
+                ("info", "more games"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    for path in ["/tests/stop", "/tests/purge"] {
+        let page = chief
+            .post(
+                path,
+                &[
+                    ("run-id", run.as_str()),
+                    ("csrf_token", &chief_token),
+                    ("confirm", "yes"),
+                ],
+            )
+            .await;
+        assert_eq!(page.status, 302, "{path}: {}", page.body);
+    }
+    let page = chief
+        .post(
+            "/tests/delete",
+            &[
+                ("run-id", other.as_str()),
+                ("csrf_token", &chief_token),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "delete: {}", page.body);
+    // An SPSA run: a task, its parameters asked for and one batch reported.
+    let mut spsa_args = fixed_args(4000);
+    spsa_args["spsa"] = json!({"raw_params": "Alpha,50,0,100,5,0.002\nBeta,-20,-100,100,8,0.002"});
+    let spsa = crate::fleet::create_run(&server, "walker", spsa_args).await;
+    crate::fleet::approve(&server, "chief", &spsa).await;
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", spsa.as_str()),
+                ("num-games", "4000"),
+                ("priority", "9"),
+                ("throughput", "100"),
+                ("info", "tuning"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    let mut tuner = Worker::new("walker", 4, 0x70);
+    let reply = tuner.request_task(&server).await;
+    assert_eq!(reply["run"]["_id"], json!(spsa), "{reply}");
+    let ids = json!({"run_id": spsa, "task_id": reply["task_id"]});
+    let mut body = ids.clone();
+    body["stats"] = Totals::default().json();
+    let (status, asked) = tuner.call(&server, "/api/request_spsa", body).await;
+    assert_eq!(status, 200, "{asked}");
+    let mut t = Totals::default();
+    while t.games() < 16 {
+        t.play_pair(&mut tuner.rng, [0.1, 0.2, 0.4, 0.2, 0.1]);
+    }
+    let mut body = ids.clone();
+    body["stats"] = t.json();
+    body["spsa"] = json!({"num_games": t.games(), "wins": t.wins, "losses": t.losses,
+                          "draws": t.draws, "sig": asked["sig"]});
+    let (status, v) = tuner.call(&server, "/api/update_task", body).await;
+    assert_eq!(status, 200, "{v}");
+    // The SPSA run steps back (priority 0) so the next runs are served.
+    let page = chief
+        .post(
+            "/tests/stop",
+            &[
+                ("run-id", spsa.as_str()),
+                ("csrf_token", &chief_token),
+                ("confirm", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "stop: {}", page.body);
+    // An SPRT run decided by its games (accepted: green).
+    let sprt =
+        crate::fleet::create_run(&server, "walker", crate::fleet::sprt_args(-10.0, -5.0)).await;
+    crate::fleet::approve(&server, "chief", &sprt).await;
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", sprt.as_str()),
+                ("num-games", "800000"),
+                ("priority", "7"),
+                ("throughput", "100"),
+                ("info", "sprt"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    for n in 0..20 {
+        let mut player = Worker::new("walker", 4, 0x80 + n);
+        let reply = player.request_task(&server).await;
+        if reply["run"]["_id"] != json!(sprt) {
+            break;
+        }
+        player
+            .play(&server, &reply, 64, [0.0, 0.0, 0.1, 0.3, 0.6])
+            .await;
+    }
+    let sprt_doc = mongo::docs(
+        &uri,
+        "runs",
+        doc! {"_id": bson::oid::ObjectId::parse_str(&sprt).expect("oid")},
+    )
+    .await;
+    // A limit set by an approver (shoal's own action kind).
+    let page = chief
+        .post(
+            "/limits",
+            &[
+                ("name", "concurrency:user"),
+                ("max", "40"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 200, "limits: {}", page.body);
+    // A run played to its end (finished by its games) and its PGN retention pass.
+    let small = crate::fleet::create_run(&server, "walker", fixed_args(1000)).await;
+    crate::fleet::approve(&server, "chief", &small).await;
+    // First in line for the next workers (the dump's runs have priority 0).
+    let page = chief
+        .post(
+            "/tests/modify",
+            &[
+                ("run", small.as_str()),
+                ("num-games", "1000"),
+                ("priority", "5"),
+                ("throughput", "100"),
+                ("info", "a test run"),
+                ("csrf_token", &chief_token),
+            ],
+        )
+        .await;
+    assert_eq!(page.status, 302, "modify: {}", page.body);
+    for n in 0..10 {
+        let mut player = Worker::new("walker", 4, 0x60 + n);
+        let reply = player.request_task(&server).await;
+        if reply["run"]["_id"] != json!(small) {
+            break;
+        }
+        player
+            .play(&server, &reply, 20, [0.1, 0.2, 0.4, 0.2, 0.1])
+            .await;
+    }
+    let (status, v) = server.post_json("/debug/pgn_retention", &json!({})).await;
+    assert_eq!(status, 200, "retention: {v}");
+    // Every periodic job once (those asking GitHub may fail here: no GitHub), the flush of
+    // everything written behind last.
+    for job in [
+        "scavenge_dead_tasks",
+        "update_itp",
+        "update_nps_gpm",
+        "clean_cache",
+        "refresh_blocked_workers",
+        "refresh_legacy_usernames",
+        "clean_worker_runs",
+        "validate_data_structures",
+        "refresh_limits",
+        "refresh_official_master",
+        "refresh_books",
+        "flush_buffers",
+    ] {
+        let (status, v) = server
+            .post_json(&format!("/debug/job/{job}"), &json!({}))
+            .await;
+        assert!(
+            status == 200 || job.starts_with("refresh_official") || job == "refresh_books",
+            "{job}: {v}"
+        );
+    }
+    let worker_runs = mongo::docs(&uri, "kvstore", doc! {"_id": "worker_runs"}).await;
+    assert_eq!(worker_runs.len(), 1, "worker_runs written: {worker_runs:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Each path wrote what it writes (so the check below looked at it).
+    let ours = mongo::docs(&uri, "actions", doc! {"time": {"$gte": started}}).await;
+    for kind in [
+        "upload_nn",
+        "new_run",
+        "approve_run",
+        "worker_log",
+        "failed_task",
+        "dead_task",
+        "stop_run",
+        "block_worker",
+        "accept_user",
+        "block_user",
+        "modify_run",
+        "purge_run",
+        "delete_run",
+        "finished_run",
+        "crash_or_time",
+    ] {
+        assert!(
+            ours.iter().any(|a| a.get_str("action").ok() == Some(kind)),
+            "no {kind} action written: {ours:?}"
+        );
+    }
+    let blocked = mongo::docs(&uri, "workers", doc! {"worker_name": &short}).await;
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    let pgns = mongo::docs(&uri, "pgns", doc! {"run_id": format!("{run}-{task_id}")}).await;
+    assert!(!pgns.is_empty(), "the uploaded PGN");
+    assert!(
+        !mongo::docs(&uri, "users", doc! {"username": "seabird"})
+            .await
+            .is_empty()
+    );
+    assert_fishtest_schemas(&uri, "after every write path").await;
+    // shoal's own data stayed out of Fishtest's collections.
+    let own = mongo::docs(&uri, "shoal_kvstore", doc! {}).await;
+    // (The reset link was used, so deleted: its action is in shoal_actions.)
+    for prefix in ["session:", "api_token:", "follows:"] {
+        assert!(
+            own.iter()
+                .any(|d| d.get_str("_id").is_ok_and(|id| id.starts_with(prefix))),
+            "{prefix} in shoal_kvstore: {own:?}"
+        );
+    }
+    let kinds: Vec<String> = mongo::docs(&uri, "shoal_actions", doc! {})
+        .await
+        .iter()
+        .filter_map(|a| a.get_str("action").ok().map(str::to_string))
+        .collect();
+    for kind in ["api_token", "password_reset", "set_limit"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind}: {kinds:?}");
+    }
+    let decided = sprt_doc[0]
+        .get_document("args")
+        .and_then(|a| a.get_document("sprt"));
+    assert_eq!(
+        decided.and_then(|s| s.get_str("state")).ok(),
+        Some("accepted"),
+        "the SPRT run decided: {:?}",
+        sprt_doc[0].get("results")
+    );
+    let purged = mongo::docs(
+        &uri,
+        "runs",
+        doc! {"_id": bson::oid::ObjectId::parse_str(&run).expect("oid")},
+    )
+    .await;
+    assert!(
+        purged[0]
+            .get_array("bad_tasks")
+            .is_ok_and(|b| !b.is_empty()),
+        "the crashing task purged: {:?}",
+        purged[0].get("bad_tasks")
+    );
+    // Approvers still see shoal's own kinds in the action log: with Fishtest's (the merged
+    // log's first page) and on their own.
+    for path in ["/actions", "/actions?action=api_token"] {
+        let page = chief.get(path).await;
+        assert!(
+            page.body.contains("used for create_run"),
+            "{path}: {}",
+            page.body
+        );
+    }
 }

@@ -1013,7 +1013,7 @@ async fn metrics_expose_pool_gate_routes_and_store() {
     let store_series = if crate::harness::on_mongodb() {
         "shoal_store_op_seconds_bucket{op=\"bulk\",collection=\"mongodb\",le="
     } else {
-        "shoal_store_op_seconds_bucket{op=\"put\",collection=\"kvstore\",le="
+        "shoal_store_op_seconds_bucket{op=\"put\",collection=\"shoal_kvstore\",le="
     };
     assert!(
         text.contains(store_series),

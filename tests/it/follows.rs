@@ -392,7 +392,7 @@ async fn follows_need_a_login_a_token_a_real_run_and_room() {
         unreachable!()
     };
     store
-        .put(shoal::store::Collection::Kvstore, &doc)
+        .put(shoal::store::Collection::ShoalKv, &doc)
         .expect("put");
     drop(store);
     let (mut carol, carol_token) = logged_in(&server, "carol").await;

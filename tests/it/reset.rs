@@ -80,7 +80,7 @@ async fn an_approvers_link_works_once_and_ends_every_session() {
     let kv = serde_json::to_string(
         &store
             .find(
-                shoal::store::Collection::Kvstore,
+                shoal::store::Collection::ShoalKv,
                 &shoal::store::Query::new(),
             )
             .expect("find"),
@@ -177,7 +177,7 @@ async fn an_approvers_link_works_once_and_ends_every_session() {
         .to_string();
     let id = format!("password_reset:{}", shoal::accounts::token_hash(&secret));
     let mut doc = store
-        .get(shoal::store::Collection::Kvstore, &id)
+        .get(shoal::store::Collection::ShoalKv, &id)
         .expect("get")
         .expect("the link's document");
     assert_eq!(anon.get(&format!("/reset/{secret}")).await.status, 200);
@@ -186,7 +186,7 @@ async fn an_approvers_link_works_once_and_ends_every_session() {
         json!({"$date": "2020-01-01T00:00:00.000Z"}),
     );
     store
-        .put(shoal::store::Collection::Kvstore, &doc)
+        .put(shoal::store::Collection::ShoalKv, &doc)
         .expect("put");
     assert_eq!(anon.get(&format!("/reset/{secret}")).await.status, 404);
 

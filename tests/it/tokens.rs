@@ -86,12 +86,12 @@ async fn create_with(server: &TestServer, token: &str) -> (u16, Value) {
     .await
 }
 
-/// Every kvstore document, as text.
+/// Every document of shoal's own key-value collection, as text.
 fn kvstore_text(server: &TestServer) -> String {
     let store = crate::harness::open_store(&server.data_dir).expect("open");
     let docs = store
         .find(
-            shoal::store::Collection::Kvstore,
+            shoal::store::Collection::ShoalKv,
             &shoal::store::Query::new(),
         )
         .expect("find");

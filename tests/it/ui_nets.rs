@@ -50,7 +50,11 @@ fn multipart(token: Option<&str>, file: Option<(&str, &[u8])>) -> Vec<u8> {
     body
 }
 
-async fn upload(b: &mut Browser<'_>, token: Option<&str>, file: Option<(&str, &[u8])>) -> Page {
+pub(crate) async fn upload(
+    b: &mut Browser<'_>,
+    token: Option<&str>,
+    file: Option<(&str, &[u8])>,
+) -> Page {
     let req = b
         .client
         .post(b.server.url("/upload"))

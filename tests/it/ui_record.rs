@@ -476,7 +476,7 @@ async fn contributors_count_games_as_tasks_end_and_are_rebuilt_only_when_missing
         let store = crate::harness::open_store(&data).expect("open");
         assert!(
             store
-                .delete(shoal::store::Collection::Kvstore, "contributors:built:3")
+                .delete(shoal::store::Collection::ShoalKv, "contributors:built:3")
                 .expect("delete")
         );
         store.close().expect("close");

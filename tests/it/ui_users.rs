@@ -96,9 +96,15 @@ pub fn stored_user(server: &TestServer, name: &str) -> Option<Value> {
 /// Actions of one kind, from the store, oldest first.
 pub fn stored_actions(server: &TestServer, action: &str) -> Vec<Value> {
     let store = crate::harness::open_store(&server.data_dir).expect("open");
+    // shoal's own kinds are in its own log, never in Fishtest's `actions`.
+    let coll = if shoal::store::SHOAL_ACTION_KINDS.contains(&action) {
+        shoal::store::Collection::ShoalActions
+    } else {
+        shoal::store::Collection::Actions
+    };
     store
         .find(
-            shoal::store::Collection::Actions,
+            coll,
             &shoal::store::Query::new()
                 .with(shoal::store::Cond::Eq("action".into(), json!(action)))
                 .sort("time", shoal::store::Order::Asc),

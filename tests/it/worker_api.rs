@@ -336,7 +336,7 @@ async fn fixed_games_run_played_to_completion_by_several_workers() {
     while Instant::now() < deadline {
         let store = crate::harness::open_store(&server.data_dir).expect("open");
         got = store
-            .get(shoal::store::Collection::Kvstore, "cpu_hours:alice")
+            .get(shoal::store::Collection::ShoalKv, "cpu_hours:alice")
             .expect("get")
             .and_then(|d| d.get("value").and_then(Value::as_f64))
             .unwrap_or(0.0);
@@ -1084,7 +1084,7 @@ async fn stop_run_by_an_experienced_user_fails_the_run() {
         doc.insert("_id".into(), json!("cpu_hours:alice"));
         doc.insert("value".into(), json!(1500.0));
         store
-            .put(shoal::store::Collection::Kvstore, &doc)
+            .put(shoal::store::Collection::ShoalKv, &doc)
             .expect("put");
     }
     let w = Worker::new("alice", 4, 21);

@@ -129,6 +129,7 @@ impl Users {
             .entry(username.to_string())
             .or_default()
             .clone();
+        let mut upgraded = None;
         let verdict = {
             let _one = lock.lock();
             // Whoever held the lock before us may have settled this very password.
@@ -144,6 +145,13 @@ impl Users {
                         let v = match &user {
                             Some(user) => self
                                 .verify_and_remember(user, password, mac)
+                                .map(|now| {
+                                    // The document as the check left it (a plaintext
+                                    // moved to its hash): what a session must be made for.
+                                    let verified = now.is_some();
+                                    upgraded = now;
+                                    verified
+                                })
                                 .map_err(AuthError::from),
                             None => {
                                 self.check_unknown(username, password, mac);
@@ -166,7 +174,7 @@ impl Users {
                 verifying.remove(username);
             }
         }
-        match (verdict?, user) {
+        match (verdict?, upgraded.or(user)) {
             (true, Some(user)) => admit(user),
             _ => Err(AuthError::WrongPassword),
         }
@@ -262,13 +270,15 @@ impl Users {
         self.slow_checks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Runs the slow check and records its verdict in the cache. Returns whether it passed.
+    /// Runs the slow check and records its verdict in the cache. Returns the user as stored
+    /// after the check (a plaintext moved to its hash on a store that is shoal's alone) when
+    /// it passed, `None` when it failed.
     fn verify_and_remember(
         &self,
         user: &User,
         password: &str,
         mac: [u8; 32],
-    ) -> Result<bool, UserError> {
+    ) -> Result<Option<User>, UserError> {
         let username = user.username.as_str();
         self.slow_checks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -285,7 +295,7 @@ impl Users {
                 }
                 c.rejected.push((mac, Instant::now()));
             }
-            return Ok(false);
+            return Ok(None);
         }
         let mut user_now = user.clone();
         if user.has_fishtest_password() && self.mode()? == PasswordMode::Own {
@@ -298,13 +308,13 @@ impl Users {
         self.cache.lock().insert(
             username.to_string(),
             Cached {
-                user: user_now,
+                user: user_now.clone(),
                 read_at: Instant::now(),
                 verified: Some(mac),
                 rejected: Vec::new(),
             },
         );
-        Ok(true)
+        Ok(Some(user_now))
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Owns: hashing and verifying (an unknown user or a legacy plaintext costs what a wrong
 //! password of a real user costs: one argon2 run against a dummy hash), the mode and its
-//! `kvstore` marker, setting a password, and ending a trial beside Fishtest.
+//! `shoal_kvstore` marker, setting a password, and ending a trial beside Fishtest.
 //! Must not: log or keep a password (only its hash is stored, and only the credential cache's
 //! HMAC is kept in memory).
 
@@ -34,7 +34,7 @@ pub enum PasswordMode {
     Beside,
 }
 
-/// The `kvstore` document that records the end of a trial beside Fishtest
+/// The `shoal_kvstore` document that records the end of a trial beside Fishtest
 /// (`{"_id": "shoal_passwords", "value": "finalized"}`): its presence makes
 /// [`PasswordMode::Own`] on MongoDB.
 pub const PASSWORDS_DOC: &str = "shoal_passwords";
@@ -110,7 +110,7 @@ impl Users {
         if !self.shared_with_fishtest {
             return Ok(PasswordMode::Own);
         }
-        let doc = self.store.get(Collection::Kvstore, PASSWORDS_DOC)?;
+        let doc = self.store.get(Collection::ShoalKv, PASSWORDS_DOC)?;
         let finalized = doc
             .as_ref()
             .and_then(|d| d.get("value"))
@@ -122,7 +122,7 @@ impl Users {
         // A database without a single user is nobody's Fishtest database: shoal's from the
         // start, recorded so (the first account would otherwise be written in plaintext).
         if self.store.count(Collection::Users, &[])? == 0 {
-            self.store.put(Collection::Kvstore, &finalized_marker())?;
+            self.store.put(Collection::ShoalKv, &finalized_marker())?;
             return Ok(PasswordMode::Own);
         }
         Ok(PasswordMode::Beside)
@@ -158,7 +158,7 @@ impl Users {
         threads: usize,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<FinalizeReport, UserError> {
-        self.store.put(Collection::Kvstore, &finalized_marker())?;
+        self.store.put(Collection::ShoalKv, &finalized_marker())?;
         let todo: Vec<User> = self
             .list()?
             .into_iter()

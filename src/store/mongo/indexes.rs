@@ -69,6 +69,9 @@ pub const RUN_SEQ: &str = "shoal_run_seq";
 /// shoal's own fields of each run (`_id`: the run's), kept out of Fishtest's `runs`.
 pub const RUN_EXTRAS: &str = "shoal_run_extras";
 
+/// shoal's own action log (`store::Collection::ShoalActions`).
+pub const SHOAL_ACTIONS: &str = "shoal_actions";
+
 /// Every index the store makes sure exists (`_id` indexes are MongoDB's own).
 pub fn all() -> Vec<IndexSpec> {
     let not_deleted = |mut d: Document| {
@@ -154,6 +157,11 @@ pub fn all() -> Vec<IndexSpec> {
         spec("user_cache", "username_1", doc! {"username": 1}).unique(),
         spec("top_month", "username_1", doc! {"username": 1}).unique(),
         spec(JOURNAL, "run_id_1__id_1", doc! {"run_id": 1, "_id": 1}),
+        spec(
+            SHOAL_ACTIONS,
+            "time_-1__id_-1",
+            doc! {"time": -1, "_id": -1},
+        ),
     ]
 }
 
@@ -205,7 +213,7 @@ mod tests {
         }
         let ours: Vec<(String, Document)> = all()
             .iter()
-            .filter(|s| s.collection != JOURNAL)
+            .filter(|s| s.collection != JOURNAL && s.collection != SHOAL_ACTIONS)
             .map(|s| (s.collection.to_string(), as_listed(s)))
             .collect();
         assert_eq!(ours.len(), fishtest.len());

@@ -122,6 +122,7 @@ impl MongoStore {
             recent_pgns: parking_lot::Mutex::new(std::collections::VecDeque::new()),
         };
         store.create_indexes()?;
+        store.move_shoal_documents()?;
         tracing::info!(uri = %uri.redacted(), database = %name, "mongodb store open");
         Ok(store)
     }
@@ -159,6 +160,48 @@ impl MongoStore {
         if !skipped.is_empty() {
             tracing::warn!(indexes = %skipped.join(", "),
                 "mongodb store open without these indexes (see the errors above)");
+        }
+        Ok(())
+    }
+
+    /// Moves what an older shoal left in Fishtest's collections to its own: `kvstore`
+    /// documents under keys Fishtest has no use for, and actions of kinds Fishtest does not
+    /// know. Each document is written to its new place before it is deleted from the old one,
+    /// so an interrupted move is finished by the next start.
+    fn move_shoal_documents(&self) -> StoreResult<()> {
+        let moves = [
+            (
+                Collection::Kvstore,
+                Collection::ShoalKv,
+                doc! {"_id": {"$nin": super::FISHTEST_KV_KEYS.to_vec()}},
+            ),
+            (
+                Collection::Actions,
+                Collection::ShoalActions,
+                doc! {"action": {"$in": super::SHOAL_ACTION_KINDS.to_vec()}},
+            ),
+        ];
+        for (from, to, filter) in moves {
+            let old = self.coll(from);
+            let docs: Vec<Document> =
+                self.retrying("move", || old.find(filter.clone()).run()?.collect())?;
+            if docs.is_empty() {
+                continue;
+            }
+            let updates = docs
+                .iter()
+                .map(|d| {
+                    let q = doc! {"_id": d.get("_id").cloned().unwrap_or(Bson::Null)};
+                    Self::replace_upsert(q, d.clone())
+                })
+                .collect();
+            self.bulk_update(to.name(), updates)?;
+            let ids: Vec<Bson> = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
+            self.retrying("move", || {
+                old.delete_many(doc! {"_id": {"$in": ids.clone()}}).run()
+            })?;
+            tracing::info!(from = %from, to = %to, documents = docs.len(),
+                "moved shoal's own documents out of Fishtest's collection");
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ fn field(coll: Collection, path: &str) -> StoreResult<String> {
 fn value(coll: Collection, path: &str, v: &Value) -> StoreResult<Bson> {
     if path == "_id"
         && key_field(coll) == "_id"
-        && coll != Collection::Kvstore
+        && !matches!(coll, Collection::Kvstore | Collection::ShoalKv)
         && let Value::String(s) = v
         && let Ok(oid) = ObjectId::parse_str(s)
         && s.len() == 24

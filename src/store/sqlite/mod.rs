@@ -116,6 +116,24 @@ const MIGRATIONS: &[&str] = &[
     UPDATE pgns SET doc_id = lower(hex(randomblob(12))) WHERE doc_id IS NULL;
     CREATE UNIQUE INDEX pgns_doc_id ON pgns(doc_id);
     "#,
+    // 5: shoal's own documents move out of Fishtest's collections (so `kvstore` and `actions`
+    // hold only what Fishtest's schemas accept, and an export carries nothing of shoal's):
+    // every `kvstore` key Fishtest has no use for (store::FISHTEST_KV_KEYS) to
+    // `shoal_kvstore`, the action kinds Fishtest does not know (store::SHOAL_ACTION_KINDS)
+    // to `shoal_actions`.
+    r#"
+    CREATE TABLE shoal_kvstore (id TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+    INSERT INTO shoal_kvstore (id, doc) SELECT id, doc FROM kvstore WHERE id NOT IN
+        ('books', 'worker_runs', 'legacy_usernames', 'official_master_sha', 'github_api_cache');
+    DELETE FROM kvstore WHERE id NOT IN
+        ('books', 'worker_runs', 'legacy_usernames', 'official_master_sha', 'github_api_cache');
+    CREATE TABLE shoal_actions (id TEXT PRIMARY KEY, doc TEXT NOT NULL) WITHOUT ROWID;
+    CREATE INDEX shoal_actions_time ON shoal_actions(json_extract(doc, '$.time'));
+    CREATE INDEX shoal_actions_username ON shoal_actions(json_extract(doc, '$.username'), id);
+    INSERT INTO shoal_actions (id, doc) SELECT id, doc FROM actions
+        WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset', 'set_limit');
+    DELETE FROM actions WHERE json_extract(doc, '$.action') IN ('api_token', 'password_reset', 'set_limit');
+    "#,
 ];
 
 const READERS: usize = 4;

@@ -103,3 +103,68 @@ fn corrupt_document_is_a_typed_error() {
         Err(StoreError::Corrupt { .. })
     ));
 }
+
+#[test]
+fn shoal_documents_move_out_of_fishtest_collections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        // A database as the version before migration 5 left it.
+        let mut c = Connection::open(dir.path().join("shoal.db")).expect("open");
+        let tx = c.transaction().expect("tx");
+        for sql in &MIGRATIONS[..4] {
+            tx.execute_batch(sql).expect("old migration");
+        }
+        tx.pragma_update(None, "user_version", 4).expect("pragma");
+        for (id, doc) in [
+            ("worker_runs", r#"{"_id":"worker_runs","value":{}}"#),
+            (
+                "legacy_usernames",
+                r#"{"_id":"legacy_usernames","value":[]}"#,
+            ),
+            ("session:ab", r#"{"_id":"session:ab","user":"alice"}"#),
+            (
+                "cpu_hours:alice",
+                r#"{"_id":"cpu_hours:alice","hours":1.5}"#,
+            ),
+        ] {
+            tx.execute(
+                "INSERT INTO kvstore (id, doc) VALUES (?1, ?2)",
+                params![id, doc],
+            )
+            .expect("kv");
+        }
+        for (id, kind) in [
+            ("a1", "api_token"),
+            ("a2", "new_run"),
+            ("a3", "password_reset"),
+            ("a4", "set_limit"),
+        ] {
+            let doc = json!({"_id": id, "action": kind, "username": "alice", "time": 1.0});
+            tx.execute(
+                "INSERT INTO actions (id, doc) VALUES (?1, ?2)",
+                params![id, doc.to_string()],
+            )
+            .expect("action");
+        }
+        tx.commit().expect("commit");
+    }
+    let s = SqliteStore::open(dir.path(), SqliteSync::Normal).expect("migrate");
+    let ids = |coll| -> Vec<String> {
+        s.find(coll, &Query::new().sort("_id", crate::store::Order::Asc))
+            .expect("find")
+            .iter()
+            .map(|d| d["_id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    assert_eq!(
+        ids(Collection::Kvstore),
+        ["legacy_usernames", "worker_runs"]
+    );
+    assert_eq!(ids(Collection::ShoalKv), ["cpu_hours:alice", "session:ab"]);
+    assert_eq!(ids(Collection::Actions), ["a2"]);
+    assert_eq!(ids(Collection::ShoalActions), ["a1", "a3", "a4"]);
+    assert_eq!(
+        s.get(Collection::ShoalKv, "session:ab").expect("get"),
+        Some(doc(json!({"_id": "session:ab", "user": "alice"})))
+    );
+}
