@@ -467,11 +467,14 @@ async fn finding_4_a_stolen_session_gets_no_lasting_credential() {
 fn kvstore_docs(server: &TestServer) -> Vec<Value> {
     let store = crate::harness::open_store(&server.data_dir).expect("open");
     // Fishtest's key-value collection and shoal's own, where tokens, links and follows live.
-    [shoal::store::Collection::Kvstore, shoal::store::Collection::ShoalKv]
-        .into_iter()
-        .flat_map(|coll| store.find(coll, &shoal::store::Query::new()).expect("find"))
-        .map(Value::Object)
-        .collect()
+    [
+        shoal::store::Collection::Kvstore,
+        shoal::store::Collection::ShoalKv,
+    ]
+    .into_iter()
+    .flat_map(|coll| store.find(coll, &shoal::store::Query::new()).expect("find"))
+    .map(Value::Object)
+    .collect()
 }
 
 #[tokio::test]
