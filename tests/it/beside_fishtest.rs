@@ -825,7 +825,11 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
     let page = walker
         .post(
             "/user/tokens",
-            &[("name", "ci"), ("csrf_token", &walker_token)],
+            &[
+                ("name", "ci"),
+                ("password", PASSWORD),
+                ("csrf_token", &walker_token),
+            ],
         )
         .await;
     assert_eq!(page.status, 200, "token: {}", page.body);
