@@ -13,7 +13,8 @@ use indicatif::ProgressStyle;
 use serde_json::Value;
 
 use super::{
-    CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
+    CollectionSummary, DUMP_COLLECTIONS, DumpError, RUN_EXTRAS_FILE, Summary, collection, io_err,
+    progress,
 };
 use crate::store::bson_map::{self, PgnDoc};
 use crate::store::mongo::SHOAL_RUN_FIELDS;
@@ -29,6 +30,14 @@ const RUN_PAGE: u64 = 20;
 pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summary, DumpError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let mut summary = Summary::default();
+    // shoal's own run fields go to a file of their own, written beside `runs.json`.
+    let extras_path = dir.join(RUN_EXTRAS_FILE);
+    let extras_tmp = dir.join(format!(".{RUN_EXTRAS_FILE}.tmp"));
+    let _ = std::fs::remove_file(&extras_tmp);
+    let mut extras = Extras {
+        out: BufWriter::new(create_private(&extras_tmp).map_err(io_err(&extras_tmp))?),
+        first: true,
+    };
     for name in DUMP_COLLECTIONS {
         let path = dir.join(format!("{name}.json"));
         let tmp = dir.join(format!(".{name}.json.tmp"));
@@ -51,7 +60,7 @@ pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summ
             Ok(())
         };
         match collection(name) {
-            Some(coll) => export_collection(store, coll, &mut s, &mut emit, &tmp)?,
+            Some(coll) => export_collection(store, coll, &mut s, &mut emit, &mut extras, &tmp)?,
             None => export_pgns(store, &mut s, &mut emit, &tmp)?,
         }
         out.write_all(if first { b"[\n]\n" } else { b"\n]\n" })
@@ -63,7 +72,31 @@ pub fn export(store: &dyn Store, dir: &Path, show_progress: bool) -> Result<Summ
         tracing::info!(collection = name, written = s.written, "exported");
         summary.collections.push(s);
     }
+    extras
+        .out
+        .write_all(if extras.first { b"[\n]\n" } else { b"\n]\n" })
+        .and_then(|()| extras.out.flush())
+        .map_err(io_err(&extras_tmp))?;
+    drop(extras);
+    std::fs::rename(&extras_tmp, &extras_path).map_err(io_err(&extras_path))?;
     Ok(summary)
+}
+
+/// The open `shoal_run_extras.json`: one `{"_id", <field>…}` line per run that has any of
+/// shoal's own run fields.
+struct Extras {
+    out: BufWriter<File>,
+    first: bool,
+}
+
+impl Extras {
+    fn write(&mut self, doc: &Doc) -> std::io::Result<()> {
+        self.out
+            .write_all(if self.first { b"[\n" } else { b",\n" })?;
+        self.first = false;
+        serde_json::to_writer(&mut self.out, doc)?;
+        Ok(())
+    }
 }
 
 /// A new file only its owner can read: a dump holds password hashes (and any legacy
@@ -84,6 +117,7 @@ fn export_collection(
     coll: Collection,
     s: &mut CollectionSummary,
     emit: &mut impl FnMut(&Document) -> std::io::Result<()>,
+    extras: &mut Extras,
     path: &Path,
 ) -> Result<(), DumpError> {
     let page = if coll == Collection::Runs {
@@ -141,11 +175,22 @@ fn export_collection(
                 && SHOAL_RUN_FIELDS.iter().any(|f| d.contains_key(*f))
             {
                 // shoal's own run fields (the trajectory the charts draw): Fishtest's run
-                // schema refuses them.
+                // schema refuses them, so they go to the extras file instead.
                 let mut run = d.clone();
-                for f in SHOAL_RUN_FIELDS {
-                    run.remove(*f);
+                let mut extra = Doc::new();
+                if let Some(id) = d.get("_id") {
+                    extra.insert("_id".into(), id.clone());
                 }
+                for f in SHOAL_RUN_FIELDS {
+                    if let Some(v) = run.remove(*f) {
+                        extra.insert((*f).to_string(), v);
+                    }
+                }
+                let extras_err = |e| DumpError::Io {
+                    path: path.with_file_name(RUN_EXTRAS_FILE),
+                    source: e,
+                };
+                extras.write(&extra).map_err(extras_err)?;
                 fishtest_doc = run;
                 &fishtest_doc
             } else {

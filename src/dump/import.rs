@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use super::read::{ReadError, for_each_document};
 use super::{
-    CollectionSummary, DUMP_COLLECTIONS, DumpError, Summary, collection, io_err, progress,
+    CollectionSummary, DUMP_COLLECTIONS, DumpError, RUN_EXTRAS_FILE, Summary, collection, io_err,
+    progress,
 };
 use crate::store::bson_map::{self, PgnDoc};
 use crate::store::{Collection, Doc, FISHTEST_KV_KEYS, Store, StoreError};
@@ -47,9 +48,10 @@ pub fn import(
     for entry in entries {
         let entry = entry.map_err(io_err(dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let known = name
-            .strip_suffix(".json")
-            .is_some_and(|stem| DUMP_COLLECTIONS.contains(&stem));
+        let known = name == RUN_EXTRAS_FILE
+            || name
+                .strip_suffix(".json")
+                .is_some_and(|stem| DUMP_COLLECTIONS.contains(&stem));
         if !known {
             summary.ignored_files.push(name);
         }
@@ -85,7 +87,48 @@ pub fn import(
         );
         summary.collections.push(sink.summary);
     }
+    import_run_extras(store, dir)?;
     Ok(summary)
+}
+
+/// Puts shoal's own run fields from `shoal_run_extras.json` (written by `shoal export`) back
+/// on their runs; a dump without the file (Fishtest's own) has nothing to put back, and an
+/// entry whose run is not in the store is passed over.
+fn import_run_extras(store: &dyn Store, dir: &Path) -> Result<(), DumpError> {
+    let path = dir.join(RUN_EXTRAS_FILE);
+    if !path.exists() {
+        return Ok(());
+    }
+    let file = File::open(&path).map_err(io_err(&path))?;
+    let mut restored = 0u64;
+    let read = for_each_document(BufReader::new(file), |v| {
+        let Value::Object(extra) = v else {
+            return Ok(());
+        };
+        let Some(id) = extra.get("_id").and_then(Value::as_str) else {
+            return Ok(());
+        };
+        let Some(mut run) = store.get(Collection::Runs, id)? else {
+            return Ok(());
+        };
+        for field in crate::store::mongo::SHOAL_RUN_FIELDS {
+            if let Some(value) = extra.get(*field) {
+                run.insert((*field).to_string(), value.clone());
+            }
+        }
+        store.put(Collection::Runs, &run)?;
+        restored = restored.saturating_add(1);
+        Ok(())
+    });
+    read.map_err(|e| match e {
+        ReadError::Json(message) => DumpError::Format {
+            path: path.clone(),
+            message,
+        },
+        ReadError::Store(e) => DumpError::Store(e),
+    })?;
+    tracing::info!(runs = restored, "shoal's own run fields restored");
+    Ok(())
 }
 
 /// Batches mapped documents into `put_many` calls (PGNs one by one: each is a blob).

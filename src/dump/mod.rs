@@ -48,6 +48,12 @@ pub use read::read_file;
 pub use summary::{CollectionSummary, NetsSummary, Summary};
 
 /// The files of a dump, in the order they are imported and exported.
+/// The file beside the collections that carries shoal's own run fields
+/// ([`crate::store::mongo::SHOAL_RUN_FIELDS`]: the charts' history), which Fishtest's run schema
+/// refuses in `runs.json`: a JSON array of `{"_id": <run id>, <field>: …}`. Fishtest never
+/// reads it; `shoal import` puts the fields back on their runs.
+pub const RUN_EXTRAS_FILE: &str = "shoal_run_extras.json";
+
 pub const DUMP_COLLECTIONS: [&str; 10] = [
     "users",
     "nns",
