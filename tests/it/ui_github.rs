@@ -648,3 +648,85 @@ async fn approval_marks_a_master_bases_tested_nets_is_master_and_the_page_warns_
     // The base's nets are not the test's new nets: no test records were added to them.
     assert!(small_doc.get("first_test").is_none(), "{small_doc}");
 }
+
+/// The review's two-step: a submission by branch name refused (a bad arch filter) comes back
+/// with what was typed only, so changing the branch and resubmitting resolves the new branch
+/// through GitHub (its net never uploaded is caught), never tests the first branch's commit.
+#[tokio::test]
+async fn a_refused_submission_by_branch_comes_back_as_typed_and_the_next_one_is_resolved_again() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+
+    let page = submit(
+        &mut b,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "lmr-tweak"),
+            ("checkbox-arch-filter", "on"),
+            ("arch-filter", "(bad"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "arch-filter").contains("Invalid arch filter"));
+    let fields = form_fields(&page.body);
+    let value = |k: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    for k in [
+        "resolved_new",
+        "resolved_base",
+        "msg_new",
+        "msg_base",
+        "new_nets",
+        "base_nets",
+        "new_signature",
+        "base_signature",
+        "master_repo",
+    ] {
+        assert_eq!(value(k), "", "{k} was not typed, the form must not fill it");
+    }
+    assert_eq!(value("new_tag"), "lmr-tweak");
+    assert_eq!(value("tests_repo"), FORK_URL);
+
+    // Step two: another branch, the filter fixed. new-net's small net was never uploaded.
+    let step2 = with(
+        &fields,
+        &[
+            ("new_tag", "new-net"),
+            ("arch-filter", "x86"),
+            ("run-info", "I meant new-net"),
+        ],
+    );
+    let page = post_form(&mut b, &step2).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(
+        error_at(&page.body, "new_nets").contains("nn-9999aaaabbbb.nnue"),
+        "{}",
+        page.body
+    );
+    assert_eq!(run_count(&server), 0);
+
+    // Uploaded: the run tests new-net's commit, bench and nets.
+    record_nets(&server, &["nn-9999aaaabbbb.nnue"]);
+    let id = created(&post_form(&mut b, &with(&form_fields(&page.body), &[])).await);
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    let a = &run["args"];
+    assert_eq!(a["new_tag"], "new-net");
+    assert_eq!(
+        a["resolved_new"],
+        "dddd000000000000000000000000000000000001"
+    );
+    assert_eq!(a["new_signature"], "1777777");
+    assert_eq!(
+        a["new_nets"],
+        json!(["nn-1c0000000000.nnue", "nn-9999aaaabbbb.nnue"])
+    );
+    assert_eq!(a["info"], "I meant new-net");
+}

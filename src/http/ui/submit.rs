@@ -267,6 +267,10 @@ pub async fn submit(
     let mut behind = None;
     let presetting = !f.apply_preset.trim().is_empty();
     let typed_repo = !f.tests_repo.trim().is_empty();
+    // What the developer typed: a refused submission by branch name comes back with these
+    // alone, never with what GitHub resolved (SHAs, subjects, benches, nets) written into
+    // "Advanced", which would make the next submission a by-hand one with stale commits.
+    let mut typed = None;
     if primary
         && !presetting
         && let Some(user) = &ctx.user
@@ -275,6 +279,7 @@ pub async fn submit(
             let wanted = submit_github::wanted(&f, user);
             match state.github.resolve_submission(&wanted).await {
                 Ok(r) => {
+                    typed = Some(f.clone());
                     submit_github::apply(&mut f, &r);
                     from_github = true;
                     behind = r.behind_by.filter(|b| *b > crate::github::BEHIND_WARNING);
@@ -320,6 +325,7 @@ pub async fn submit(
             return render(db, ctx, f, FieldErrors::new(), flashes, extras);
         }
         let refused = |f: RunForm, errors: FieldErrors, general: Vec<Flash>, extras: Extras| {
+            let f = typed.clone().unwrap_or(f);
             let mut flashes = vec![Flash::error(
                 "The test was not submitted: see the messages below.",
             )];
