@@ -84,6 +84,7 @@ pub(super) enum Got {
 pub(super) struct Client {
     http: reqwest::Client,
     token: Option<Secret>,
+    timeout: Duration,
     timeout_s: u64,
     /// The quota as the last API reply stated it, and when.
     quota: Mutex<Option<(Quota, std::time::Instant)>>,
@@ -93,6 +94,11 @@ pub(super) struct Client {
 }
 
 impl Client {
+    /// The timeout of one call (`github_timeout_s`).
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(super) fn new(
         timeout: Duration,
         token: Option<Secret>,
@@ -108,6 +114,7 @@ impl Client {
         Ok(Client {
             http,
             token,
+            timeout,
             timeout_s: timeout.as_secs().max(1),
             quota: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),

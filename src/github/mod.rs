@@ -5,7 +5,7 @@
 //!
 //! Files: `books.rs` (the official book list read and each new book's checksum checked),
 //! `submit.rs` (a submission by branch name resolved, every problem against its
-//! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
+//! field), `given.rs` (commits given by hand checked the same way when GitHub answers), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
 //! replies, pure), `diffs.rs` (a run's diff fetched once and kept with it), `master.rs` (official master and its bench, refreshed by a job, kept in the
 //! store), `error.rs` (`GithubError`, in words a developer can act on).
@@ -17,6 +17,7 @@ mod books;
 mod client;
 mod diffs;
 mod error;
+mod given;
 mod master;
 pub mod parse;
 mod submit;
@@ -31,6 +32,7 @@ pub use client::Quota;
 use client::{Client, Got};
 pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, MAX_DIFF_BYTES, Pruned, StoredDiff};
 pub use error::GithubError;
+pub use given::{Given, Vetted};
 pub use master::{Master, MasterRefresh};
 pub use parse::RepoName;
 pub use submit::{BEHIND_WARNING, FORK_REQUIRED_SINCE, Field, Problem, Resolved, Side, Wanted};

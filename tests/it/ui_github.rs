@@ -486,6 +486,8 @@ async fn commits_by_hand_with_no_repository_and_a_master_base_bench_checked() {
 async fn nets_are_checked_on_every_path() {
     let fake = FakeGithub::start().await;
     let server = server_with(&fake).await;
+    // The fixture's commits name these (a side left empty reads them).
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
     let mut b = logged_in(&server, "alice").await;
     let missing = "nn-0123456789ab.nnue";
     // Commits and nets by hand.
@@ -495,8 +497,8 @@ async fn nets_are_checked_on_every_path() {
             ("tests_repo", FORK_URL),
             ("new_tag", "x"),
             ("base_tag", "old-base"),
-            ("resolved_new", &sha('b')),
-            ("resolved_base", &sha('a')),
+            ("resolved_new", "aaaa000000000000000000000000000000000001"),
+            ("resolved_base", "bbbb000000000000000000000000000000000001"),
             ("new_signature", "1893224"),
             ("base_signature", "1947203"),
             ("new_nets", missing),
@@ -507,8 +509,7 @@ async fn nets_are_checked_on_every_path() {
     assert_eq!(page.status, 200);
     assert!(error_at(&page.body, "new_nets").contains(&format!("following net(s): {missing}")));
     // The API.
-    let mut args = crate::fleet::sprt_args(0.0, 2.0);
-    args["base_nets"] = json!([missing]);
+    let args = api_args(&[("base_nets", json!([missing]))]);
     let (status, v) = server
         .post_json(
             "/api/create_run",
@@ -729,4 +730,188 @@ async fn a_refused_submission_by_branch_comes_back_as_typed_and_the_next_one_is_
         json!(["nn-1c0000000000.nnue", "nn-9999aaaabbbb.nnue"])
     );
     assert_eq!(a["info"], "I meant new-net");
+}
+
+/// `/api/create_run`'s arguments for the fixture's commits (lmr-tweak against master, the
+/// official repository, master's bench), with `changes`.
+fn api_args(changes: &[(&str, Value)]) -> Value {
+    let mut args = crate::fleet::sprt_args(0.0, 2.0);
+    args["new_tag"] = json!("lmr-tweak");
+    args["resolved_new"] = json!("aaaa000000000000000000000000000000000001");
+    args["resolved_base"] = json!("3333333333333333333333333333333333333333");
+    args["new_signature"] = json!("1893224");
+    args["base_signature"] = json!("1947203");
+    for (k, v) in changes {
+        args[*k] = v.clone();
+    }
+    args
+}
+
+async fn api_create(server: &TestServer, user: &str, args: &Value) -> (u16, Value) {
+    server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": user, "password": crate::fleet::PASSWORD, "args": args}),
+        )
+        .await
+}
+
+fn api_error(v: &Value) -> String {
+    v["error"].as_str().unwrap_or_default().to_string()
+}
+
+/// With GitHub answering, commits given by hand (the form's "Advanced"), reruns and
+/// `/api/create_run` follow the rules of a submission by branch: the fork rule with
+/// `master_repo` computed by the server, commits that exist, nets left empty read from the
+/// commit, a master base's bench checked (a bench that is not one refused), a rerun of a run
+/// that exists, at most 16 nets a side.
+#[tokio::test]
+async fn commits_by_hand_reruns_and_the_api_follow_the_github_rules() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "veteran", &[]);
+    registered_at(&server, "veteran", "2024-06-30T23:59:59.000Z");
+    let nets = ["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"];
+    record_nets(&server, &nets);
+    let stranger = api_args(&[
+        ("tests_repo", json!("https://github.com/stranger/Engine")),
+        ("base_tag", json!("main")),
+        (
+            "resolved_new",
+            json!("ffff000000000000000000000000000000000001"),
+        ),
+        (
+            "resolved_base",
+            json!("ffff000000000000000000000000000000000001"),
+        ),
+        ("new_nets", json!(nets)),
+        ("base_nets", json!(nets)),
+        (
+            "master_repo",
+            json!("https://github.com/official-stockfish/Stockfish"),
+        ),
+    ]);
+
+    // The fork rule on the API: refused for a new account, warned for an older one, whose
+    // run records the network's root (whatever the client said).
+    let (status, v) = api_create(&server, "alice", &stranger).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        api_error(&v).contains("tests_repo: stranger/Engine is neither"),
+        "{v}"
+    );
+    let (status, v) = api_create(&server, "veteran", &stranger).await;
+    assert_eq!(status, 200, "{v}");
+    let old = v["run_id"].as_str().expect("run_id").to_string();
+    let (_, run) = server.get_json(&format!("/api/get_run/{old}")).await;
+    assert_eq!(
+        run["args"]["master_repo"],
+        "https://github.com/stranger/Engine"
+    );
+
+    // A rerun of it by the new account: refused at the repository; nothing created.
+    let mut alice = logged_in(&server, "alice").await;
+    let page = alice.get(&format!("/tests/run?id={old}")).await;
+    let page = post_form(&mut alice, &form_fields(&page.body)).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "tests_repo").contains("nor a fork of it"));
+    // "Advanced" by hand, the same.
+    let page = submit(
+        &mut alice,
+        &[
+            ("tests_repo", "https://github.com/stranger/Engine"),
+            ("new_tag", "main"),
+            ("base_tag", "main"),
+            ("resolved_new", "ffff000000000000000000000000000000000001"),
+            ("resolved_base", "ffff000000000000000000000000000000000001"),
+            ("new_signature", "1000000"),
+            ("base_signature", "1000000"),
+            ("new_nets", nets[0]),
+            ("base_nets", nets[0]),
+            ("run-info", "by hand"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "tests_repo").contains("nor a fork of it"));
+    assert_eq!(run_count(&server), 1);
+
+    // A commit GitHub does not know, by hand and through the API.
+    let unknown = "0123456789012345678901234567890123456789";
+    let page = submit(
+        &mut alice,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "x"),
+            ("resolved_new", unknown),
+            ("resolved_base", "3333333333333333333333333333333333333333"),
+            ("new_signature", "1893224"),
+            ("base_signature", "1947203"),
+            ("run-info", "by hand"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    error_at(&page.body, "resolved_new");
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("resolved_new", json!(unknown))]),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        api_error(&v).contains("resolved_new: GitHub knows no"),
+        "{v}"
+    );
+
+    // The base bench through the API: not master's, leading zeros, too large.
+    for (bench, words) in [
+        ("1234567", "is not the bench of master"),
+        ("00000000000000000000000001947203", "without leading zeros"),
+        ("99999999999999999999999", "too large"),
+        ("18446744073709551616", "too large"),
+    ] {
+        let (status, v) = api_create(
+            &server,
+            "alice",
+            &api_args(&[("base_signature", json!(bench))]),
+        )
+        .await;
+        assert_eq!(status, 400, "{bench}: {v}");
+        assert!(api_error(&v).contains(words), "{bench}: {v}");
+    }
+    // Too many nets.
+    let many: Vec<String> = (0..17).map(|i| format!("nn-{i:012x}.nnue")).collect();
+    let (status, v) = api_create(&server, "alice", &api_args(&[("new_nets", json!(many))])).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(api_error(&v).contains("at most 16 per side"), "{v}");
+    // A rerun of a run that does not exist.
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("rescheduled_from", json!("0123456789abcdef01234567"))]),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(api_error(&v).contains("no run"), "{v}");
+    assert_eq!(run_count(&server), 1);
+
+    // Nets left out are read from the commits; a fork's run has no master_repo, whatever
+    // the client sent.
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[
+            ("tests_repo", json!(FORK_URL)),
+            ("master_repo", json!("https://github.com/stranger/Engine")),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id");
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert_eq!(run["args"]["new_nets"], json!(nets));
+    assert_eq!(run["args"]["base_nets"], json!(nets));
+    assert!(run["args"].get("master_repo").is_none(), "{}", run["args"]);
 }

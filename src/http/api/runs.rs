@@ -22,6 +22,7 @@ use utoipa::ToSchema;
 use super::call::{ClientAddr, bad};
 use super::schema::ErrorReply;
 use crate::http::auth::{bearer, cred, token_gate, with_cred};
+use crate::http::error::ApiError;
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiReply, ApiResult};
 use crate::http::run_id::RunId;
@@ -110,14 +111,58 @@ pub async fn create_run(
         crate::http::limits::check(&state, &scope, &ctx)?;
     }
     let cred = cred(&headers, ip, req.username, req.password)?;
-    let args = req.args;
+    let mut args = req.args;
+    // Who submits: the credentials checked once, before GitHub is asked anything.
+    let user = with_cred(&state, cred, "create_run", true, |_, user| Ok(user)).await?;
+    // The rules of the form's commits by hand, when GitHub answers (`github::given`): the
+    // fork rule and `master_repo` (the server's, never the client's), the commits exist,
+    // nets left empty read from them, a master base's bench checked.
+    args.master_repo = None;
+    let given = crate::github::Given {
+        tests_repo: args.tests_repo.trim().to_string(),
+        new_sha: args.resolved_new.clone(),
+        base_sha: args.resolved_base.clone(),
+        base_is_master: args.base_tag.trim() == "master",
+        base_bench: args.base_signature.clone(),
+        read_new_nets: args.new_nets.is_empty(),
+        read_base_nets: args.base_nets.is_empty(),
+        registered_at: user.registration_time.0.timestamp(),
+    };
+    let vetted = state.github.vet_given(&given).await.map_err(|problems| {
+        let words: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.field.arg(), p.message))
+            .collect();
+        ApiError::BadRequest(words.join("; "))
+    })?;
+    args.master_repo = vetted.master_repo;
+    if let Some(n) = vetted.new_nets {
+        args.new_nets = n;
+    }
+    if let Some(n) = vetted.base_nets {
+        args.base_nets = n;
+    }
+    let compared = (
+        args.tests_repo.clone(),
+        args.resolved_base.clone(),
+        args.resolved_new.clone(),
+    );
     let nets = state.nets.clone();
-    let run_id = with_cred(&state, cred, "create_run", true, move |db, user| {
-        crate::rundb::create::check_nets(&args, |n| nets.known(n).unwrap_or(false))
-            .map_err(crate::rundb::RunDbError::BadArgs)?;
-        db.create_run(args, &user)
-    })
-    .await?;
+    let st = state.clone();
+    let run_id = state
+        .offload
+        .run(move || -> ApiResult<String> {
+            crate::rundb::create::check_nets(&args, |n| nets.known(n).unwrap_or(false))
+                .map_err(crate::rundb::RunDbError::BadArgs)?;
+            Ok(st.rundb.create_run(args, &user)?)
+        })
+        .await??;
+    // The diff and the ancestry warnings, kept with the run in the background, as for the
+    // form's runs.
+    let (repo, base, new) = compared;
+    state
+        .github
+        .keep_diff_in_background(run_id.clone(), repo, base, new);
     Ok(reply(&CreateRunReply { run_id }))
 }
 

@@ -253,6 +253,8 @@ pub async fn submit(
 ) -> Response {
     // A body that is not this form is an empty one: its missing token refuses it.
     let mut f = form_or_default(form);
+    // `master_repo` is the server's to compute (GitHub's fork network), never the client's.
+    f.master_repo.clear();
     let token = f.csrf_token.clone();
     let input = Input::post(&state, &headers, token);
     let keys = input.keys.clone();
@@ -287,14 +289,17 @@ pub async fn submit(
                 Err(p) => problems = Some(p),
             }
         } else {
-            // Commits given by hand, or a rerun's: no GitHub resolution, but the same
-            // tests repository default and the same check of a master base's bench (skipped
-            // when GitHub cannot say).
+            // Commits given by hand, or a rerun's: no resolution, but the same tests
+            // repository default and, when GitHub answers, the same rules (the fork rule,
+            // the commits exist, nets left empty read from them, a master base's bench).
             submit_github::default_repo(&mut f, user, &state.github.official().url());
-            if f.rescheduled_from.trim().is_empty() {
-                problems = submit_github::check_base_bench(&state.github, &f)
-                    .await
-                    .map(|p| vec![p]);
+            match state
+                .github
+                .vet_given(&submit_github::given(&f, user))
+                .await
+            {
+                Ok(v) => submit_github::apply_vetted(&mut f, &v),
+                Err(p) => problems = Some(p),
             }
         }
     }
