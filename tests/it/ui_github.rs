@@ -915,3 +915,50 @@ async fn commits_by_hand_reruns_and_the_api_follow_the_github_rules() {
     assert_eq!(run["args"]["base_nets"], json!(nets));
     assert!(run["args"].get("master_repo").is_none(), "{}", run["args"]);
 }
+
+/// Gives a recorded net both test records (it was tested before).
+fn tested(server: &TestServer, name: &str) {
+    let store = open_store(&server.data_dir).expect("store");
+    let mut doc = store
+        .get(shoal::store::Collection::Nns, name)
+        .unwrap()
+        .unwrap();
+    let test =
+        json!({"id": "64e74776233fd5e4ae5d9a65", "date": {"$date": "2025-01-01T00:00:00.000Z"}});
+    doc.insert("first_test".into(), test.clone());
+    doc.insert("last_test".into(), test);
+    store.put(shoal::store::Collection::Nns, &doc).unwrap();
+}
+
+/// A base net typed by hand (here through `/api/create_run`) is never marked `is_master`,
+/// even on a master base: only the nets the base commit's sources name are.
+#[tokio::test]
+async fn a_base_net_typed_by_hand_is_never_marked_is_master() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "boss", &["--approver"]);
+    let (big, typed) = ("nn-1c0000000000.nnue", "nn-abcdefabcdef.nnue");
+    record_nets(&server, &[big, "nn-37f18f62d772.nnue", typed]);
+    tested(&server, big);
+    tested(&server, typed);
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("base_nets", json!([big, typed]))]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id").to_string();
+    crate::fleet::approve(&server, "boss", &id).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while net_doc(&server, big).get("is_master").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "never marked: {}",
+            net_doc(&server, big)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let doc = net_doc(&server, typed);
+    assert!(doc.get("is_master").is_none(), "{doc}");
+}

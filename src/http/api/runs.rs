@@ -216,8 +216,9 @@ pub async fn approve_run(
 }
 
 /// After an approval, in the background (the approver does not wait for GitHub): when the
-/// run's base commit is on official master, its nets get `is_master` (Fishtest's approval;
-/// `nets::mark_master` skips a net never tested, as Fishtest's schema requires).
+/// run's base commit is on official master, its nets that the base commit's sources name get
+/// `is_master` (Fishtest's approval; `nets::mark_master` skips a net never tested, as
+/// Fishtest's schema requires).
 pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
     let state = Arc::clone(state);
     tokio::spawn(async move {
@@ -237,6 +238,27 @@ pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
         };
         let names = run.args.base_nets.clone();
         if names.is_empty() || state.github.on_master(&run.args.resolved_base).await != Some(true) {
+            return;
+        }
+        // Only the nets the base commit's own sources name (read from official master's
+        // network, where the base is): nets typed by hand for the base are never marked.
+        let github = &state.github;
+        let read = match github
+            .nets(github.official(), &run.args.resolved_base)
+            .await
+        {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::info!(run = %run_id, error = %e, "is_master not set: base nets not read");
+                return;
+            }
+        };
+        let (names, typed): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|n| read.contains(n));
+        if !typed.is_empty() {
+            tracing::info!(run = %run_id, ?typed, "base nets not in the base commit's sources: not marked is_master");
+        }
+        if names.is_empty() {
             return;
         }
         let nets = state.nets.clone();
