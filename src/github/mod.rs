@@ -30,7 +30,7 @@ use serde_json::Value;
 pub use books::{BOOKS_REPO, BookCheck, book_sri};
 pub use client::Quota;
 use client::{Client, Got};
-pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, MAX_DIFF_BYTES, Pruned, StoredDiff};
+pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, DIFF_RETRY, MAX_DIFF_BYTES, Pruned, StoredDiff};
 pub use error::GithubError;
 pub use given::{Given, Vetted};
 pub use master::{Master, MasterRefresh};
@@ -121,6 +121,9 @@ pub struct Github {
     /// The master SHA last written to the store (`master.rs`): a write that failed is made
     /// again at the next refresh, even when master did not change.
     master_stored: parking_lot::Mutex<Option<String>>,
+    /// When a run's diff was last asked for again from its page (`diffs.rs`: a failed first
+    /// attempt is retried at most every [`DIFF_RETRY`]).
+    diff_retried: parking_lot::Mutex<diffs::Retries>,
     store: SharedStore,
     offload: Offload,
     ledger: Arc<Ledger>,
@@ -148,6 +151,7 @@ impl Github {
             )?,
             master: arc_swap::ArcSwapOption::empty(),
             master_stored: parking_lot::Mutex::new(None),
+            diff_retried: parking_lot::Mutex::new(diffs::Retries::default()),
             store,
             offload,
             ledger,

@@ -962,3 +962,45 @@ async fn a_base_net_typed_by_hand_is_never_marked_is_master() {
     let doc = net_doc(&server, typed);
     assert!(doc.get("is_master").is_none(), "{doc}");
 }
+
+/// A run created through `/api/create_run` gets its diff kept like the form's; when GitHub
+/// failed at that moment, viewing the run page asks again (in the background) once it answers.
+#[tokio::test]
+async fn an_api_runs_diff_is_kept_and_asked_for_again_after_github_failed() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+    // GitHub failing: created (the checks skipped), no diff kept.
+    fake.set_mode(Mode::ServerError);
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("tests_repo", json!(FORK_URL))]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id").to_string();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let compare = "/repos/dev-one/Stockfish/compare/\
+        3333333333333333333333333333333333333333...aaaa000000000000000000000000000000000001";
+    assert!(
+        fake.hits(&format!("{compare} (diff)")) >= 1,
+        "asked once at creation"
+    );
+    // GitHub back: the page's next view asks again, and the diff comes.
+    fake.set_mode(Mode::Normal);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = b.get(&format!("/tests/view/{id}")).await;
+        if page.body.contains("class=\"run-diff\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the diff never came: {}",
+            page.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -234,12 +234,24 @@ pub async fn view(
     let id = id.parse::<RunId>();
     let github = state.github.clone();
     let ledger = state.ledger.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let (retry_tx, retry_rx) = tokio::sync::oneshot::channel::<[String; 4]>();
+    let response = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let following = super::follows::following(&ledger, ctx, &run.id)?;
         let table = table?;
         let heading = page_title(&run);
         let kept = github.stored_diff_blocking(&run.id);
+        // No diff kept, or no ancestry with it (GitHub failed at creation): an unfinished
+        // run's are asked for again after the page (rate-limited by the component).
+        if !run.finished && kept.as_ref().is_none_or(|k| k.ancestry.is_none()) {
+            let a = &run.args;
+            let _ = retry_tx.send([
+                run.id.clone(),
+                a.tests_repo.clone(),
+                a.resolved_base.clone(),
+                a.resolved_new.clone(),
+            ]);
+        }
         let diff = kept.as_ref().map(super::run_diff::view);
         let compare_url = super::run_diff::compare_url(&run);
         let mut warnings = warnings(&run, &db.books());
@@ -276,7 +288,11 @@ pub async fn view(
         };
         Page::ok(&p)
     })
-    .await
+    .await;
+    if let Ok([id, repo, base, new]) = retry_rx.await {
+        state.github.retry_diff(id, repo, base, new);
+    }
+    response
 }
 
 /// `?follow=1`, where the submit form sends the browser after creating a run.
