@@ -86,6 +86,8 @@ pub(super) struct Client {
     token: Option<Secret>,
     timeout: Duration,
     timeout_s: u64,
+    /// When a call last timed out (cleared by the next reply): GitHub is known slow or down.
+    timed_out_at: Mutex<Option<std::time::Instant>>,
     /// The quota as the last API reply stated it, and when.
     quota: Mutex<Option<(Quota, std::time::Instant)>>,
     kept: Mutex<HashMap<String, Kept>>,
@@ -94,6 +96,13 @@ pub(super) struct Client {
 }
 
 impl Client {
+    /// Whether a call timed out within `window` and no reply came since.
+    pub(super) fn timed_out_within(&self, window: Duration) -> bool {
+        self.timed_out_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < window)
+    }
+
     /// The timeout of one call (`github_timeout_s`).
     pub(super) fn timeout(&self) -> Duration {
         self.timeout
@@ -116,6 +125,7 @@ impl Client {
             token,
             timeout,
             timeout_s: timeout.as_secs().max(1),
+            timed_out_at: Mutex::new(None),
             quota: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
             store,
@@ -172,6 +182,7 @@ impl Client {
             };
             metrics::counter!("shoal_github_requests_total", "status" => reply.status().as_u16().to_string())
                 .increment(1);
+            *self.timed_out_at.lock() = None;
             let status = reply.status();
             let quota = if api {
                 Quota::from_headers(reply.headers())
@@ -259,6 +270,7 @@ impl Client {
 
     fn transport_error(&self, e: &reqwest::Error) -> GithubError {
         if e.is_timeout() {
+            *self.timed_out_at.lock() = Some(std::time::Instant::now());
             GithubError::Timeout(self.timeout_s)
         } else {
             // The URL is ours (no token in it); the error's source says what failed.

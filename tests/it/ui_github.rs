@@ -1004,3 +1004,55 @@ async fn an_api_runs_diff_is_kept_and_asked_for_again_after_github_failed() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// GitHub slow past its timeout: a submission by branch comes back within the overall bound
+/// (twice `github_timeout_s`), and commits given by hand right after do not wait for it.
+#[tokio::test]
+async fn a_slow_github_bounds_the_submission_and_commits_by_hand_do_not_wait() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await; // github_timeout_s = 2 (the harness)
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+    fake.set_mode(Mode::Slow(Duration::from_secs(10)));
+    let started = Instant::now();
+    let page = submit(
+        &mut b,
+        &[("tests_repo", FORK_URL), ("new_tag", "lmr-tweak")],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(
+        page.body.contains("You can still submit the test"),
+        "{}",
+        page.body
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(5500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    created(
+        &submit(
+            &mut b,
+            &[
+                ("tests_repo", FORK_URL),
+                ("new_tag", "lmr-tweak"),
+                ("resolved_new", "aaaa000000000000000000000000000000000001"),
+                ("resolved_base", "3333333333333333333333333333333333333333"),
+                ("new_signature", "1893224"),
+                ("base_signature", "1947203"),
+                ("new_nets", "nn-1c0000000000.nnue"),
+                ("base_nets", "nn-1c0000000000.nnue"),
+                ("run-info", "GitHub is slow"),
+            ],
+        )
+        .await,
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+}
