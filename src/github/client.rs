@@ -86,7 +86,8 @@ pub(super) struct Client {
     token: Option<Secret>,
     timeout: Duration,
     timeout_s: u64,
-    /// When a call last timed out (cleared by the next reply): GitHub is known slow or down.
+    /// When a call last failed to get any reply, timed out or unreachable (cleared by the
+    /// next reply): GitHub is known slow or down.
     timed_out_at: Mutex<Option<std::time::Instant>>,
     /// The quota as the last API reply stated it, and when.
     quota: Mutex<Option<(Quota, std::time::Instant)>>,
@@ -96,7 +97,8 @@ pub(super) struct Client {
 }
 
 impl Client {
-    /// Whether a call timed out within `window` and no reply came since.
+    /// Whether a call got no reply (timed out, unreachable) within `window`, and no reply
+    /// came since.
     pub(super) fn timed_out_within(&self, window: Duration) -> bool {
         self.timed_out_at
             .lock()
@@ -269,8 +271,8 @@ impl Client {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> GithubError {
+        *self.timed_out_at.lock() = Some(std::time::Instant::now());
         if e.is_timeout() {
-            *self.timed_out_at.lock() = Some(std::time::Instant::now());
             GithubError::Timeout(self.timeout_s)
         } else {
             // The URL is ours (no token in it); the error's source says what failed.

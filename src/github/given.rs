@@ -5,7 +5,7 @@
 //! both commits existing in the repository, the nets each side left empty read from the
 //! commit's sources, and a master base's bench checked against master's. When GitHub cannot
 //! answer (down, slow, rate-limited), nothing is checked: that is what the fields by hand are
-//! for; after a call timed out (GitHub known slow) they are not even tried for a minute.
+//! for; after a call got no reply (GitHub known slow or down) they are not even tried for a minute.
 //!
 //! Must not: check the nets against the ones uploaded (the caller asks `nets`), create
 //! anything, or wait longer than [`Github::submission_deadline`].
@@ -13,8 +13,8 @@
 use super::submit::{FORK_REQUIRED_SINCE, Field, Problem};
 use super::{Github, GithubError, RepoInfo, parse};
 
-/// After a GitHub call timed out, for this long (unless a reply came since) commits given
-/// by hand are not checked: the submission does not wait for a GitHub known to be down.
+/// After a GitHub call got no reply (timed out, unreachable), for this long (unless a reply
+/// came since) commits given by hand are not checked: the submission does not wait for a GitHub known to be down.
 pub const KNOWN_DOWN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The commits of a submission given by hand.
@@ -104,10 +104,10 @@ impl Github {
     /// Checks commits given by hand (see the module's comment), within
     /// [`Github::submission_deadline`]; `Err` lists every problem found.
     pub async fn vet_given(&self, g: &Given) -> Result<Vetted, Vec<Problem>> {
-        // GitHub known slow or down (a call timed out in the last minute, no reply since):
+        // GitHub known slow or down (a call got no reply in the last minute, none since):
         // the submission by hand does not wait for it.
         if self.client.timed_out_within(KNOWN_DOWN) {
-            tracing::info!("commits given by hand not checked: GitHub timed out recently");
+            tracing::info!("commits given by hand not checked: GitHub did not answer recently");
             return Ok(Vetted::default());
         }
         match tokio::time::timeout(self.submission_deadline(), self.vet_given_now(g)).await {
