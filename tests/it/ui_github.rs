@@ -614,6 +614,16 @@ async fn approval_marks_a_master_bases_tested_nets_is_master_and_the_page_warns_
         "{}",
         page.body
     );
+    // With the spec's base diff link: official master against the base.
+    assert!(
+        page.body.contains(
+            "Warning: base is not an ancestor of master: <a href=\"https://github.com/official-stockfish/Stockfish/compare/\
+             3333333333333333333333333333333333333333...dev-one:bbbb000000000000000000000000000000000001\" \
+             rel=\"noopener\">base diff</a>"
+        ),
+        "{}",
+        page.body
+    );
     // A base on master that the new commit grows from: no such warning.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -106,6 +106,9 @@ pub struct RunPage<'a> {
     pub diff: Option<super::run_diff::DiffView>,
     /// The same comparison on GitHub.
     pub compare_url: Option<String>,
+    /// With the warning that the base is not on master: official master compared with the
+    /// base on GitHub (the spec's "base diff" link).
+    pub base_diff_url: Option<String>,
     pub script: String,
     /// Whether the viewer follows the run (`None`: a visitor, no button).
     pub following: Option<bool>,
@@ -256,8 +259,16 @@ pub async fn view(
         let compare_url = super::run_diff::compare_url(&run);
         let mut warnings = warnings(&run, &db.books());
         // Where the base stood against master and the new commit, found with the diff.
+        let mut base_diff_url = None;
         if let Some(a) = kept.and_then(|k| k.ancestry) {
             warnings.extend(a.warnings().into_iter().map(str::to_string));
+            if !a.on_master {
+                base_diff_url = super::run_diff::base_diff_url(
+                    &run,
+                    github.official(),
+                    github.master().as_deref(),
+                );
+            }
         }
         let d = detail(&run);
         let all = tasks(&run);
@@ -284,6 +295,7 @@ pub async fn view(
             script: asset("refresh.js"),
             diff,
             compare_url,
+            base_diff_url,
             following,
         };
         Page::ok(&p)
