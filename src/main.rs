@@ -47,9 +47,9 @@ enum Command {
         config: Option<PathBuf>,
         /// The file, named nn-<first 12 hex digits of its sha256>.nnue (or .nnue.gz, gzipped).
         file: PathBuf,
-        /// Recorded as the net's uploader: a user name by Fishtest's rule (`[A-Za-z0-9]{2,}`),
-        /// which its net schema requires.
-        #[arg(long, default_value = "shoal")]
+        /// The net's uploader: an existing account (Fishtest's username rule,
+        /// `[A-Za-z0-9]{2,}`, as every net record needs).
+        #[arg(long)]
         user: String,
     },
     /// Check a settings file and print the effective configuration.
@@ -303,13 +303,6 @@ fn main() -> ExitCode {
             }
         }
         Command::Nn { config, file, user } => {
-            if !shoal::accounts::valid_username(&user) {
-                eprintln!(
-                    "error: --user {user:?} is not a user name (letters and digits, at least 2): \
-                     Fishtest's net records require one"
-                );
-                return ExitCode::from(2);
-            }
             let config = match load(config.as_ref()) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -317,8 +310,10 @@ fn main() -> ExitCode {
             let result = shoal::app::open_store(&config)
                 .map_err(|e| e.to_string())
                 .and_then(|store| {
-                    let added = shoal::nets::add(&store, &config.nets_dir(), &file, &user)
-                        .map_err(|e| e.to_string());
+                    let added = uploader_exists(&store, &user).and_then(|()| {
+                        shoal::nets::add(&store, &config.nets_dir(), &file, &user)
+                            .map_err(|e| e.to_string())
+                    });
                     store.close().map_err(|e| e.to_string())?;
                     added
                 });
@@ -403,4 +398,28 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
     }
+}
+
+/// `shoal nn --user`: an existing account whose name keeps Fishtest's rule (a net's `user`
+/// must).
+fn uploader_exists(store: &shoal::store::SharedStore, user: &str) -> Result<(), String> {
+    if !shoal::accounts::valid_username(user) {
+        return Err(format!(
+            "--user {user:?}: not a username (letters and digits, at least two: Fishtest's net \
+             records require one)"
+        ));
+    }
+    let q = shoal::store::Query::new()
+        .with(shoal::store::Cond::Eq(
+            "username".into(),
+            serde_json::json!(user),
+        ))
+        .limit(1);
+    let found = store
+        .find(shoal::store::Collection::Users, &q)
+        .map_err(|e| e.to_string())?;
+    if found.is_empty() {
+        return Err(format!("--user {user:?}: no such user"));
+    }
+    Ok(())
 }

@@ -84,7 +84,11 @@ pub(super) enum Got {
 pub(super) struct Client {
     http: reqwest::Client,
     token: Option<Secret>,
+    timeout: Duration,
     timeout_s: u64,
+    /// When a call last failed to get any reply, timed out or unreachable (cleared by the
+    /// next reply): GitHub is known slow or down.
+    timed_out_at: Mutex<Option<std::time::Instant>>,
     /// The quota as the last API reply stated it, and when.
     quota: Mutex<Option<(Quota, std::time::Instant)>>,
     kept: Mutex<HashMap<String, Kept>>,
@@ -93,6 +97,19 @@ pub(super) struct Client {
 }
 
 impl Client {
+    /// Whether a call got no reply (timed out, unreachable) within `window`, and no reply
+    /// came since.
+    pub(super) fn timed_out_within(&self, window: Duration) -> bool {
+        self.timed_out_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < window)
+    }
+
+    /// The timeout of one call (`github_timeout_s`).
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(super) fn new(
         timeout: Duration,
         token: Option<Secret>,
@@ -108,7 +125,9 @@ impl Client {
         Ok(Client {
             http,
             token,
+            timeout,
             timeout_s: timeout.as_secs().max(1),
+            timed_out_at: Mutex::new(None),
             quota: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
             store,
@@ -165,6 +184,7 @@ impl Client {
             };
             metrics::counter!("shoal_github_requests_total", "status" => reply.status().as_u16().to_string())
                 .increment(1);
+            *self.timed_out_at.lock() = None;
             let status = reply.status();
             let quota = if api {
                 Quota::from_headers(reply.headers())
@@ -251,6 +271,7 @@ impl Client {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> GithubError {
+        *self.timed_out_at.lock() = Some(std::time::Instant::now());
         if e.is_timeout() {
             GithubError::Timeout(self.timeout_s)
         } else {

@@ -6,6 +6,9 @@
 //! deleted once its run is finished (or gone), by the periodic `prune_github` job
 //! ([`Github::prune_blocking`], which also bounds the kept GitHub replies).
 //!
+//! A run whose diff or ancestry could not be had at creation (GitHub slow or down) is asked
+//! for again in the background when its page is viewed, at most every [`DIFF_RETRY`].
+//!
 //! Must not: fetch while a page waits (the run page reads only what is kept), or keep more
 //! than [`MAX_DIFF_BYTES`] of one diff.
 
@@ -22,6 +25,19 @@ pub const MAX_DIFF_BYTES: usize = 1 << 20;
 
 /// A kept diff older than this many days is deleted once its run is finished.
 pub const DIFF_KEEP_DAYS: i64 = 30;
+/// A run whose diff or base ancestry could not be fetched (GitHub slow or down at that
+/// moment) is asked for again from its page, at most this often.
+pub const DIFF_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
+/// The most runs remembered as retried (the oldest are forgotten).
+const RETRY_MEMORY: usize = 10_000;
+
+/// The runs whose diff is being fetched, and when each was last asked for again.
+#[derive(Debug, Default)]
+pub(super) struct Retries {
+    busy: std::collections::HashSet<String>,
+    last: std::collections::HashMap<String, std::time::Instant>,
+}
+
 /// The most diffs one pruning pass deletes (the next pass goes on).
 const PRUNE_BATCH: u64 = 100;
 
@@ -122,7 +138,8 @@ impl Github {
         serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
     }
 
-    /// Fetches and keeps a run's diff in the background (after the run is created).
+    /// Fetches and keeps a run's diff in the background (after the run is created); nothing
+    /// when an attempt for the run is under way.
     pub fn keep_diff_in_background(
         self: &Arc<Self>,
         run_id: String,
@@ -130,15 +147,48 @@ impl Github {
         base: String,
         new: String,
     ) {
+        if !self.diff_retried.lock().busy.insert(run_id.clone()) {
+            return;
+        }
         let github = Arc::clone(self);
         tokio::spawn(async move {
             if let Err(e) = github.keep_diff(&run_id, &tests_repo, &base, &new).await {
                 tracing::info!(run = %run_id, error = %e, "no diff kept for the run");
             }
+            github.diff_retried.lock().busy.remove(&run_id);
         });
     }
 
-    /// Fetches a run's diff from GitHub and keeps it, unless one is kept already.
+    /// A run page found no diff kept, or one without the base's ancestry: asks again in the
+    /// background, at most every [`DIFF_RETRY`] per run and never while an attempt for the
+    /// run is under way (the page never waits).
+    pub fn retry_diff(
+        self: &Arc<Self>,
+        run_id: String,
+        tests_repo: String,
+        base: String,
+        new: String,
+    ) {
+        {
+            let now = std::time::Instant::now();
+            let mut r = self.diff_retried.lock();
+            if r.busy.contains(&run_id)
+                || r.last
+                    .get(&run_id)
+                    .is_some_and(|at| now.duration_since(*at) < DIFF_RETRY)
+            {
+                return;
+            }
+            if r.last.len() >= RETRY_MEMORY {
+                r.last.retain(|_, at| now.duration_since(*at) < DIFF_RETRY);
+            }
+            r.last.insert(run_id.clone(), now);
+        }
+        self.keep_diff_in_background(run_id, tests_repo, base, new);
+    }
+
+    /// Fetches a run's diff from GitHub and keeps it, unless one is kept already (one kept
+    /// without the base's ancestry gets it, when GitHub can say now).
     pub async fn keep_diff(
         &self,
         run_id: &str,
@@ -158,20 +208,31 @@ impl Github {
             .ok()
             .and_then(Result::ok)
             .flatten();
-        if kept.is_some() {
-            return Ok(());
-        }
-        let text = self.diff(&repo, base, new).await?;
-        let ancestry = self.base_ancestry(&repo, base, new).await;
-        let (diff, truncated) = cut(&text, MAX_DIFF_BYTES);
-        let stored = StoredDiff {
-            repo: repo.full(),
-            base: base.to_string(),
-            new: new.to_string(),
-            diff: diff.to_string(),
-            truncated,
-            fetched_at: chrono::Utc::now().timestamp(),
-            ancestry,
+        let kept: Option<StoredDiff> =
+            kept.and_then(|doc| serde_json::from_value(doc.get("value").cloned()?).ok());
+        let stored = match kept {
+            Some(k) if k.ancestry.is_some() => return Ok(()),
+            Some(mut k) => {
+                let Some(a) = self.base_ancestry(&repo, base, new).await else {
+                    return Ok(());
+                };
+                k.ancestry = Some(a);
+                k
+            }
+            None => {
+                let text = self.diff(&repo, base, new).await?;
+                let ancestry = self.base_ancestry(&repo, base, new).await;
+                let (diff, truncated) = cut(&text, MAX_DIFF_BYTES);
+                StoredDiff {
+                    repo: repo.full(),
+                    base: base.to_string(),
+                    new: new.to_string(),
+                    diff: diff.to_string(),
+                    truncated,
+                    fetched_at: chrono::Utc::now().timestamp(),
+                    ancestry,
+                }
+            }
         };
         let mut doc = Doc::new();
         doc.insert("_id".into(), json!(key(run_id)));

@@ -5,7 +5,7 @@
 //!
 //! Files: `books.rs` (the official book list read and each new book's checksum checked),
 //! `submit.rs` (a submission by branch name resolved, every problem against its
-//! field), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
+//! field), `given.rs` (commits given by hand checked the same way when GitHub answers), `client.rs` (one careful GET: timeout, one safe retry, the quota's headers,
 //! conditional requests with replies kept across restarts), `parse.rs` (the texts read out of
 //! replies, pure), `diffs.rs` (a run's diff fetched once and kept with it), `master.rs` (official master and its bench, refreshed by a job, kept in the
 //! store), `error.rs` (`GithubError`, in words a developer can act on).
@@ -17,6 +17,7 @@ mod books;
 mod client;
 mod diffs;
 mod error;
+mod given;
 mod master;
 pub mod parse;
 mod submit;
@@ -29,8 +30,9 @@ use serde_json::Value;
 pub use books::{BOOKS_REPO, BookCheck, book_sri};
 pub use client::Quota;
 use client::{Client, Got};
-pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, MAX_DIFF_BYTES, Pruned, StoredDiff};
+pub use diffs::{BaseAncestry, DIFF_KEEP_DAYS, DIFF_RETRY, MAX_DIFF_BYTES, Pruned, StoredDiff};
 pub use error::GithubError;
+pub use given::{Given, Vetted};
 pub use master::{Master, MasterRefresh};
 pub use parse::RepoName;
 pub use submit::{BEHIND_WARNING, FORK_REQUIRED_SINCE, Field, Problem, Resolved, Side, Wanted};
@@ -119,6 +121,9 @@ pub struct Github {
     /// The master SHA last written to the store (`master.rs`): a write that failed is made
     /// again at the next refresh, even when master did not change.
     master_stored: parking_lot::Mutex<Option<String>>,
+    /// When a run's diff was last asked for again from its page (`diffs.rs`: a failed first
+    /// attempt is retried at most every [`DIFF_RETRY`]).
+    diff_retried: parking_lot::Mutex<diffs::Retries>,
     store: SharedStore,
     offload: Offload,
     ledger: Arc<Ledger>,
@@ -146,6 +151,7 @@ impl Github {
             )?,
             master: arc_swap::ArcSwapOption::empty(),
             master_stored: parking_lot::Mutex::new(None),
+            diff_retried: parking_lot::Mutex::new(diffs::Retries::default()),
             store,
             offload,
             ledger,

@@ -42,6 +42,24 @@ pub enum Field {
     BaseTag,
     NewSignature,
     BaseSignature,
+    /// A commit given by hand (its SHA).
+    NewCommit,
+    BaseCommit,
+}
+
+impl Field {
+    /// The argument of `/api/create_run` the field is.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Field::TestsRepo => "tests_repo",
+            Field::NewTag => "new_tag",
+            Field::BaseTag => "base_tag",
+            Field::NewSignature => "new_signature",
+            Field::BaseSignature => "base_signature",
+            Field::NewCommit => "resolved_new",
+            Field::BaseCommit => "resolved_base",
+        }
+    }
 }
 
 /// One problem, said for the field it belongs to.
@@ -54,7 +72,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(field: Field, message: impl Into<String>) -> Problem {
+    pub(super) fn new(field: Field, message: impl Into<String>) -> Problem {
         Problem {
             field,
             message: message.into(),
@@ -62,7 +80,7 @@ impl Problem {
         }
     }
 
-    fn github(field: Field, e: &GithubError) -> Problem {
+    pub(super) fn github(field: Field, e: &GithubError) -> Problem {
         Problem {
             field,
             message: e.to_string(),
@@ -97,8 +115,20 @@ pub struct Resolved {
 }
 
 impl Github {
-    /// Resolves a submission (see the module's comment). `Err` lists every problem found.
+    /// Resolves a submission (see the module's comment), within
+    /// [`Github::submission_deadline`]. `Err` lists every problem found.
     pub async fn resolve_submission(&self, w: &Wanted) -> Result<Resolved, Vec<Problem>> {
+        let deadline = self.submission_deadline();
+        match tokio::time::timeout(deadline, self.resolve_submission_now(w)).await {
+            Ok(out) => out,
+            Err(_) => Err(vec![Problem::github(
+                Field::TestsRepo,
+                &GithubError::Timeout(deadline.as_secs().max(1)),
+            )]),
+        }
+    }
+
+    async fn resolve_submission_now(&self, w: &Wanted) -> Result<Resolved, Vec<Problem>> {
         let mut problems = Vec::new();
         let typed = w.tests_repo.trim();
         let repo = if typed.is_empty() {
@@ -152,31 +182,13 @@ impl Github {
             },
         );
         let mut warnings = Vec::new();
-        let mut master_repo = None;
+        let master_repo;
         let repo = match info {
             Ok(info) => {
-                if !self.in_official_network(&info) {
-                    let root = info.source.as_deref().unwrap_or(&info.full_name);
-                    master_repo = Some(format!("https://github.com/{root}"));
-                    if w.registered_at >= FORK_REQUIRED_SINCE {
-                        problems.push(Problem::new(
-                            Field::TestsRepo,
-                            format!(
-                                "{} is neither {} nor a fork of it: fork {} on GitHub and push your branch there",
-                                info.full_name,
-                                self.official.full(),
-                                self.official.url()
-                            ),
-                        ));
-                    } else {
-                        warnings.push(format!(
-                            "{} is not a fork of {}: please fork {} on GitHub and test from your fork from now on",
-                            info.full_name,
-                            self.official.full(),
-                            self.official.url()
-                        ));
-                    }
-                }
+                let verdict = self.fork_verdict(&info, w.registered_at);
+                master_repo = verdict.master_repo;
+                problems.extend(verdict.problem);
+                warnings.extend(verdict.warning);
                 RepoName::from_full(&info.full_name).unwrap_or(repo)
             }
             Err(e) => {
@@ -315,11 +327,8 @@ impl Github {
     /// A master base's bench given by hand (the commits given by hand too): it must be the
     /// bench of master in the tests repository (the newest its messages state). `None` when
     /// it is, or when GitHub cannot say (the check is skipped, as Fishtest skips it).
-    pub async fn check_master_bench(&self, tests_repo: &str, typed: u64) -> Option<Problem> {
-        let repo = match tests_repo {
-            "" => self.official.clone(),
-            url => parse::repo_from_url(url)?,
-        };
+    pub(super) async fn check_master_bench(&self, repo: &RepoName, typed: u64) -> Option<Problem> {
+        let repo = repo.clone();
         let commits = match self
             .recent_commits(&repo, "master", super::BENCH_SEARCH)
             .await

@@ -31,14 +31,17 @@ pub use store::{
 use crate::ledger::Ledger;
 use crate::store::{Doc, SharedStore};
 
+/// Serialises every read-modify-write of a net's document within this process (a download
+/// count, an approval's test records, `is_master`): the store has no atomic field update, so
+/// two writers at once would otherwise lose one's change (a download counted while an
+/// approval rewrites the document). Process-wide because approvals record tests from
+/// `rundb`, which holds no `Nets`. (Instances sharing one MongoDB database can still race.)
+static NNS_WRITES: Mutex<()> = Mutex::new(());
+
 /// The net directory and the nets recorded in the store.
 pub struct Nets {
     store: SharedStore,
     dir: PathBuf,
-    /// Serialises download counts within this process: the store has no atomic increment, so
-    /// two downloads at once would otherwise both write the same count. (Instances sharing one
-    /// MongoDB database can still lose a count when they race.)
-    counting: Mutex<()>,
     /// Where uploads are logged (`upload_nn`).
     ledger: Arc<Ledger>,
 }
@@ -46,12 +49,7 @@ pub struct Nets {
 impl Nets {
     /// The nets of a store, with their files in `dir`.
     pub fn new(store: SharedStore, dir: PathBuf, ledger: Arc<Ledger>) -> Nets {
-        Nets {
-            store,
-            dir,
-            counting: Mutex::new(()),
-            ledger,
-        }
+        Nets { store, dir, ledger }
     }
 
     /// The net directory.
@@ -101,7 +99,7 @@ impl Nets {
     /// Counts one download of a net; `false` (and nothing counted) when no net of that name
     /// is recorded.
     pub fn count_download(&self, name: &str) -> Result<bool, NetError> {
-        let _turn = self.counting.lock();
+        let _turn = NNS_WRITES.lock();
         Ok(store::count_download(&self.store, name)?)
     }
 }
@@ -117,6 +115,7 @@ pub fn record_tests(
     run_id: &str,
 ) -> Result<(), NetError> {
     let test = json!({"id": run_id, "date": crate::store::Date::now().to_value()});
+    let _turn = NNS_WRITES.lock();
     for name in new_nets.iter().filter(|n| !base_nets.contains(n)) {
         let Some(mut doc) = store::find(store, name)? else {
             continue;
@@ -138,6 +137,7 @@ pub fn record_tests(
 /// the result, as Fishtest's attempt fails and is logged.
 pub fn mark_master(store: &SharedStore, names: &[String]) -> Result<Vec<String>, NetError> {
     let mut skipped = Vec::new();
+    let _turn = NNS_WRITES.lock();
     for name in names {
         let Some(mut doc) = store::find(store, name)? else {
             skipped.push(name.clone());

@@ -58,7 +58,20 @@ impl ArchFilter {
     /// Checks a submitted filter: it must compile, and match at least one of `arches`.
     pub fn check(pattern: &str, arches: &[&str]) -> Result<ArchFilter, String> {
         let re = build(pattern).map_err(|e| format!("Invalid arch filter: {e}"))?;
-        if !arches.iter().any(|a| re.is_match(a).unwrap_or(false)) {
+        let mut any = false;
+        for arch in arches {
+            // A search that runs out of its backtracking budget is refused as such (the
+            // scheduler would let every worker of that arch take the run).
+            match re.is_match(arch) {
+                Ok(m) => any |= m,
+                Err(e) => {
+                    return Err(format!(
+                        "Invalid arch filter: the search of {arch} ran out of its backtracking budget ({e})"
+                    ));
+                }
+            }
+        }
+        if !any {
             return Err(format!("filter {pattern} has no compatible arches"));
         }
         Ok(ArchFilter::Regex(re))
@@ -117,5 +130,12 @@ mod tests {
         // times out.
         assert!(f.allows(&"a".repeat(64)));
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // At submission it is refused as such, even when another alternative would match.
+        let long = "a".repeat(64);
+        let e = ArchFilter::check("^(?:(?=a)a|a)*b|x86", &[long.as_str(), "x86-64"]).unwrap_err();
+        assert!(
+            e.starts_with("Invalid arch filter: ") && e.contains("backtracking budget"),
+            "{e}"
+        );
     }
 }

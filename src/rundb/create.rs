@@ -156,6 +156,9 @@ fn yes() -> bool {
     true
 }
 
+/// At most this many nets per side of a run (Stockfish names two).
+pub const MAX_NETS: usize = 16;
+
 fn is_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -237,11 +240,22 @@ fn spsa_refusal(e: crate::spsa::ParamsError) -> ArgError {
     refuse(field, e.to_string())
 }
 
+/// The refusal of more than [`MAX_NETS`] nets on one side.
+pub fn too_many_nets(field: &'static str, count: usize) -> ArgError {
+    refuse(
+        field,
+        format!("{field} lists {count} nets: at most {MAX_NETS} per side"),
+    )
+}
+
 /// Every net a submission names must have been uploaded (`known`): the first side with nets
 /// never uploaded is refused, naming them (Fishtest's words), whatever filled the arguments in
 /// (GitHub, a person by hand, a rerun, a script through `/api/create_run`).
 pub fn check_nets(args: &CreateArgs, known: impl Fn(&str) -> bool) -> Result<(), ArgError> {
     for (field, nets) in [("new_nets", &args.new_nets), ("base_nets", &args.base_nets)] {
+        if nets.len() > MAX_NETS {
+            return Err(too_many_nets(field, nets.len()));
+        }
         let missing: Vec<&str> = nets
             .iter()
             .map(String::as_str)
@@ -303,8 +317,25 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
                 format!("{name} must be the bench node count (digits)"),
             ));
         }
+        // Fishtest compares benches as strings: one spelling only (no leading zeros), and a
+        // node count that fits 64 bits.
+        if value.len() > 1 && value.starts_with('0') {
+            return Err(refuse(
+                name,
+                format!("{name} must be written without leading zeros"),
+            ));
+        }
+        if value.parse::<u64>().is_err() {
+            return Err(refuse(
+                name,
+                format!("{name} is too large for a bench node count"),
+            ));
+        }
     }
     for (name, nets) in [("base_nets", &args.base_nets), ("new_nets", &args.new_nets)] {
+        if nets.len() > MAX_NETS {
+            return Err(too_many_nets(name, nets.len()));
+        }
         if let Some(bad) = nets.iter().find(|n| !crate::nets::valid_name(n)) {
             return Err(refuse(
                 name,

@@ -45,6 +45,18 @@ impl RunDb {
         if !self.cfg.primary {
             return Err(RunDbError::NotPrimary.into());
         }
+        // A rerun names the run it reschedules: one that exists.
+        if let Some(from) = args.rescheduled_from.as_deref()
+            && !(from.len() == 24
+                && from.bytes().all(|b| b.is_ascii_hexdigit())
+                && self.get_run(from)?.is_some())
+        {
+            return Err(create::ArgError {
+                field: "rescheduled_from",
+                message: format!("rescheduled_from: there is no run {from:?} to reschedule"),
+            }
+            .into());
+        }
         let run = create::build_run(args, &user.username, &self.books.load())?;
         let id = run.id.clone();
         let entry = RunEntry::new(run.clone());

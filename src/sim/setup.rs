@@ -96,6 +96,14 @@ impl LocalServer {
             // it (killed, SIGKILL): src/main.rs, exit_with_parent.
             .env("SHOAL_EXIT_WITH_PARENT", std::process::id().to_string())
             .kill_on_drop(true);
+        // The simulated runs' commits are made up: a GitHub that answers would refuse them
+        // (commits given by hand are checked when it can), so the local server's GitHub is a
+        // closed port unless the environment says otherwise.
+        for key in ["SHOAL_GITHUB_API_URL", "SHOAL_GITHUB_RAW_URL"] {
+            if std::env::var_os(key).is_none() {
+                cmd.env(key, "http://127.0.0.1:9");
+            }
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -783,14 +783,18 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
     let (bytes, cli_net) = crate::ui_nets::net(9, 12_000);
     let file = dir.path().join(&cli_net);
     std::fs::write(&file, &bytes).expect("net file");
-    let (ok, out, err) = shoal(&data, &uri, &["nn", file.to_str().expect("path")]);
+    let (ok, out, err) = shoal(
+        &data,
+        &uri,
+        &["nn", "--user", "walker", file.to_str().expect("path")],
+    );
     assert!(ok, "shoal nn: {out} {err}");
     let (ok, _, err) = shoal(
         &data,
         &uri,
         &["nn", "--user", "shoal-cli", file.to_str().expect("path")],
     );
-    assert!(!ok && err.contains("not a user name"), "{err}");
+    assert!(!ok && err.contains("not a username"), "{err}");
     // The operator's commands on a user.
     for args in [
         &["user", "set", "seabird", "--block"][..],

@@ -405,16 +405,29 @@ async fn a_plain_net_of_the_older_layout_is_still_served() {
     let (more, more_name) = net(8, 10_000);
     let file = tmp.path().join(&more_name);
     std::fs::write(&file, &more).expect("write");
-    let (ok, out, err) = shoal(&data, &["nn", file.to_str().expect("p")]);
+    // The uploader must be an account whose name Fishtest accepts.
+    let path = file.to_str().expect("p");
+    let (ok, _, err) = shoal(&data, &["nn", path, "--user", "shoal-cli"]);
+    assert!(!ok && err.contains("not a username"), "{err}");
+    let (ok, _, err) = shoal(&data, &["nn", path, "--user", "nobody"]);
+    assert!(!ok && err.contains("no such user"), "{err}");
+    crate::fleet::add_user(&server, "netadmin", &[]);
+    let (ok, out, err) = shoal(&data, &["nn", path, "--user", "netadmin"]);
     assert!(ok, "{err}");
     assert!(out.contains("added net"), "{out}");
+    let doc = open_store(&data)
+        .expect("store")
+        .get(shoal::store::Collection::Nns, &more_name)
+        .expect("get")
+        .expect("recorded");
+    assert_eq!(doc["user"], "netadmin");
     let stored = std::fs::read(data.join("nn").join(format!("{more_name}.gz"))).expect("gz");
     assert_eq!(gunzip(&stored), more);
     assert_eq!(download_as_worker(&server, &more_name).await, more);
     std::fs::remove_file(data.join("nn").join(format!("{more_name}.gz"))).expect("rm");
     let row = nns_row(&server, &more_name).await;
     assert!(row.contains("file missing"), "{row}");
-    let (ok, out, err) = shoal(&data, &["nn", file.to_str().expect("p")]);
+    let (ok, out, err) = shoal(&data, &["nn", path, "--user", "netadmin"]);
     assert!(ok, "{err}");
     assert!(out.contains("already recorded"), "{out}");
     let row = nns_row(&server, &more_name).await;

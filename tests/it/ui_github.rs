@@ -487,6 +487,8 @@ async fn commits_by_hand_with_no_repository_and_a_master_base_bench_checked() {
 async fn nets_are_checked_on_every_path() {
     let fake = FakeGithub::start().await;
     let server = server_with(&fake).await;
+    // The fixture's commits name these (a side left empty reads them).
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
     let mut b = logged_in(&server, "alice").await;
     let missing = "nn-0123456789ab.nnue";
     // Commits and nets by hand.
@@ -496,8 +498,8 @@ async fn nets_are_checked_on_every_path() {
             ("tests_repo", FORK_URL),
             ("new_tag", "x"),
             ("base_tag", "old-base"),
-            ("resolved_new", &sha('b')),
-            ("resolved_base", &sha('a')),
+            ("resolved_new", "aaaa000000000000000000000000000000000001"),
+            ("resolved_base", "bbbb000000000000000000000000000000000001"),
             ("new_signature", "1893224"),
             ("base_signature", "1947203"),
             ("new_nets", missing),
@@ -508,8 +510,7 @@ async fn nets_are_checked_on_every_path() {
     assert_eq!(page.status, 200);
     assert!(error_at(&page.body, "new_nets").contains(&format!("following net(s): {missing}")));
     // The API.
-    let mut args = crate::fleet::sprt_args(0.0, 2.0);
-    args["base_nets"] = json!([missing]);
+    let args = api_args(&[("base_nets", json!([missing]))]);
     let (status, v) = server
         .post_json(
             "/api/create_run",
@@ -614,6 +615,16 @@ async fn approval_marks_a_master_bases_tested_nets_is_master_and_the_page_warns_
         "{}",
         page.body
     );
+    // With the spec's base diff link: official master against the base.
+    assert!(
+        page.body.contains(
+            "Warning: base is not an ancestor of master: <a href=\"https://github.com/official-stockfish/Stockfish/compare/\
+             3333333333333333333333333333333333333333...dev-one:bbbb000000000000000000000000000000000001\" \
+             rel=\"noopener\">base diff</a>"
+        ),
+        "{}",
+        page.body
+    );
     // A base on master that the new commit grows from: no such warning.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -648,4 +659,411 @@ async fn approval_marks_a_master_bases_tested_nets_is_master_and_the_page_warns_
     assert!(small_doc.get("is_master").is_none(), "{small_doc}");
     // The base's nets are not the test's new nets: no test records were added to them.
     assert!(small_doc.get("first_test").is_none(), "{small_doc}");
+}
+
+/// The review's two-step: a submission by branch name refused (a bad arch filter) comes back
+/// with what was typed only, so changing the branch and resubmitting resolves the new branch
+/// through GitHub (its net never uploaded is caught), never tests the first branch's commit.
+#[tokio::test]
+async fn a_refused_submission_by_branch_comes_back_as_typed_and_the_next_one_is_resolved_again() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+
+    let page = submit(
+        &mut b,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "lmr-tweak"),
+            ("checkbox-arch-filter", "on"),
+            ("arch-filter", "(bad"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "arch-filter").contains("Invalid arch filter"));
+    let fields = form_fields(&page.body);
+    let value = |k: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    for k in [
+        "resolved_new",
+        "resolved_base",
+        "msg_new",
+        "msg_base",
+        "new_nets",
+        "base_nets",
+        "new_signature",
+        "base_signature",
+        "master_repo",
+    ] {
+        assert_eq!(value(k), "", "{k} was not typed, the form must not fill it");
+    }
+    assert_eq!(value("new_tag"), "lmr-tweak");
+    assert_eq!(value("tests_repo"), FORK_URL);
+
+    // Step two: another branch, the filter fixed. new-net's small net was never uploaded.
+    let step2 = with(
+        &fields,
+        &[
+            ("new_tag", "new-net"),
+            ("arch-filter", "x86"),
+            ("run-info", "I meant new-net"),
+        ],
+    );
+    let page = post_form(&mut b, &step2).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(
+        error_at(&page.body, "new_nets").contains("nn-9999aaaabbbb.nnue"),
+        "{}",
+        page.body
+    );
+    assert_eq!(run_count(&server), 0);
+
+    // Uploaded: the run tests new-net's commit, bench and nets.
+    record_nets(&server, &["nn-9999aaaabbbb.nnue"]);
+    let id = created(&post_form(&mut b, &with(&form_fields(&page.body), &[])).await);
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    let a = &run["args"];
+    assert_eq!(a["new_tag"], "new-net");
+    assert_eq!(
+        a["resolved_new"],
+        "dddd000000000000000000000000000000000001"
+    );
+    assert_eq!(a["new_signature"], "1777777");
+    assert_eq!(
+        a["new_nets"],
+        json!(["nn-1c0000000000.nnue", "nn-9999aaaabbbb.nnue"])
+    );
+    assert_eq!(a["info"], "I meant new-net");
+}
+
+/// `/api/create_run`'s arguments for the fixture's commits (lmr-tweak against master, the
+/// official repository, master's bench), with `changes`.
+fn api_args(changes: &[(&str, Value)]) -> Value {
+    let mut args = crate::fleet::sprt_args(0.0, 2.0);
+    args["new_tag"] = json!("lmr-tweak");
+    args["resolved_new"] = json!("aaaa000000000000000000000000000000000001");
+    args["resolved_base"] = json!("3333333333333333333333333333333333333333");
+    args["new_signature"] = json!("1893224");
+    args["base_signature"] = json!("1947203");
+    for (k, v) in changes {
+        args[*k] = v.clone();
+    }
+    args
+}
+
+async fn api_create(server: &TestServer, user: &str, args: &Value) -> (u16, Value) {
+    server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": user, "password": crate::fleet::PASSWORD, "args": args}),
+        )
+        .await
+}
+
+fn api_error(v: &Value) -> String {
+    v["error"].as_str().unwrap_or_default().to_string()
+}
+
+/// With GitHub answering, commits given by hand (the form's "Advanced"), reruns and
+/// `/api/create_run` follow the rules of a submission by branch: the fork rule with
+/// `master_repo` computed by the server, commits that exist, nets left empty read from the
+/// commit, a master base's bench checked (a bench that is not one refused), a rerun of a run
+/// that exists, at most 16 nets a side.
+#[tokio::test]
+async fn commits_by_hand_reruns_and_the_api_follow_the_github_rules() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "veteran", &[]);
+    registered_at(&server, "veteran", "2024-06-30T23:59:59.000Z");
+    let nets = ["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"];
+    record_nets(&server, &nets);
+    let stranger = api_args(&[
+        ("tests_repo", json!("https://github.com/stranger/Engine")),
+        ("base_tag", json!("main")),
+        (
+            "resolved_new",
+            json!("ffff000000000000000000000000000000000001"),
+        ),
+        (
+            "resolved_base",
+            json!("ffff000000000000000000000000000000000001"),
+        ),
+        ("new_nets", json!(nets)),
+        ("base_nets", json!(nets)),
+        (
+            "master_repo",
+            json!("https://github.com/official-stockfish/Stockfish"),
+        ),
+    ]);
+
+    // The fork rule on the API: refused for a new account, warned for an older one, whose
+    // run records the network's root (whatever the client said).
+    let (status, v) = api_create(&server, "alice", &stranger).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        api_error(&v).contains("tests_repo: stranger/Engine is neither"),
+        "{v}"
+    );
+    let (status, v) = api_create(&server, "veteran", &stranger).await;
+    assert_eq!(status, 200, "{v}");
+    let old = v["run_id"].as_str().expect("run_id").to_string();
+    let (_, run) = server.get_json(&format!("/api/get_run/{old}")).await;
+    assert_eq!(
+        run["args"]["master_repo"],
+        "https://github.com/stranger/Engine"
+    );
+
+    // A rerun of it by the new account: refused at the repository; nothing created.
+    let mut alice = logged_in(&server, "alice").await;
+    let page = alice.get(&format!("/tests/run?id={old}")).await;
+    let page = post_form(&mut alice, &form_fields(&page.body)).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "tests_repo").contains("nor a fork of it"));
+    // "Advanced" by hand, the same.
+    let page = submit(
+        &mut alice,
+        &[
+            ("tests_repo", "https://github.com/stranger/Engine"),
+            ("new_tag", "main"),
+            ("base_tag", "main"),
+            ("resolved_new", "ffff000000000000000000000000000000000001"),
+            ("resolved_base", "ffff000000000000000000000000000000000001"),
+            ("new_signature", "1000000"),
+            ("base_signature", "1000000"),
+            ("new_nets", nets[0]),
+            ("base_nets", nets[0]),
+            ("run-info", "by hand"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(error_at(&page.body, "tests_repo").contains("nor a fork of it"));
+    assert_eq!(run_count(&server), 1);
+
+    // A commit GitHub does not know, by hand and through the API.
+    let unknown = "0123456789012345678901234567890123456789";
+    let page = submit(
+        &mut alice,
+        &[
+            ("tests_repo", FORK_URL),
+            ("new_tag", "x"),
+            ("resolved_new", unknown),
+            ("resolved_base", "3333333333333333333333333333333333333333"),
+            ("new_signature", "1893224"),
+            ("base_signature", "1947203"),
+            ("run-info", "by hand"),
+        ],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    error_at(&page.body, "resolved_new");
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("resolved_new", json!(unknown))]),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        api_error(&v).contains("resolved_new: GitHub knows no"),
+        "{v}"
+    );
+
+    // The base bench through the API: not master's, leading zeros, too large.
+    for (bench, words) in [
+        ("1234567", "is not the bench of master"),
+        ("00000000000000000000000001947203", "without leading zeros"),
+        ("99999999999999999999999", "too large"),
+        ("18446744073709551616", "too large"),
+    ] {
+        let (status, v) = api_create(
+            &server,
+            "alice",
+            &api_args(&[("base_signature", json!(bench))]),
+        )
+        .await;
+        assert_eq!(status, 400, "{bench}: {v}");
+        assert!(api_error(&v).contains(words), "{bench}: {v}");
+    }
+    // Too many nets.
+    let many: Vec<String> = (0..17).map(|i| format!("nn-{i:012x}.nnue")).collect();
+    let (status, v) = api_create(&server, "alice", &api_args(&[("new_nets", json!(many))])).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(api_error(&v).contains("at most 16 per side"), "{v}");
+    // A rerun of a run that does not exist.
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("rescheduled_from", json!("0123456789abcdef01234567"))]),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(api_error(&v).contains("no run"), "{v}");
+    assert_eq!(run_count(&server), 1);
+
+    // Nets left out are read from the commits; a fork's run has no master_repo, whatever
+    // the client sent.
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[
+            ("tests_repo", json!(FORK_URL)),
+            ("master_repo", json!("https://github.com/stranger/Engine")),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id");
+    let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
+    assert_eq!(run["args"]["new_nets"], json!(nets));
+    assert_eq!(run["args"]["base_nets"], json!(nets));
+    assert!(run["args"].get("master_repo").is_none(), "{}", run["args"]);
+}
+
+/// Gives a recorded net both test records (it was tested before).
+fn tested(server: &TestServer, name: &str) {
+    let store = open_store(&server.data_dir).expect("store");
+    let mut doc = store
+        .get(shoal::store::Collection::Nns, name)
+        .unwrap()
+        .unwrap();
+    let test =
+        json!({"id": "64e74776233fd5e4ae5d9a65", "date": {"$date": "2025-01-01T00:00:00.000Z"}});
+    doc.insert("first_test".into(), test.clone());
+    doc.insert("last_test".into(), test);
+    store.put(shoal::store::Collection::Nns, &doc).unwrap();
+}
+
+/// A base net typed by hand (here through `/api/create_run`) is never marked `is_master`,
+/// even on a master base: only the nets the base commit's sources name are.
+#[tokio::test]
+async fn a_base_net_typed_by_hand_is_never_marked_is_master() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    add_user(&server, "boss", &["--approver"]);
+    let (big, typed) = ("nn-1c0000000000.nnue", "nn-abcdefabcdef.nnue");
+    record_nets(&server, &[big, "nn-37f18f62d772.nnue", typed]);
+    tested(&server, big);
+    tested(&server, typed);
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("base_nets", json!([big, typed]))]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id").to_string();
+    crate::fleet::approve(&server, "boss", &id).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while net_doc(&server, big).get("is_master").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "never marked: {}",
+            net_doc(&server, big)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let doc = net_doc(&server, typed);
+    assert!(doc.get("is_master").is_none(), "{doc}");
+}
+
+/// A run created through `/api/create_run` gets its diff kept like the form's; when GitHub
+/// failed at that moment, viewing the run page asks again (in the background) once it answers.
+#[tokio::test]
+async fn an_api_runs_diff_is_kept_and_asked_for_again_after_github_failed() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await;
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+    // GitHub failing: created (the checks skipped), no diff kept.
+    fake.set_mode(Mode::ServerError);
+    let (status, v) = api_create(
+        &server,
+        "alice",
+        &api_args(&[("tests_repo", json!(FORK_URL))]),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["run_id"].as_str().expect("run_id").to_string();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let compare = "/repos/dev-one/Stockfish/compare/\
+        3333333333333333333333333333333333333333...aaaa000000000000000000000000000000000001";
+    assert!(
+        fake.hits(&format!("{compare} (diff)")) >= 1,
+        "asked once at creation"
+    );
+    // GitHub back: the page's next view asks again, and the diff comes.
+    fake.set_mode(Mode::Normal);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = b.get(&format!("/tests/view/{id}")).await;
+        if page.body.contains("class=\"run-diff\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the diff never came: {}",
+            page.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// GitHub slow past its timeout: a submission by branch comes back within the overall bound
+/// (twice `github_timeout_s`), and commits given by hand right after do not wait for it.
+#[tokio::test]
+async fn a_slow_github_bounds_the_submission_and_commits_by_hand_do_not_wait() {
+    let fake = FakeGithub::start().await;
+    let server = server_with(&fake).await; // github_timeout_s = 2 (the harness)
+    record_nets(&server, &["nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"]);
+    let mut b = logged_in(&server, "alice").await;
+    fake.set_mode(Mode::Slow(Duration::from_secs(10)));
+    let started = Instant::now();
+    let page = submit(
+        &mut b,
+        &[("tests_repo", FORK_URL), ("new_tag", "lmr-tweak")],
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert!(
+        page.body.contains("You can still submit the test"),
+        "{}",
+        page.body
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(5500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    created(
+        &submit(
+            &mut b,
+            &[
+                ("tests_repo", FORK_URL),
+                ("new_tag", "lmr-tweak"),
+                ("resolved_new", "aaaa000000000000000000000000000000000001"),
+                ("resolved_base", "3333333333333333333333333333333333333333"),
+                ("new_signature", "1893224"),
+                ("base_signature", "1947203"),
+                ("new_nets", "nn-1c0000000000.nnue"),
+                ("base_nets", "nn-1c0000000000.nnue"),
+                ("run-info", "GitHub is slow"),
+            ],
+        )
+        .await,
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
 }

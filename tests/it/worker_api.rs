@@ -1150,9 +1150,10 @@ async fn nets_are_served_to_workers_or_redirected() {
     let name = format!("nn-{prefix}.nnue");
     let file = server.data_dir.parent().expect("parent").join(&name);
     std::fs::write(&file, &content).expect("write");
+    add_user(&server, "alice", &[]);
     let out = server
         .cli()
-        .args(["nn", file.to_str().expect("utf8")])
+        .args(["nn", file.to_str().expect("utf8"), "--user", "alice"])
         .output()
         .expect("shoal nn");
     assert!(

@@ -22,6 +22,7 @@ use utoipa::ToSchema;
 use super::call::{ClientAddr, bad};
 use super::schema::ErrorReply;
 use crate::http::auth::{bearer, cred, token_gate, with_cred};
+use crate::http::error::ApiError;
 use crate::http::extract::ApiJson;
 use crate::http::reply::{ApiReply, ApiResult};
 use crate::http::run_id::RunId;
@@ -110,14 +111,58 @@ pub async fn create_run(
         crate::http::limits::check(&state, &scope, &ctx)?;
     }
     let cred = cred(&headers, ip, req.username, req.password)?;
-    let args = req.args;
+    let mut args = req.args;
+    // Who submits: the credentials checked once, before GitHub is asked anything.
+    let user = with_cred(&state, cred, "create_run", true, |_, user| Ok(user)).await?;
+    // The rules of the form's commits by hand, when GitHub answers (`github::given`): the
+    // fork rule and `master_repo` (the server's, never the client's), the commits exist,
+    // nets left empty read from them, a master base's bench checked.
+    args.master_repo = None;
+    let given = crate::github::Given {
+        tests_repo: args.tests_repo.trim().to_string(),
+        new_sha: args.resolved_new.clone(),
+        base_sha: args.resolved_base.clone(),
+        base_is_master: args.base_tag.trim() == "master",
+        base_bench: args.base_signature.clone(),
+        read_new_nets: args.new_nets.is_empty(),
+        read_base_nets: args.base_nets.is_empty(),
+        registered_at: user.registration_time.0.timestamp(),
+    };
+    let vetted = state.github.vet_given(&given).await.map_err(|problems| {
+        let words: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.field.arg(), p.message))
+            .collect();
+        ApiError::BadRequest(words.join("; "))
+    })?;
+    args.master_repo = vetted.master_repo;
+    if let Some(n) = vetted.new_nets {
+        args.new_nets = n;
+    }
+    if let Some(n) = vetted.base_nets {
+        args.base_nets = n;
+    }
+    let compared = (
+        args.tests_repo.clone(),
+        args.resolved_base.clone(),
+        args.resolved_new.clone(),
+    );
     let nets = state.nets.clone();
-    let run_id = with_cred(&state, cred, "create_run", true, move |db, user| {
-        crate::rundb::create::check_nets(&args, |n| nets.known(n).unwrap_or(false))
-            .map_err(crate::rundb::RunDbError::BadArgs)?;
-        db.create_run(args, &user)
-    })
-    .await?;
+    let st = state.clone();
+    let run_id = state
+        .offload
+        .run(move || -> ApiResult<String> {
+            crate::rundb::create::check_nets(&args, |n| nets.known(n).unwrap_or(false))
+                .map_err(crate::rundb::RunDbError::BadArgs)?;
+            Ok(st.rundb.create_run(args, &user)?)
+        })
+        .await??;
+    // The diff and the ancestry warnings, kept with the run in the background, as for the
+    // form's runs.
+    let (repo, base, new) = compared;
+    state
+        .github
+        .keep_diff_in_background(run_id.clone(), repo, base, new);
     Ok(reply(&CreateRunReply { run_id }))
 }
 
@@ -171,8 +216,9 @@ pub async fn approve_run(
 }
 
 /// After an approval, in the background (the approver does not wait for GitHub): when the
-/// run's base commit is on official master, its nets get `is_master` (Fishtest's approval;
-/// `nets::mark_master` skips a net never tested, as Fishtest's schema requires).
+/// run's base commit is on official master, its nets that the base commit's sources name get
+/// `is_master` (Fishtest's approval; `nets::mark_master` skips a net never tested, as
+/// Fishtest's schema requires).
 pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
     let state = Arc::clone(state);
     tokio::spawn(async move {
@@ -192,6 +238,27 @@ pub(crate) fn mark_master_nets(state: &Arc<AppState>, run_id: String) {
         };
         let names = run.args.base_nets.clone();
         if names.is_empty() || state.github.on_master(&run.args.resolved_base).await != Some(true) {
+            return;
+        }
+        // Only the nets the base commit's own sources name (read from official master's
+        // network, where the base is): nets typed by hand for the base are never marked.
+        let github = &state.github;
+        let read = match github
+            .nets(github.official(), &run.args.resolved_base)
+            .await
+        {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::info!(run = %run_id, error = %e, "is_master not set: base nets not read");
+                return;
+            }
+        };
+        let (names, typed): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|n| read.contains(n));
+        if !typed.is_empty() {
+            tracing::info!(run = %run_id, ?typed, "base nets not in the base commit's sources: not marked is_master");
+        }
+        if names.is_empty() {
             return;
         }
         let nets = state.nets.clone();

@@ -106,6 +106,9 @@ pub struct RunPage<'a> {
     pub diff: Option<super::run_diff::DiffView>,
     /// The same comparison on GitHub.
     pub compare_url: Option<String>,
+    /// With the warning that the base is not on master: official master compared with the
+    /// base on GitHub (the spec's "base diff" link).
+    pub base_diff_url: Option<String>,
     pub script: String,
     /// Whether the viewer follows the run (`None`: a visitor, no button).
     pub following: Option<bool>,
@@ -234,18 +237,38 @@ pub async fn view(
     let id = id.parse::<RunId>();
     let github = state.github.clone();
     let ledger = state.ledger.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
+    let (retry_tx, retry_rx) = tokio::sync::oneshot::channel::<[String; 4]>();
+    let response = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let following = super::follows::following(&ledger, ctx, &run.id)?;
         let table = table?;
         let heading = page_title(&run);
         let kept = github.stored_diff_blocking(&run.id);
+        // No diff kept, or no ancestry with it (GitHub failed at creation): an unfinished
+        // run's are asked for again after the page (rate-limited by the component).
+        if !run.finished && kept.as_ref().is_none_or(|k| k.ancestry.is_none()) {
+            let a = &run.args;
+            let _ = retry_tx.send([
+                run.id.clone(),
+                a.tests_repo.clone(),
+                a.resolved_base.clone(),
+                a.resolved_new.clone(),
+            ]);
+        }
         let diff = kept.as_ref().map(super::run_diff::view);
         let compare_url = super::run_diff::compare_url(&run);
         let mut warnings = warnings(&run, &db.books());
         // Where the base stood against master and the new commit, found with the diff.
+        let mut base_diff_url = None;
         if let Some(a) = kept.and_then(|k| k.ancestry) {
             warnings.extend(a.warnings().into_iter().map(str::to_string));
+            if !a.on_master {
+                base_diff_url = super::run_diff::base_diff_url(
+                    &run,
+                    github.official(),
+                    github.master().as_deref(),
+                );
+            }
         }
         let d = detail(&run);
         let all = tasks(&run);
@@ -272,11 +295,16 @@ pub async fn view(
             script: asset("refresh.js"),
             diff,
             compare_url,
+            base_diff_url,
             following,
         };
         Page::ok(&p)
     })
-    .await
+    .await;
+    if let Ok([id, repo, base, new]) = retry_rx.await {
+        state.github.retry_diff(id, repo, base, new);
+    }
+    response
 }
 
 /// `?follow=1`, where the submit form sends the browser after creating a run.

@@ -52,6 +52,28 @@ pub fn compare_url(run: &Run) -> Option<String> {
     ))
 }
 
+/// Official master compared with a run's base on GitHub
+/// (`<official>/compare/<master>...<owner>:<base>`), shown with the warning that the base is
+/// not an ancestor of master; `None` while master is not known.
+pub fn base_diff_url(
+    run: &Run,
+    official: &crate::github::RepoName,
+    master: Option<&crate::github::Master>,
+) -> Option<String> {
+    let a = &run.args;
+    let repo = crate::github::parse::repo_from_url(&a.tests_repo)?;
+    if a.resolved_base.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}/compare/{}...{}:{}",
+        official.url(),
+        master?.sha,
+        repo.owner,
+        a.resolved_base
+    ))
+}
+
 /// The kept diff, drawn.
 pub fn view(d: &StoredDiff) -> DiffView {
     let mut files: Vec<DiffFile> = Vec::new();

@@ -253,6 +253,8 @@ pub async fn submit(
 ) -> Response {
     // A body that is not this form is an empty one: its missing token refuses it.
     let mut f = form_or_default(form);
+    // `master_repo` is the server's to compute (GitHub's fork network), never the client's.
+    f.master_repo.clear();
     let token = f.csrf_token.clone();
     let input = Input::post(&state, &headers, token);
     let keys = input.keys.clone();
@@ -267,6 +269,10 @@ pub async fn submit(
     let mut behind = None;
     let presetting = !f.apply_preset.trim().is_empty();
     let typed_repo = !f.tests_repo.trim().is_empty();
+    // What the developer typed: a refused submission by branch name comes back with these
+    // alone, never with what GitHub resolved (SHAs, subjects, benches, nets) written into
+    // "Advanced", which would make the next submission a by-hand one with stale commits.
+    let mut typed = None;
     if primary
         && !presetting
         && let Some(user) = &ctx.user
@@ -275,6 +281,7 @@ pub async fn submit(
             let wanted = submit_github::wanted(&f, user);
             match state.github.resolve_submission(&wanted).await {
                 Ok(r) => {
+                    typed = Some(f.clone());
                     submit_github::apply(&mut f, &r);
                     from_github = true;
                     behind = r.behind_by.filter(|b| *b > crate::github::BEHIND_WARNING);
@@ -282,14 +289,17 @@ pub async fn submit(
                 Err(p) => problems = Some(p),
             }
         } else {
-            // Commits given by hand, or a rerun's: no GitHub resolution, but the same
-            // tests repository default and the same check of a master base's bench (skipped
-            // when GitHub cannot say).
+            // Commits given by hand, or a rerun's: no resolution, but the same tests
+            // repository default and, when GitHub answers, the same rules (the fork rule,
+            // the commits exist, nets left empty read from them, a master base's bench).
             submit_github::default_repo(&mut f, user, &state.github.official().url());
-            if f.rescheduled_from.trim().is_empty() {
-                problems = submit_github::check_base_bench(&state.github, &f)
-                    .await
-                    .map(|p| vec![p]);
+            match state
+                .github
+                .vet_given(&submit_github::given(&f, user))
+                .await
+            {
+                Ok(v) => submit_github::apply_vetted(&mut f, &v),
+                Err(p) => problems = Some(p),
             }
         }
     }
@@ -320,6 +330,7 @@ pub async fn submit(
             return render(db, ctx, f, FieldErrors::new(), flashes, extras);
         }
         let refused = |f: RunForm, errors: FieldErrors, general: Vec<Flash>, extras: Extras| {
+            let f = typed.clone().unwrap_or(f);
             let mut flashes = vec![Flash::error(
                 "The test was not submitted: see the messages below.",
             )];

@@ -11,7 +11,7 @@ use super::kit::Flash;
 use super::submit_args::FieldErrors;
 use super::submit_form::RunForm;
 use crate::accounts::User;
-use crate::github::{Field, Github, Problem, Resolved, Wanted, parse};
+use crate::github::{Field, Given, Problem, Resolved, Vetted, Wanted, parse};
 
 /// Whether the form needs GitHub: not a rerun (its commits are fixed) and no commit given by
 /// hand in the "advanced" fields.
@@ -77,15 +77,32 @@ pub fn apply(f: &mut RunForm, r: &Resolved) {
     }
 }
 
-/// A master base's bench given by hand, with the commits given by hand: it must be the bench
-/// of master in the tests repository (asked of GitHub; skipped when GitHub cannot say).
-pub async fn check_base_bench(github: &Github, f: &RunForm) -> Option<Problem> {
+/// The commits given by hand (or a rerun's), as GitHub is asked to check them: the nets of
+/// a side left empty are read from its commit.
+pub fn given(f: &RunForm, user: &User) -> Given {
     let base = f.base_branch.trim();
-    if !(base.is_empty() || base == "master") {
-        return None;
+    Given {
+        tests_repo: f.tests_repo.trim().to_string(),
+        new_sha: f.resolved_new.trim().to_string(),
+        base_sha: f.resolved_base.trim().to_string(),
+        base_is_master: base.is_empty() || base == "master",
+        base_bench: f.base_signature.trim().to_string(),
+        read_new_nets: f.new_nets.trim().is_empty(),
+        read_base_nets: f.base_nets.trim().is_empty(),
+        registered_at: user.registration_time.0.timestamp(),
     }
-    let typed: u64 = f.base_signature.trim().parse().ok()?;
-    github.check_master_bench(f.tests_repo.trim(), typed).await
+}
+
+/// What GitHub said of commits given by hand written into the form: the `master_repo` it
+/// computed, the nets read for the sides left empty.
+pub fn apply_vetted(f: &mut RunForm, v: &Vetted) {
+    f.master_repo = v.master_repo.clone().unwrap_or_default();
+    if let Some(n) = &v.new_nets {
+        f.new_nets = n.join(" ");
+    }
+    if let Some(n) = &v.base_nets {
+        f.base_nets = n.join(" ");
+    }
 }
 
 /// The form field a problem shows next to.
@@ -96,6 +113,8 @@ fn field(f: Field) -> &'static str {
         Field::BaseTag => "base_tag",
         Field::NewSignature => "new_signature",
         Field::BaseSignature => "base_signature",
+        Field::NewCommit => "resolved_new",
+        Field::BaseCommit => "resolved_base",
     }
 }
 
@@ -127,6 +146,15 @@ pub fn problems(problems: &[Problem]) -> (FieldErrors, Vec<Flash>, bool) {
 pub fn missing_nets(f: &RunForm, known: impl Fn(&str) -> bool) -> FieldErrors {
     let mut errors = FieldErrors::new();
     for (key, value) in [("new_nets", &f.new_nets), ("base_nets", &f.base_nets)] {
+        let count = value
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|n| !n.is_empty())
+            .count();
+        if count > crate::rundb::create::MAX_NETS {
+            let e = crate::rundb::create::too_many_nets(key, count);
+            errors.insert(key.to_string(), e.message);
+            continue;
+        }
         let missing: Vec<&str> = value
             .split(|c: char| c.is_whitespace() || c == ',')
             // A name that is not one is refused with the other arguments.
