@@ -13,17 +13,36 @@
 #     one command to run and stops);
 #   - SecantusDB at a pinned version, in a virtual environment under target/ (it owns it).
 #
-# Arguments after `--` go to both nextest runs (e.g. `./test.sh -- -E 'test(/contrast/)'`).
+# Arguments after `--` go to both nextest runs (e.g. `./test.sh -- -E 'test(/contrast/)'`);
+# a phase where the filter selects no test passes with a warning (`--no-tests=warn`).
 # SHOAL_TEST_PHASES=sqlite or =mongodb runs one phase only.
+#
+# Signals: SIGINT/SIGTERM to the script stop nextest (forwarded) and SecantusDB; SecantusDB
+# also gets SIGTERM from the kernel if the script is killed outright (`setpriv --pdeathsig`,
+# else a watchdog).
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# Also the harness's default (tests/it/mongo.rs, SECANTUS_VERSION), checked by a test there.
 SECANTUS_VERSION="0.7.0b3"
 VENV="target/secantusdb-$SECANTUS_VERSION"
+# Written last by the install: its presence with this version is what "installed" means (no
+# Python is run to check, so an interrupted check never looks like a missing install).
+STAMP="$VENV/installed-version"
 MAX_FAIL=5
+# Without a filter, the mongodb phase fails unless at least this many tests ran servers or
+# commands on MongoDB (the whole suite has far more; a number below it means the store switch
+# silently stopped working).
+MONGO_MIN_TESTS=100
 PHASES="${SHOAL_TEST_PHASES:-sqlite mongodb}"
 EXTRA=()
-if [ "${1:-}" = "--" ]; then
+USAGE="usage: ./test.sh [-- NEXTEST-ARGS...]   (e.g. ./test.sh -- -E 'test(/contrast/)')"
+if [ "$#" -gt 0 ]; then
+    if [ "$1" != "--" ]; then
+        echo "test.sh: arguments for nextest go after \`--\`" >&2
+        echo "$USAGE" >&2
+        exit 2
+    fi
     shift
     EXTRA=("$@")
 fi
@@ -52,13 +71,14 @@ fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     apt_install chromium chromium-driver
 fi
-if ! "$VENV/bin/secantusd-py" --help >/dev/null 2>&1; then
+if [ ! -x "$VENV/bin/secantusd-py" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$SECANTUS_VERSION" ]; then
     command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
     say "installing SecantusDB $SECANTUS_VERSION into $VENV"
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "SecantusDB==$SECANTUS_VERSION"
+    echo "$SECANTUS_VERSION" >"$STAMP"
 fi
 export SHOAL_TEST_SECANTUSD="$PWD/$VENV/bin/secantusd-py"
 export PATH="$PWD/$VENV/bin:$PATH"
@@ -67,8 +87,13 @@ export PATH="$PWD/$VENV/bin:$PATH"
 SUMMARY=()
 STATUS=0
 MONGO_PID=""
+NEXTEST_PID=""
 TMP="$(mktemp -d)"
 cleanup() {
+    if [ -n "$NEXTEST_PID" ]; then
+        kill -TERM "$NEXTEST_PID" 2>/dev/null || true
+        wait "$NEXTEST_PID" 2>/dev/null || true
+    fi
     if [ -n "$MONGO_PID" ]; then
         kill "$MONGO_PID" 2>/dev/null || true
         wait "$MONGO_PID" 2>/dev/null || true
@@ -76,7 +101,9 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
+# nextest runs in the background and the script waits for it, so a signal to the script is
+# handled at once (a foreground child would delay the trap until it ends) and passed on.
+trap '[ -z "$NEXTEST_PID" ] || kill -INT "$NEXTEST_PID" 2>/dev/null; exit 130' INT
 trap 'exit 143' TERM
 
 # Runs nextest with a profile of .config/nextest.toml (its time limit for the phase), stopping
@@ -85,23 +112,46 @@ run_phase() {
     local name="$1"
     shift
     local start=$SECONDS rc=0
-    echo "== phase $name: cargo nextest run --locked --profile $name --max-fail $MAX_FAIL $*" >&2
-    cargo nextest run --locked --profile "$name" --max-fail "$MAX_FAIL" "$@" "${EXTRA[@]}" \
-        2>&1 | tee "$TMP/$name.log" || rc=$?
+    local args=(--locked --profile "$name" --max-fail "$MAX_FAIL" --no-tests=warn "$@" "${EXTRA[@]}")
+    echo "== phase $name: cargo nextest run ${args[*]}" >&2
+    # cargo runs nextest in its own place (exec), so NEXTEST_PID is nextest's. nextest writes
+    # the log itself (complete when it ends); tail shows it meanwhile and ends with it.
+    : >"$TMP/$name.log"
+    cargo nextest run "${args[@]}" >"$TMP/$name.log" 2>&1 &
+    NEXTEST_PID=$!
+    tail -n +1 -f --pid="$NEXTEST_PID" "$TMP/$name.log" &
+    local tail_pid=$!
+    wait "$NEXTEST_PID" || rc=$?
+    NEXTEST_PID=""
+    wait "$tail_pid" || true
     local secs=$((SECONDS - start))
     local counts
-    counts="$(grep -E '^ *Summary \[' "$TMP/$name.log" | tail -n1 | sed 's/^ *Summary \[[^]]*\] *//')"
-    [ -n "$counts" ] || counts="no summary (the build or nextest failed)"
+    counts="$({ grep -E '^ *Summary \[' "$TMP/$name.log" || true; } | tail -n1 |
+        sed 's/^ *Summary \[[^]]*\] *//')"
+    if [ -z "$counts" ]; then
+        counts="no summary (the build or nextest failed)"
+        [ "$rc" != 0 ] || rc=1
+    fi
     # The tests nextest lists under its summary (failed, timed out, crashed), by name.
     local failed
     failed="$(sed -n '/^ *Summary \[/,$p' "$TMP/$name.log" |
         sed -n 's/^ *[A-Z][A-Z-]* *\[ *[0-9.]*s\] *\(([ 0-9/]*) \)\{0,1\}[^ ]* \(.*\)$/\2/p' |
         sort -u | paste -sd ' ' -)"
+    local note=""
+    if [ "$name" = mongodb ]; then
+        local ran
+        ran="$(find "$TALLY" -type f | wc -l)"
+        note="; $ran test(s) ran servers or commands on MongoDB"
+        if [ "${#EXTRA[@]}" -gt 0 ]; then
+            note="$note (filtered)"
+        elif [ "$ran" -lt "$MONGO_MIN_TESTS" ]; then
+            note="$note: fewer than $MONGO_MIN_TESTS, so the phase proves nothing (FAILED)"
+            rc=1
+        fi
+    fi
     local line="phase $name: $([ "$rc" = 0 ] && echo ok || echo FAILED) in ${secs}s: $counts"
     [ -z "$failed" ] || line="$line; failed: $failed"
-    if [ "$name" = mongodb ]; then
-        line="$line; $(find "$TALLY" -type f | wc -l) tests ran servers or commands on MongoDB"
-    fi
+    line="$line$note"
     SUMMARY+=("$line")
     echo "== $line" >&2
     [ "$rc" = 0 ] || STATUS=1
@@ -114,8 +164,19 @@ for phase in $PHASES; do
         ;;
     mongodb)
         LOG="$TMP/secantusd.log"
-        "$SHOAL_TEST_SECANTUSD" --host 127.0.0.1 --port 0 --storage-path :memory: >"$LOG" 2>&1 &
-        MONGO_PID=$!
+        # SIGTERM from the kernel if this script dies, however it dies.
+        if command -v setpriv >/dev/null 2>&1; then
+            setpriv --pdeathsig TERM -- "$SHOAL_TEST_SECANTUSD" --host 127.0.0.1 --port 0 \
+                --storage-path :memory: >"$LOG" 2>&1 &
+            MONGO_PID=$!
+        else
+            "$SHOAL_TEST_SECANTUSD" --host 127.0.0.1 --port 0 --storage-path :memory: >"$LOG" 2>&1 &
+            MONGO_PID=$!
+            (
+                while kill -0 $$ 2>/dev/null; do sleep 1; done
+                kill "$MONGO_PID" 2>/dev/null
+            ) >/dev/null 2>&1 &
+        fi
         PORT=""
         for _ in $(seq 1 600); do
             PORT="$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$LOG" | head -n1)"

@@ -37,9 +37,11 @@ pub struct JobContext {
     pub refused_books: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// PGN retention, when any of its windows is set (`pgn_retention_*days`).
     pub pgn_retention: Option<Arc<PgnRetention>>,
-    /// Whether GitHub is known to be out of reach: said once when it goes (a warning that
-    /// says what still works), once when it is back, not at every job ([`run_job`]).
-    pub github_down: std::sync::atomic::AtomicBool,
+    /// Whether each GitHub host ([`Host`]: the API, the raw files) is known to be out of
+    /// reach: said once when it goes (a warning that says what still works), once when it is
+    /// back, not at every job ([`run_job`]). One flag per host, so one reachable and one not
+    /// do not flap the warning at every refresh.
+    pub github_down: [std::sync::atomic::AtomicBool; 2],
 }
 
 /// Why one run of a job failed.
@@ -217,14 +219,54 @@ pub async fn run_job(state: &JobContext, job: &'static Job) -> Result<(), JobErr
     match &result {
         Err(JobError::Github(e)) if e.is_outage() => github_down(state, job, e),
         Err(e) => tracing::error!(job = job.name, error = %e, "periodic job failed"),
-        Ok(()) if matches!(job.work, Work::Github(_)) || job.name == "refresh_books" => {
-            if state.github_down.swap(false, Ordering::AcqRel) {
-                tracing::info!(job = job.name, "GitHub answers again");
+        Ok(()) => {
+            if let Some(host) = Host::of(job)
+                && state.github_down[host as usize].swap(false, Ordering::AcqRel)
+            {
+                tracing::info!(
+                    job = job.name,
+                    url = host.url(state),
+                    "GitHub answers again"
+                );
             }
         }
-        Ok(()) => {}
     }
     result
+}
+
+/// The GitHub host a job needs: the API (official master) or the raw files (the books).
+#[derive(Debug, Clone, Copy)]
+enum Host {
+    Api = 0,
+    Raw = 1,
+}
+
+impl Host {
+    fn of(job: &Job) -> Option<Host> {
+        match job.name {
+            "refresh_books" => Some(Host::Raw),
+            _ if matches!(job.work, Work::Github(_)) => Some(Host::Api),
+            _ => None,
+        }
+    }
+
+    fn url(self, state: &JobContext) -> &str {
+        match self {
+            Host::Api => &state.config.github_api_url,
+            Host::Raw => &state.config.github_raw_url,
+        }
+    }
+
+    /// What does not work while this host is out of reach.
+    fn lost(self) -> &'static str {
+        match self {
+            Host::Api => {
+                "official master is not refreshed and a new test's commits must be typed \
+                 under \"Advanced\""
+            }
+            Host::Raw => "the book list is not refreshed",
+        }
+    }
 }
 
 /// What the GitHub component keeps, bounded (`Github::prune_blocking`): the oldest stored
@@ -256,17 +298,18 @@ async fn prune_github(cx: &JobContext) -> Result<(), JobError> {
 /// A job that needs GitHub found it out of reach: a warning the first time (saying what still
 /// works), a debug line after that, until it answers again.
 fn github_down(state: &JobContext, job: &Job, e: &GithubError) {
-    if state.github_down.swap(true, Ordering::AcqRel) {
+    let host = Host::of(job).unwrap_or(Host::Api);
+    if state.github_down[host as usize].swap(true, Ordering::AcqRel) {
         tracing::debug!(job = job.name, error = %e, "GitHub still out of reach");
         return;
     }
     tracing::warn!(
         job = job.name,
         error = %e,
-        "GitHub cannot be used ({}): official master and the book list are not refreshed \
-         and a new test's commits must be typed under \"Advanced\"; workers, runs and every \
-         page work as before. Said once; retried every 15 minutes",
-        state.config.github_api_url
+        "GitHub cannot be used ({}): {}; workers, runs and every page work as before. Said \
+         once; retried every 15 minutes",
+        host.url(state),
+        host.lost()
     );
 }
 

@@ -131,7 +131,8 @@ pub(crate) fn require_browser() {
     }
 }
 
-/// The leader of a driver's process group (`sh`): starts chromedriver on a port it picks
+/// The leader of a driver's process group (`sh`): starts chromedriver (its output and errors
+/// on the leader's standard output) on a port it picks
 /// itself (`--port=0`, so no other process can take the port between our choice and its
 /// bind), waits for it, and when chromedriver ends or the leader is told to stop (SIGTERM:
 /// the test process died, `PR_SET_PDEATHSIG`) kills every process carrying the marker (the
@@ -146,16 +147,28 @@ const LEADER: &str = r#"sweep() {
 }
 marker="$1"
 trap 'sweep "$marker"' TERM
-chromedriver --port=0 &
+"$2" --port=0 2>&1 &
 wait
 sweep "$marker""#;
 
+/// How many lines of what chromedriver printed a failure to start shows.
+const TAIL_LINES: usize = 6;
+
 pub(crate) async fn start_driver() -> Driver {
+    require_browser();
+    match try_start_driver("chromedriver").await {
+        Ok(driver) => driver,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Starts `program` as chromedriver ([`LEADER`]); a chromedriver that ends before it listens
+/// is one line of error with the last lines it printed.
+pub(crate) async fn try_start_driver(program: &str) -> Result<Driver, String> {
     use std::io::BufRead as _;
     use std::os::unix::process::CommandExt as _;
     use std::sync::atomic::{AtomicU64, Ordering};
     static STARTED: AtomicU64 = AtomicU64::new(0);
-    require_browser();
     let mark = format!(
         "{}-{}",
         std::process::id(),
@@ -168,6 +181,7 @@ pub(crate) async fn start_driver() -> Driver {
         .arg(LEADER)
         .arg("sh")
         .arg(format!("{MARK_VAR}={mark}"))
+        .arg(program)
         .env(MARK_VAR, &mark)
         .process_group(0)
         .stdin(Stdio::null())
@@ -189,22 +203,33 @@ pub(crate) async fn start_driver() -> Driver {
     }
     let mut child = cmd.spawn().expect("sh");
     let pgid = i32::try_from(child.id()).expect("a pid");
-    // chromedriver says where it listens ("... started successfully on port N."); the rest of
-    // its output (and Chromium's) is read and dropped, so no writer ever blocks on the pipe.
+    // chromedriver says where it listens ("... started successfully on port N."); until then
+    // the last lines it printed are kept (what a chromedriver that cannot start says), after
+    // that its output (and Chromium's) is read and dropped, so no writer blocks on the pipe.
     let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = tokio::sync::oneshot::channel::<u16>();
+    let (tx, rx) = tokio::sync::oneshot::channel::<Result<u16, Vec<String>>>();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut tail = std::collections::VecDeque::with_capacity(TAIL_LINES);
         for line in std::io::BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            let Some(sender) = tx.take() else { continue };
             if let Some(port) = line
                 .split("started successfully on port ")
                 .nth(1)
                 .and_then(|p| p.trim_end_matches('.').trim().parse::<u16>().ok())
-                && let Some(tx) = tx.take()
             {
-                let _ = tx.send(port);
+                let _ = sender.send(Ok(port));
+                continue;
             }
+            tx = Some(sender);
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+        if let Some(sender) = tx {
+            let _ = sender.send(Err(tail.into()));
         }
     });
     let mut driver = Driver {
@@ -213,15 +238,58 @@ pub(crate) async fn start_driver() -> Driver {
         pgid,
         mark,
     };
+    let install = "run ./test.sh (it installs it), or apt-get install chromium chromium-driver";
     match tokio::time::timeout(Duration::from_secs(60), rx).await {
-        Ok(Ok(port)) => driver.port = port,
-        Ok(Err(_)) => {
-            let status = driver.child.try_wait();
-            panic!("chromedriver ended before it listened: {status:?}");
+        Ok(Ok(Ok(port))) => driver.port = port,
+        Ok(Ok(Err(tail))) => {
+            let printed = if tail.is_empty() {
+                "nothing".to_string()
+            } else {
+                tail.join(" | ")
+            };
+            return Err(format!(
+                "{program} ended before it listened; it printed: {printed}; {install}"
+            ));
         }
-        Err(_) => panic!("chromedriver did not say where it listens within 60 s"),
+        Ok(Err(_)) => return Err(format!("{program}: its output could not be read")),
+        Err(_) => {
+            return Err(format!(
+                "{program} did not say where it listens within 60 s; {install}"
+            ));
+        }
     }
-    driver
+    Ok(driver)
+}
+
+/// A chromedriver that is installed but cannot start fails with one line: what it printed
+/// and how to install it (not the status of the `sh` that led it).
+#[tokio::test]
+async fn a_chromedriver_that_cannot_start_says_what_it_printed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = dir.path().join("chromedriver");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'Starting ChromeDriver'\necho 'chromedriver: error while loading \
+         shared libraries: libnss3.so: cannot open shared object file' >&2\nexit 127\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let err = match try_start_driver(&fake.to_string_lossy()).await {
+        Ok(_) => panic!("a chromedriver that exits at once was taken as started"),
+        Err(e) => e,
+    };
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(
+        err.contains("libnss3.so: cannot open shared object file"),
+        "{err}"
+    );
+    assert!(err.contains("Starting ChromeDriver"), "{err}");
+    assert!(
+        err.contains("./test.sh") && err.contains("chromium-driver"),
+        "{err}"
+    );
+    assert!(!err.contains("signal"), "{err}");
 }
 
 pub(crate) async fn browser(driver: &Driver) -> Client {

@@ -2,7 +2,9 @@
 //! directory, and talks HTTP to it.
 //!
 //! Each server is its own process, so metrics, signals and crashes are those of a real
-//! deployment and tests cannot disturb each other.
+//! deployment and tests cannot disturb each other. A server ends with its test: dropped with
+//! it, or told by the kernel when the test process dies without unwinding (nextest's timeout:
+//! `SHOAL_EXIT_WITH_PARENT`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -333,6 +335,8 @@ impl TestServer {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("SHOAL_PORT", "0")
+            // SIGTERM from the kernel when the test process dies, however it dies.
+            .env("SHOAL_EXIT_WITH_PARENT", std::process::id().to_string())
             .env("SHOAL_DATA_DIR", &data_dir)
             .env("SHOAL_LOG", "info")
             .env("SHOAL_SHUTDOWN_GRACE_S", "5")
@@ -585,4 +589,66 @@ pub fn run_bin(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> (ExitStatus, 
         out.status,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A test killed without unwinding (as nextest kills one past its time limit), holding a
+/// server: run in a process of its own by `a_killed_test_leaves_no_server_behind`, which kills
+/// it. Does nothing when run otherwise.
+#[tokio::test]
+#[ignore = "run by a_killed_test_leaves_no_server_behind"]
+async fn hold_a_server() {
+    if std::env::var_os("SHOAL_TEST_HOLD_SERVER").is_none() {
+        return;
+    }
+    let server = TestServer::start().await;
+    println!("HOLDING {}", server.pid());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[test]
+fn a_killed_test_leaves_no_server_behind() {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "harness::hold_a_server",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("SHOAL_TEST_HOLD_SERVER", "1")
+        .env_remove("SHOAL_TEST_MONGODB_TALLY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the test binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<i32>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(pid) = line.strip_prefix("HOLDING ").and_then(|p| p.parse().ok()) {
+                let _ = tx.send(pid);
+            }
+        }
+    });
+    let pid = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(pid) => pid,
+        Err(e) => {
+            let _ = child.kill();
+            panic!("the held test never started its server: {e}");
+        }
+    };
+    assert!(crate::browser::alive(pid), "the held server runs");
+    // SIGKILL: no unwinding, no Drop.
+    child.kill().expect("kill the held test");
+    child.wait().expect("reap it");
+    let killed = Instant::now();
+    while crate::browser::alive(pid) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the server {pid} outlives its killed test"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

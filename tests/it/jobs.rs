@@ -920,8 +920,9 @@ async fn prune_github_drops_old_diffs_of_runs_that_are_over_and_keeps_the_rest()
     assert!(kept("fedcba9876543210fedcba98"), "a recent diff is kept");
 }
 
-/// A server with no GitHub reachable (the harness's default) says so once, as a warning that
-/// says what still works, however often the jobs that need GitHub run.
+/// A server with no GitHub reachable (the harness's default) says so once per host (the API,
+/// the raw files), as a warning that says what still works, however often the jobs that need
+/// GitHub run.
 #[tokio::test]
 async fn github_out_of_reach_is_said_once_as_a_warning() {
     let server = server().await;
@@ -929,6 +930,7 @@ async fn github_out_of_reach_is_said_once_as_a_warning() {
         "refresh_official_master",
         "refresh_books",
         "refresh_official_master",
+        "refresh_books",
     ] {
         let (status, v) = server
             .post_json(&format!("/debug/job/{name}"), &json!({}))
@@ -946,8 +948,47 @@ async fn github_out_of_reach_is_said_once_as_a_warning() {
         .lines()
         .filter(|l| l.contains("GitHub cannot be used"))
         .collect();
-    assert_eq!(said.len(), 1, "{logs}");
-    assert!(said[0].contains("WARN"), "{}", said[0]);
-    assert!(said[0].contains("every page work as before"), "{}", said[0]);
+    assert_eq!(said.len(), 2, "{logs}");
+    for line in &said {
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("every page work as before"), "{line}");
+    }
+    assert!(
+        said[0].contains("official master is not refreshed"),
+        "{}",
+        said[0]
+    );
+    assert!(
+        said[1].contains("the book list is not refreshed"),
+        "{}",
+        said[1]
+    );
     assert!(!logs.contains("periodic job failed"), "{logs}");
+}
+
+/// GitHub's API reachable and its raw files not: the books' warning is said once, not again
+/// after every successful refresh of official master (one flag per host).
+#[tokio::test]
+async fn one_github_host_out_of_reach_does_not_flap_the_warning() {
+    let fake = crate::fake_github::FakeGithub::start().await;
+    let server = server_on(
+        no_jobs()
+            .set("github_api_url", fake.api_url())
+            .set("github_token", fake.token()),
+    )
+    .await;
+    for _ in 0..3 {
+        run_job(&server, "refresh_official_master").await;
+        let (status, v) = server
+            .post_json("/debug/job/refresh_books", &json!({}))
+            .await;
+        assert_eq!(status, 500, "{v}");
+    }
+    let logs = server.logs();
+    let said = logs
+        .lines()
+        .filter(|l| l.contains("GitHub cannot be used"))
+        .count();
+    assert_eq!(said, 1, "{logs}");
+    assert!(!logs.contains("GitHub answers again"), "{logs}");
 }

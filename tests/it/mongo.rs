@@ -4,8 +4,9 @@
 //! ([`fresh_uri`]).
 //!
 //! `./test.sh` installs it (the pinned version, under `target/`) and points
-//! `SHOAL_TEST_SECANTUSD` at it; on a machine without it these tests fail with one line saying
-//! how to install it.
+//! `SHOAL_TEST_SECANTUSD` at it; without that variable the harness looks for the same
+//! install under `target/` ([`SECANTUS_VERSION`]), then for `secantusd-py` on `PATH`. On a
+//! machine without it these tests fail with one line saying how to install it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -16,9 +17,31 @@ use bson::Document;
 
 static PORT: OnceLock<Result<u16, String>> = OnceLock::new();
 
-/// The command that starts the server (`SHOAL_TEST_SECANTUSD` overrides it).
+/// The SecantusDB version `./test.sh` installs (its `SECANTUS_VERSION`; a test checks they
+/// agree), in `target/secantusdb-<version>`.
+pub const SECANTUS_VERSION: &str = "0.7.0b3";
+
+/// The command that starts the server: `SHOAL_TEST_SECANTUSD`, else the one `./test.sh`
+/// installed under the repository's `target/`, else `secantusd-py` from `PATH`.
 fn command() -> String {
-    std::env::var("SHOAL_TEST_SECANTUSD").unwrap_or_else(|_| "secantusd-py".to_string())
+    command_in(
+        std::env::var("SHOAL_TEST_SECANTUSD").ok(),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+}
+
+/// [`command`] for a given `SHOAL_TEST_SECANTUSD` and repository root.
+fn command_in(var: Option<String>, root: &std::path::Path) -> String {
+    if let Some(cmd) = var.filter(|c| !c.is_empty()) {
+        return cmd;
+    }
+    let installed = root.join(format!(
+        "target/secantusdb-{SECANTUS_VERSION}/bin/secantusd-py"
+    ));
+    if installed.is_file() {
+        return installed.to_string_lossy().into_owned();
+    }
+    "secantusd-py".to_string()
 }
 
 /// Starts the server from a thread of its own, which spawns it (the child is killed when
@@ -57,7 +80,7 @@ fn start() -> Result<u16, String> {
                     let _ = tx.send(Err(format!(
                         "SecantusDB is not installed ({cmd}: {e}): run ./test.sh (it installs \
                          it under target/), or set SHOAL_TEST_SECANTUSD to a secantusd-py of \
-                         `pip install SecantusDB==0.7.0b3`"
+                         `pip install SecantusDB=={SECANTUS_VERSION}`"
                     )));
                     return;
                 }
@@ -144,4 +167,33 @@ pub async fn docs(uri: &str, coll: &'static str, filter: Document) -> Vec<Docume
             .collect()
     })
     .await
+}
+
+/// `cargo nextest run` without `./test.sh` finds the SecantusDB that `./test.sh` installed,
+/// at the version `./test.sh` pins.
+#[test]
+fn the_harness_finds_the_secantusdb_test_sh_installs() {
+    let script =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/test.sh")).expect("test.sh");
+    assert!(
+        script.contains(&format!("SECANTUS_VERSION=\"{SECANTUS_VERSION}\"")),
+        "test.sh pins another SecantusDB version than tests/it/mongo.rs ({SECANTUS_VERSION})"
+    );
+    assert!(script.contains("VENV=\"target/secantusdb-$SECANTUS_VERSION\""));
+    let root = tempfile::tempdir().expect("tempdir");
+    assert_eq!(command_in(None, root.path()), "secantusd-py");
+    let bin = root
+        .path()
+        .join(format!("target/secantusdb-{SECANTUS_VERSION}/bin"));
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::write(bin.join("secantusd-py"), "").expect("file");
+    assert_eq!(
+        command_in(None, root.path()),
+        bin.join("secantusd-py").to_string_lossy()
+    );
+    assert_eq!(command_in(Some("/x/y".into()), root.path()), "/x/y");
+    assert_eq!(
+        command_in(Some(String::new()), root.path()),
+        bin.join("secantusd-py").to_string_lossy()
+    );
 }
