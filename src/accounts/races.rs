@@ -120,7 +120,7 @@ fn racing_signups_take_a_name_or_an_address_once_ignoring_case() {
         (["erin", "Erin"], ["erin1@example.org", "erin2@example.org"]),
     ] {
         let barrier = Arc::new(Barrier::new(2));
-        let results: Vec<_> = (0..2)
+        let threads: Vec<_> = (0..2)
             .map(|i| {
                 let (a, barrier) = (Arc::clone(&a), Arc::clone(&barrier));
                 let (name, email) = (names[i].to_string(), emails[i].to_string());
@@ -129,6 +129,9 @@ fn racing_signups_take_a_name_or_an_address_once_ignoring_case() {
                     a.users().register(&name, PW, &email, "")
                 })
             })
+            .collect();
+        let results: Vec<_> = threads
+            .into_iter()
             .map(|h| h.join().expect("join"))
             .collect();
         let ok = results.iter().filter(|r| r.is_ok()).count();
