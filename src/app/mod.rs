@@ -235,7 +235,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     };
     // `public_url` is required with `smtp_url` (validation): links never come from a Host.
     let forgot = match (&mailer, config.public_base()) {
-        (Some(mailer), Some(base)) => Some(crate::http::ui::forgot::ForgotQueue::start(
+        (Some(mailer), Some(base)) => Some(crate::http::forgot_queue::ForgotQueue::start(
             Arc::clone(&accounts),
             offload.clone(),
             Arc::clone(mailer),

@@ -1,20 +1,19 @@
 //! `GET/POST /forgot` (when `smtp_url` is set): a user asks for a password-reset link by
 //! username or email, and the link is mailed.
 //!
-//! Owns: the form's fields (`username`, `csrf_token`), its one answer, the mail's words, and
-//! the queue of requests ([`ForgotQueue`]). The handler does the same work for every input up
-//! to the answer: the per-address rate limit (scope `password_reset`, key `ip` or `user_ip`:
-//! the built-in `forgot_ip`, `forgot_per_ip_per_hour`), the CSRF check, the page, and one
-//! `try_send` of the name asked for into a bounded queue. One background task drains the
-//! queue, and takes each request no sooner than [`FORGOT_DELAY`] after it was queued (by then
-//! the answer has long been written), then does the look-up in the pool and sends the mail:
-//! so neither the words nor the time of the answer tell whether an account exists. Nothing
-//! goes to the public action log. A full queue drops the request (logged, answered the same).
+//! Owns: the form's fields (`username`, `csrf_token`) and its one answer (the queue of
+//! requests and the mail are `http::forgot_queue`). The handler does the same work for every
+//! input up to the answer: the per-address rate limit (scope `password_reset`: the built-in
+//! `forgot_ip`, `forgot_per_ip_per_hour`, IPv6 by /64), the CSRF check, the page, and one
+//! `try_send` of the name asked for into the bounded queue. One background task drains the
+//! queue and takes each request no sooner than a second after it was queued (by then the
+//! answer has long been written), then does the look-up in the pool and sends the mail: so
+//! neither the words nor the time of the answer tell whether an account exists. Nothing goes
+//! to the public action log. A full queue drops the request (logged, answered the same).
 //! Must not: make, store or check links (`Accounts` does), or log a link.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use askama::Template;
 use axum::Form;
@@ -23,15 +22,10 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::kit::{Flash, Input, Layout, Page, form_or_default, page};
-use crate::accounts::Accounts;
 use crate::http::state::AppState;
 use crate::limits::{KeyCtx, Scope};
-use crate::mail::Mailer;
-use crate::offload::Offload;
 
 /// What `/forgot` answers to every request.
 pub const MSG_SENT: &str = "If an account has this name or address, a reset link is on its \
@@ -39,50 +33,12 @@ pub const MSG_SENT: &str = "If an account has this name or address, a reset link
     few minutes, look in the spam folder, then ask an approver: they can issue a link from \
     your user page.";
 
-/// How long after it was queued a request is looked up, at the earliest.
-pub const FORGOT_DELAY: Duration = Duration::from_secs(1);
-/// The most requests waiting in the queue.
-pub const FORGOT_QUEUE: usize = 1024;
-
 #[derive(Template)]
 #[template(path = "forgot.html")]
 pub struct ForgotPage {
     pub l: Layout,
     /// Mail is configured: the form is offered.
     pub mail: bool,
-}
-
-/// The requests `/forgot` has answered and not yet handled.
-pub struct ForgotQueue {
-    tx: mpsc::Sender<(Instant, String)>,
-}
-
-impl ForgotQueue {
-    /// Starts the one task that drains the queue: each request, no sooner than
-    /// [`FORGOT_DELAY`] after it was queued, is looked up in the pool and, when it names an
-    /// account to mail, gets its link mailed on `base` (`public_url`).
-    pub fn start(
-        accounts: Arc<Accounts>,
-        offload: Offload,
-        mailer: Arc<Mailer>,
-        base: String,
-    ) -> ForgotQueue {
-        let (tx, mut rx) = mpsc::channel::<(Instant, String)>(FORGOT_QUEUE);
-        tokio::spawn(async move {
-            while let Some((queued, asked)) = rx.recv().await {
-                tokio::time::sleep_until(queued + FORGOT_DELAY).await;
-                mail_link(&accounts, &offload, &mailer, &base, asked).await;
-            }
-        });
-        ForgotQueue { tx }
-    }
-
-    /// Queues a request (the same work for every input); a full queue drops it.
-    fn push(&self, asked: String) {
-        if self.tx.try_send((Instant::now(), asked)).is_err() {
-            tracing::warn!("password-reset queue full: a /forgot request was dropped");
-        }
-    }
 }
 
 /// `GET /forgot`: the form (when mail is configured) or how to get a link without it.
@@ -143,41 +99,4 @@ pub async fn forgot(
         queue.push(asked);
     }
     answer
-}
-
-/// A queued request: a link for the account `asked` names, if there is one to mail
-/// (`Accounts::reset_request`, in the pool), mailed on `base` (`public_url`).
-async fn mail_link(
-    accounts: &Arc<Accounts>,
-    offload: &Offload,
-    mailer: &Mailer,
-    base: &str,
-    asked: String,
-) {
-    let accounts = Arc::clone(accounts);
-    let found = match offload.run(move || accounts.reset_request(&asked)).await {
-        Ok(Ok(found)) => found,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "reset request failed");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "reset request not handled");
-            return;
-        }
-    };
-    let Some((user, secret)) = found else { return };
-    let body = format!(
-        "Hello {},\n\nsomeone (hopefully you) asked for a new password on {base}.\n\
-         Set one here within 24 hours; the link works once:\n\n\
-         {base}/reset/{secret}\n\n\
-         If you did not ask, ignore this mail: your password stays as it is.\n",
-        user.username
-    );
-    if let Err(e) = mailer
-        .send(&user.email, "Your password reset link", body)
-        .await
-    {
-        tracing::warn!(error = %e, user = %user.username, "reset mail not sent");
-    }
 }
