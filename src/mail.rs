@@ -2,7 +2,8 @@
 //!
 //! Owns: the SMTP transport (lettre over tokio; `smtp://host:port` plain, `?tls=required` or
 //! `?tls=opportunistic` for STARTTLS, `smtps://` for TLS; a user and password in the URL log
-//! in), the sender (`smtp_from`), and one plain-text message sent per call.
+//! in), the sender (`smtp_from`), and one plain-text message sent per call (with a random
+//! `Message-ID` on the sender's domain).
 //! Must not: block (it is async I/O on the event loop), decide who gets mail, or log an
 //! address's message body (a reset link is a credential).
 
@@ -54,7 +55,15 @@ impl Mailer {
         let to = to
             .parse::<Mailbox>()
             .map_err(|_| MailError::To(to.to_string()))?;
+        // A Message-ID of our own (random, on the sender's domain): relays and spam filters
+        // look for one.
+        let id = format!(
+            "<{}@{}>",
+            hex::encode(rand::random::<[u8; 16]>()),
+            self.from.email.domain()
+        );
         let message = Message::builder()
+            .message_id(Some(id))
             .from(self.from.clone())
             .to(to)
             .subject(subject)

@@ -19,6 +19,8 @@
 mod login;
 mod once;
 mod people;
+#[cfg(test)]
+mod races;
 mod reset;
 mod sessions;
 pub mod throttle;
@@ -87,6 +89,9 @@ pub enum UserError {
     /// say which).
     #[error("signup of {username}: the name or the email is taken")]
     NameOrEmailTaken { username: String },
+    /// A profile change: another account has this email address (ignoring case).
+    #[error("user {username}: the new email address belongs to another account")]
+    EmailTaken { username: String },
     /// A password outside Fishtest's length rule (1 to [`PASSWORD_MAX_CHARS`] characters).
     #[error("a password outside 1 to {PASSWORD_MAX_CHARS} characters")]
     BadPasswordLength,
@@ -151,6 +156,11 @@ pub struct Accounts {
     signup_forms: once::OnceSet,
     /// Where an approver's decisions are logged.
     ledger: Arc<Ledger>,
+    /// Held while a new password is saved and the user's credentials revoked, and while a
+    /// credential (an API token, a feed URL) is stored after checking that the password it
+    /// was granted under is still the stored one: a credential made during a password
+    /// change is either refused or revoked by it, never left behind.
+    credentials: parking_lot::Mutex<()>,
 }
 
 impl Accounts {
@@ -168,6 +178,7 @@ impl Accounts {
             throttle: AuthThrottle::new(throttle),
             signup_forms: Default::default(),
             ledger,
+            credentials: Default::default(),
         };
         accounts.users.refresh_legacy_names()?;
         Ok(accounts)

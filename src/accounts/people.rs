@@ -109,16 +109,13 @@ impl Accounts {
             .users
             .load(&user.username)?
             .ok_or_else(|| UserError::NoSuchUser(user.username.clone()))?;
-        saved.email = change.email;
         saved.tests_repo = change.tests_repo.trim_end_matches('/').to_string();
-        let new_password = change.new_password.is_some();
+        // A new address another account has is refused (ignoring case) before anything is
+        // saved: a shared address would switch off mailed resets for both.
+        self.users.save_with_email(&mut saved, &change.email)?;
         if let Some(p) = change.new_password {
             self.users.set_password(&mut saved, &p)?;
-        }
-        self.users.save(&saved)?;
-        if new_password {
-            let ended = self.sessions_end_user(&saved.username)?;
-            self.credentials_revoke(&saved)?;
+            let ended = self.save_new_password(&saved)?;
             tracing::info!(user = %saved.username, sessions = ended, "password changed");
         }
         Ok(saved)

@@ -4,9 +4,10 @@
 //! Owns: making a link's secret (`shoal_` + 32 random bytes in hex), its record in the store's
 //! `shoal_kvstore` (`_id` `password_reset:<SHA-256 of the secret, hex>`: the user, who asked
 //! (`by`: the approver's name, or `email`), `mailed` (the kind), the creation and expiry
-//! dates; the secret itself is never stored), the rules (valid [`RESET_TTL_S`], single use: the record is deleted before
-//! the password changes, so two uses racing each other cannot both win, and a used link takes
-//! every other link of the user with it; an approver's new link replaces all of the user's
+//! dates; the secret itself is never stored), the rules (valid [`RESET_TTL_S`], single use: using a link deletes every link
+//! of the user (under the credentials lock) before the password changes, and goes on only if
+//! it was among the live ones deleted, so two uses racing each other, of one link or of two,
+//! cannot both win; an approver's new link replaces all of the user's
 //! links, a mailed one only earlier mailed ones, so an anonymous request never cancels an
 //! approver's link; by email at most one link per user every [`EMAIL_EVERY_S`], never to an
 //! address two accounts share, whether asked for by name or by address), the password set
@@ -124,6 +125,9 @@ impl Accounts {
             "username"
         };
         let Some(user) = self.only_user(field, key)? else {
+            if field == "email" && self.users_with(field, key)? > 1 {
+                tracing::info!("password reset not mailed: address shared by several accounts");
+            }
             return Ok(None);
         };
         if user.blocked || user.pending || !user.email.contains('@') {
@@ -131,6 +135,7 @@ impl Accounts {
         }
         // An address shared by two accounts names nobody, however it was asked for.
         if field == "username" && self.only_user("email", &user.email)?.is_none() {
+            tracing::info!(user = %user.username, "password reset not mailed: address shared");
             return Ok(None);
         }
         let now = Date::now().0.timestamp();
@@ -160,6 +165,19 @@ impl Accounts {
             return Ok(None);
         };
         Ok(serde_json::from_value::<User>(Value::Object(doc.clone())).ok())
+    }
+
+    /// How many users (up to 2) have `field` equal to `value`.
+    fn users_with(&self, field: &str, value: &str) -> Result<usize, UserError> {
+        Ok(self
+            .store
+            .find(
+                Collection::Users,
+                &Query::new()
+                    .with(Cond::Eq(field.into(), json!(value)))
+                    .limit(2),
+            )?
+            .len())
     }
 
     /// `username`'s live links, for an approver's eyes only: (mailed on request, who issued
@@ -197,29 +215,40 @@ impl Accounts {
     }
 
     /// Sets `user`'s new password through the link `secret` (its strength already checked):
-    /// the link is used up first, then the password saved, then the user's other links
-    /// deleted, every session ended and every API token and the feed URL revoked. `Ok(false)`: the link was not live (used meanwhile, expired, someone else's).
+    /// every link of the user is used up first (deleted under the credentials lock, and this
+    /// use goes on only if `secret` was among the live ones deleted: two links used at once
+    /// cannot both win), then the password saved, every session ended and every API token
+    /// and the feed URL revoked. `Ok(false)`: the link was not live (used meanwhile,
+    /// expired, someone else's).
     pub fn reset_use(&self, secret: &str, user: &User, password: &str) -> Result<bool, UserError> {
-        match self.reset_user(secret)? {
-            Some(u) if u.username == user.username => {}
-            _ => return Ok(false),
-        }
-        if !self
-            .store
-            .delete(Collection::ShoalKv, &kv_id(&token_hash(secret)))?
+        let ours = kv_id(&token_hash(secret));
         {
-            return Ok(false);
+            let _held = self.credentials.lock();
+            let now = Date::now();
+            let docs = self.reset_docs(&user.username)?;
+            let id_of = |d: &Doc| d.get("_id").and_then(Value::as_str).map(str::to_string);
+            // Another user's link, or a dead one, uses up nothing.
+            if !docs.iter().any(|d| {
+                id_of(d).as_deref() == Some(ours.as_str())
+                    && date_of(d, "expires").is_some_and(|e| e > now)
+            }) {
+                return Ok(false);
+            }
+            let mut won = false;
+            for id in docs.iter().filter_map(id_of) {
+                let deleted = self.store.delete(Collection::ShoalKv, &id)?;
+                won |= deleted && id == ours;
+            }
+            if !won {
+                return Ok(false);
+            }
         }
         let mut saved = self
             .users
             .load(&user.username)?
             .ok_or_else(|| UserError::NoSuchUser(user.username.clone()))?;
         self.users.set_password(&mut saved, password)?;
-        self.users.save(&saved)?;
-        // The other links (an approver's and a mailed one may both be out) die with this one.
-        self.reset_drop(&saved.username, false)?;
-        let ended = self.sessions_end_user(&saved.username)?;
-        self.credentials_revoke(&saved)?;
+        let ended = self.save_new_password(&saved)?;
         self.log_reset(
             &saved.username,
             &saved.username,

@@ -12,6 +12,9 @@
 //!   check, so the real owner can log in from a new address, and each attacking address gets
 //!   one password check per window.
 //!
+//! A client address is counted as `crate::limits::rate_addr` says: IPv4 as it is, IPv6 by its
+//! /64 (one client's network).
+//!
 //! Refused attempts are not counted again: an attacker who keeps trying does not extend the
 //! window, and cannot fill the counters of other keys.
 //!
@@ -156,7 +159,7 @@ impl AuthThrottle {
 
     /// The verdict for an attempt by `user` from `ip`.
     pub fn check(&self, user: &str, ip: &str) -> Verdict {
-        self.check_at(user, ip, Instant::now())
+        self.check_at(user, &crate::limits::rate_addr(ip), Instant::now())
     }
 
     fn check_at(&self, user: &str, ip: &str, now: Instant) -> Verdict {
@@ -182,7 +185,7 @@ impl AuthThrottle {
 
     /// Records a wrong password (or an unknown user) for `user` from `ip`.
     pub fn failed(&self, user: &str, ip: &str) {
-        self.failed_at(user, ip, Instant::now());
+        self.failed_at(user, &crate::limits::rate_addr(ip), Instant::now());
     }
 
     fn failed_at(&self, user: &str, ip: &str, now: Instant) {
@@ -197,7 +200,9 @@ impl AuthThrottle {
     /// fixed a typo is not held to them); the address and user counters keep theirs.
     pub fn succeeded(&self, user: &str, ip: &str) {
         let mut s = self.state.lock();
-        s.pairs.map.remove(&(user.to_string(), ip.to_string()));
+        s.pairs
+            .map
+            .remove(&(user.to_string(), crate::limits::rate_addr(ip)));
     }
 }
 

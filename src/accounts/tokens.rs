@@ -60,6 +60,9 @@ pub enum TokenRefusal {
     BadName,
     #[error("at most {MAX_TOKENS_PER_USER} tokens per user")]
     TooMany,
+    /// The password changed after it was checked for this token.
+    #[error("the password changed meanwhile: log in again")]
+    PasswordChanged,
     #[error(transparent)]
     Account(#[from] UserError),
 }
@@ -96,7 +99,10 @@ fn info_of(doc: &Doc) -> Option<TokenInfo> {
 }
 
 impl Accounts {
-    /// Makes a token for `user`; returns the token (to show once) and its record.
+    /// Makes a token for `user`, as read when its password was checked; returns the token (to
+    /// show once) and its record. Refused ([`TokenRefusal::PasswordChanged`]) when the stored
+    /// password is no longer the one `user` has: checked and stored under the credentials
+    /// lock, so a token never outlives the password change it raced.
     pub fn token_create(
         &self,
         user: &User,
@@ -120,7 +126,13 @@ impl Accounts {
             created: Date::now(),
             last_used: None,
         };
-        self.store_token(&token_hash(&secret), &info)?;
+        {
+            let _held = self.credentials.lock();
+            if !self.same_password(user)? {
+                return Err(TokenRefusal::PasswordChanged);
+            }
+            self.store_token(&token_hash(&secret), &info)?;
+        }
         let mode = if read_only { "read-only" } else { "read-write" };
         self.log_token(&info, format!("created {mode} token {:?}", info.name))?;
         tracing::info!(user = %info.user, token = %info.token_id, "API token created");
@@ -240,6 +252,36 @@ impl Accounts {
             tracing::info!(user = %user.username, tokens, "{why}");
         }
         Ok(tokens)
+    }
+
+    /// Whether `user` (its account and password as read earlier) is still the stored one.
+    /// Called under the credentials lock.
+    fn same_password(&self, user: &User) -> Result<bool, UserError> {
+        Ok(self
+            .users
+            .load(&user.username)?
+            .is_some_and(|now| now.id == user.id && now.secret() == user.secret()))
+    }
+
+    /// A new feed URL for `user`, as read when the session was checked (the old URL stops
+    /// working); `None` when the stored password is no longer the one `user` has (the
+    /// session is ending). Checked and stored under the credentials lock, as a token is.
+    pub fn feed_create(&self, user: &User) -> Result<Option<String>, UserError> {
+        let _held = self.credentials.lock();
+        if !self.same_password(user)? {
+            return Ok(None);
+        }
+        Ok(Some(self.ledger.new_feed(&user.username)?))
+    }
+
+    /// Saves `user` with its new password, then ends its sessions and revokes its tokens and
+    /// feed URL, all under the credentials lock; returns how many sessions ended.
+    pub(super) fn save_new_password(&self, user: &User) -> Result<usize, UserError> {
+        let _held = self.credentials.lock();
+        self.users.save(user)?;
+        let ended = self.sessions_end_user(&user.username)?;
+        self.credentials_revoke(user)?;
+        Ok(ended)
     }
 
     /// After a password change or reset: every API token and the feed URL of `user`

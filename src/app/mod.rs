@@ -233,9 +233,20 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             }
         },
     };
+    // `public_url` is required with `smtp_url` (validation): links never come from a Host.
+    let forgot = match (&mailer, config.public_base()) {
+        (Some(mailer), Some(base)) => Some(crate::http::forgot_queue::ForgotQueue::start(
+            Arc::clone(&accounts),
+            offload.clone(),
+            Arc::clone(mailer),
+            base.to_string(),
+        )),
+        _ => None,
+    };
     Ok(Arc::new(AppState {
         dashboard: Default::default(),
         mailer,
+        forgot,
         jobs,
         primary: config.is_primary(),
         request_cap: config

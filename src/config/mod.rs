@@ -54,6 +54,7 @@ pub const KEYS: &[&str] = &[
     "auth_throttle_per_user",
     "signup_per_ip_per_hour",
     "signup_per_hour",
+    "forgot_per_ip_per_hour",
     "signup_min_form_age_s",
     "signup_max_form_age_s",
     "shutdown_grace_s",
@@ -156,6 +157,8 @@ pub struct Config {
     /// for everybody (where a signup that creates nothing is not counted).
     pub signup_per_ip_per_hour: u32,
     pub signup_per_hour: u32,
+    /// `/forgot` requests per client address per hour (the built-in `forgot_ip`).
+    pub forgot_per_ip_per_hour: u32,
     /// A signup form sent sooner than this after it was shown is answered only once it is
     /// this old (a script waits, a person does not notice); one sent later than
     /// `signup_max_form_age_s` is refused.
@@ -254,6 +257,7 @@ impl Default for Config {
             auth_throttle_per_user: 100,
             signup_per_ip_per_hour: 10,
             signup_per_hour: 100,
+            forgot_per_ip_per_hour: 10,
             signup_min_form_age_s: 3.0,
             signup_max_form_age_s: 21_600.0,
             shutdown_grace_s: 10.0,
@@ -414,6 +418,10 @@ impl Config {
         defs.extend(crate::limits::LimitDef::signup_builtins(
             u64::from(self.signup_per_ip_per_hour),
             u64::from(self.signup_per_hour),
+            Duration::from_secs(3600),
+        ));
+        defs.push(crate::limits::LimitDef::forgot_builtin(
+            u64::from(self.forgot_per_ip_per_hour),
             Duration::from_secs(3600),
         ));
         defs.extend(crate::limits::LimitDef::from_specs(&self.limits).unwrap_or_default());

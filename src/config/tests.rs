@@ -126,6 +126,10 @@ fn each_rule_names_its_key() {
         ("nn_dir = \"\"", "nn_dir"),
         ("nn_url = \"ftp://x\"", "nn_url"),
         ("public_url = \"example.org\"", "public_url"),
+        ("public_url = \"https://t.example.org/?a=1\"", "public_url"),
+        ("public_url = \"https://t.example.org/#top\"", "public_url"),
+        ("public_url = \"https://me@t.example.org\"", "public_url"),
+        ("public_url = \"https://t.example.org/a b\"", "public_url"),
         ("secret = \"short\"", "secret"),
         ("log = \"info,[[\"", "log"),
         ("sqlite_synchronous = \"off\"", "sqlite_synchronous"),
@@ -262,8 +266,8 @@ fn limits_entries_are_checked_and_named() {
     assert!(e.contains("entry 2 (`bad`)"), "{e}");
     let ok = "[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\nmax = 64\n";
     let c = Config::from_sources(Some(ok), "t", env(&[])).expect("valid");
-    // The three built-ins, the two signup limits, the entry.
-    assert_eq!(c.limit_defs().len(), 6);
+    // The three built-ins, the two signup limits, the /forgot limit, the entry.
+    assert_eq!(c.limit_defs().len(), 7);
     assert!(err_text("limits_wait_s = 30", &[]).contains("limits_wait_s"));
     assert!(
         err_text("[[limits]]\nkind = \"concurrency\"\nkey = \"user\"\n", &[])

@@ -116,6 +116,7 @@ impl Config {
             ("auth_throttle_per_user", self.auth_throttle_per_user),
             ("signup_per_ip_per_hour", self.signup_per_ip_per_hour),
             ("signup_per_hour", self.signup_per_hour),
+            ("forgot_per_ip_per_hour", self.forgot_per_ip_per_hour),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
@@ -219,10 +220,32 @@ impl Config {
         {
             return Err(invalid("nn_url", "must start with http:// or https://"));
         }
-        if let Some(url) = &self.public_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(invalid("public_url", "must start with http:// or https://"));
+        if let Some(url) = &self.public_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid("public_url", "must start with http:// or https://"));
+            }
+            // Links are made by appending a path: a query, a fragment, a user or a space
+            // would end up inside every link (or make it point elsewhere).
+            if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(invalid("public_url", "must not contain spaces"));
+            }
+            match url::Url::parse(url) {
+                Err(e) => return Err(invalid("public_url", format!("not a URL: {e}"))),
+                Ok(u) if u.query().is_some() || u.fragment().is_some() => {
+                    return Err(invalid(
+                        "public_url",
+                        "must have no query (?…) or fragment (#…): only scheme, host, port \
+                         and path",
+                    ));
+                }
+                Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                    return Err(invalid("public_url", "must have no user or password (…@)"));
+                }
+                Ok(u) if u.host_str().is_none_or(str::is_empty) => {
+                    return Err(invalid("public_url", "must name a host"));
+                }
+                Ok(_) => {}
+            }
         }
         if self.page_render_concurrency > 10_000 {
             return Err(invalid(

@@ -146,6 +146,7 @@ impl From<UserError> for ApiError {
             UserError::BadName { .. }
             | UserError::NameTaken { .. }
             | UserError::NameOrEmailTaken { .. }
+            | UserError::EmailTaken { .. }
             | UserError::BadPasswordLength
             | UserError::BadEmail { .. }
             | UserError::CorruptUser { .. }
@@ -177,6 +178,9 @@ pub fn user_error_text(e: &UserError) -> String {
         },
         UserError::NameTaken { username } => format!("The username {username} is already taken."),
         UserError::NameOrEmailTaken { .. } => MSG_TAKEN.into(),
+        UserError::EmailTaken { .. } => {
+            "Error! This email address belongs to another account.".into()
+        }
         UserError::BadPasswordLength => {
             format!("The password must be 1 to {PASSWORD_MAX_CHARS} characters long.")
         }

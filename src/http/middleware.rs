@@ -15,7 +15,8 @@
 //! 5. **body limit**: 413 JSON before reading when Content-Length is over the route's limit,
 //!    and a hard cap on the stream otherwise.
 //! 6. **security headers** ([`security_headers`]): CSP, nosniff, `X-Frame-Options`,
-//!    Referrer-Policy on every response outside `/api`.
+//!    Referrer-Policy on every response outside `/api` (`no-referrer` on `/reset/{secret}`,
+//!    `same-origin` elsewhere).
 //! 7. **panic catcher**: a panicking handler becomes a 500 in the API's JSON shape instead of
 //!    a dropped connection.
 //!
@@ -241,6 +242,8 @@ pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; 
 /// Adds the security headers to every response outside `/api` (pages, errors, static files).
 pub async fn security_headers(req: Request, next: Next) -> Response {
     let api = req.uri().path().starts_with("/api");
+    // A reset link's secret is in its path: same-origin requests must not carry it either.
+    let secret_path = req.uri().path().starts_with("/reset/");
     let mut response = next.run(req).await;
     if !api {
         let h = response.headers_mut();
@@ -255,7 +258,11 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
         h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
         h.insert(
             header::REFERRER_POLICY,
-            HeaderValue::from_static("same-origin"),
+            HeaderValue::from_static(if secret_path {
+                "no-referrer"
+            } else {
+                "same-origin"
+            }),
         );
     }
     response

@@ -15,6 +15,7 @@ pub mod debug;
 pub mod envelope;
 pub mod error;
 pub mod extract;
+pub mod forgot_queue;
 pub mod limits;
 pub mod middleware;
 pub mod ops;

@@ -35,6 +35,8 @@ pub struct AppState {
     pub ledger: Arc<Ledger>,
     /// Password-reset mail, when `smtp_url` is set.
     pub mailer: Option<Arc<crate::mail::Mailer>>,
+    /// `/forgot`'s queue of requests, when mail and `public_url` are set.
+    pub forgot: Option<crate::http::forgot_queue::ForgotQueue>,
     /// The net directory and the nets' records.
     pub nets: Arc<Nets>,
     /// What shoal asks GitHub (never awaited by the worker API).

@@ -22,6 +22,8 @@ pub const SPSA_CORES: &str = "spsa_core_cap";
 /// Names of the built-in signup rate limits: sign-ups per client address, and for everybody.
 pub const SIGNUP_IP: &str = "signup_ip";
 pub const SIGNUP_ALL: &str = "signup_all";
+/// Name of the built-in `/forgot` rate limit: password-reset requests per client address.
+pub const FORGOT_IP: &str = "forgot_ip";
 
 /// Largest `max` a limit may have (the seed's `uint32` bound).
 pub const MAX_MAX: u64 = u32::MAX as u64;
@@ -458,6 +460,23 @@ impl LimitDef {
         ]
     }
 
+    /// The built-in `/forgot` rate limit: at most `per_ip` requests from one client address
+    /// per `window` (scope `password_reset`, key `ip`).
+    pub fn forgot_builtin(per_ip: u64, window: Duration) -> LimitDef {
+        LimitDef {
+            name: FORGOT_IP.into(),
+            kind: Kind::Rate,
+            key: KeyKind::Ip,
+            max: per_ip,
+            unit: Unit::Tasks,
+            scope: Some(Scope::Endpoint("password_reset".into())),
+            window,
+            source: None,
+            refresh: Duration::ZERO,
+            builtin: true,
+        }
+    }
+
     /// Checks every entry and that names are unique (built-in names included).
     pub fn from_specs(specs: &[LimitSpec]) -> Result<Vec<LimitDef>, String> {
         let mut defs: Vec<LimitDef> = Vec::with_capacity(specs.len());
@@ -467,7 +486,10 @@ impl LimitDef {
                 None => format!("entry {}", i + 1),
             };
             let def = LimitDef::from_spec(spec).map_err(|e| format!("{label}: {e}"))?;
-            if [MACHINE, WINDOW, SPSA_CORES, SIGNUP_IP, SIGNUP_ALL].contains(&def.name.as_str())
+            if [
+                MACHINE, WINDOW, SPSA_CORES, SIGNUP_IP, SIGNUP_ALL, FORGOT_IP,
+            ]
+            .contains(&def.name.as_str())
                 || defs.iter().any(|d| d.name == def.name)
             {
                 return Err(format!(

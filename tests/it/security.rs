@@ -404,8 +404,18 @@ async fn finding_4_a_stolen_session_gets_no_lasting_credential() {
         profile.body
     );
     let csrf = profile.csrf();
-    let done = b
+    // First a confirmation (nothing revoked yet), then the revocation.
+    let ask = b
         .post("/user/tokens/revoke_all", &[("csrf_token", csrf.as_str())])
+        .await;
+    assert_eq!(ask.status, 200, "{}", ask.body);
+    assert!(ask.body.contains("Yes, revoke all tokens"), "{}", ask.body);
+    assert_eq!(whoami(&server, &token).await, 200);
+    let done = b
+        .post(
+            "/user/tokens/revoke_all",
+            &[("csrf_token", csrf.as_str()), ("confirm", "yes")],
+        )
         .await;
     assert_eq!(done.status, 302, "{}", done.body);
     assert_eq!(whoami(&server, &token).await, 401);
@@ -875,4 +885,52 @@ async fn finding_11_the_store_is_readable_by_its_owner_only() {
         logs.contains("readable by other users") && logs.contains("shoal.db"),
         "{logs}"
     );
+}
+
+// Issue 34's review, after the fixes: one test per finding fixed again.
+
+/// Reset-link documents in the store (their user).
+fn reset_docs(server: &TestServer) -> Vec<Value> {
+    kvstore_docs(server)
+        .into_iter()
+        .filter(|d| d["kind"] == "password_reset")
+        .collect()
+}
+
+#[tokio::test]
+async fn review_1_forgot_answers_before_the_look_up_and_is_rate_limited() {
+    let (server, mut mails) = mail_server(Opts::new()).await;
+    add_user(&server, "alice", &["--email", "alice@example.org"]);
+    let mut anon = Browser::new(&server);
+    let somebody = forgot(&mut anon, "alice", None).await;
+    // Answered, and the look-up has not run yet: no link exists for alice.
+    assert_eq!(somebody.status, 200, "{}", somebody.body);
+    assert!(
+        reset_docs(&server).is_empty(),
+        "the look-up ran before the answer was read"
+    );
+    let nobody = forgot(&mut anon, "nobody", None).await;
+    assert_eq!(
+        (somebody.status, &somebody.body),
+        (nobody.status, &nobody.body)
+    );
+    assert!(
+        somebody.body.contains("ask an approver"),
+        "{}",
+        somebody.body
+    );
+    // Later, in the background, the link is made and mailed.
+    let mail = next_mail(&mut mails, 30).await.expect("alice's mail");
+    assert!(mail.contains("alice@example.org"), "{mail}");
+    assert_eq!(reset_docs(&server).len(), 1);
+    assert!(mail.contains("Message-ID:"), "{mail}");
+
+    // Sampling costs: an address gets forgot_per_ip_per_hour (10) requests an hour.
+    for _ in 2..10 {
+        assert_eq!(forgot(&mut anon, "nobody", None).await.status, 200);
+    }
+    let over = forgot(&mut anon, "nobody", None).await;
+    assert_eq!(over.status, 429, "{}", over.body);
+    let limits = anon.get("/api/limits").await;
+    assert!(limits.body.contains("forgot_ip"), "{}", limits.body);
 }

@@ -30,7 +30,7 @@ pub use passwords::{
 
 use super::user::{LEGACY_NAME_MAX, LEGACY_USERNAMES_DOC, plausible_email, to_doc, valid_username};
 use super::{APPROVERS, DEFAULT_MACHINE_LIMIT, NameRefusal, User, UserError};
-use crate::store::{Collection, Cond, Date, Doc, Query, SharedStore};
+use crate::store::{Collection, Cond, Date, Doc, Query, SharedStore, StoreError};
 
 /// How long a cached user document is trusted before it is re-read.
 pub const USER_TTL: Duration = Duration::from_secs(2);
@@ -67,6 +67,10 @@ pub struct Users {
     shared_with_fishtest: bool,
     /// The legacy user names ([`LEGACY_USERNAMES_DOC`]), as last read from the store.
     legacy: parking_lot::RwLock<std::sync::Arc<std::collections::HashSet<String>>>,
+    /// The accounts' write lock: held from the check that a name or an address is free to
+    /// the write that takes it (signup, a profile's new address), so two racing writes
+    /// cannot both take it.
+    writes: Mutex<()>,
 }
 
 /// How long the count of pending accounts (the navigation's badge) is trusted.
@@ -92,6 +96,7 @@ impl Users {
             slow_checks: std::sync::atomic::AtomicU64::new(0),
             pending: Mutex::new(None),
             legacy: Default::default(),
+            writes: Mutex::new(()),
         }
     }
 
@@ -284,9 +289,46 @@ impl Users {
         Ok(user)
     }
 
+    /// Whether an account other than `except` (a `users._id`) has `field` equal to `value`,
+    /// ignoring ASCII case.
+    pub fn taken(&self, field: &str, value: &str, except: Option<&str>) -> Result<bool, UserError> {
+        let docs = self.store.find(
+            Collection::Users,
+            &Query::new().with(Cond::ContainsAny(
+                vec![field.to_string()],
+                vec![value.to_string()],
+            )),
+        )?;
+        Ok(docs.iter().any(|d| {
+            d.get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.eq_ignore_ascii_case(value))
+                && (except.is_none() || d.get("_id").and_then(Value::as_str) != except)
+        }))
+    }
+
+    /// Saves `user` with `email` as its new address, unless another account has that
+    /// address (ignoring case): [`UserError::EmailTaken`]. Checked and saved under the
+    /// accounts' write lock.
+    pub fn save_with_email(&self, user: &mut User, email: &str) -> Result<(), UserError> {
+        let _held = self.writes.lock();
+        if !email.is_empty()
+            && !email.eq_ignore_ascii_case(&user.email)
+            && self.taken("email", email, Some(&user.id))?
+        {
+            return Err(UserError::EmailTaken {
+                username: user.username.clone(),
+            });
+        }
+        user.email = email.to_string();
+        self.save(user)
+    }
+
     /// Signs a user up from the web form: the account starts pending (an approver accepts
-    /// it). The caller has validated the fields; a taken username or email is refused
-    /// ([`UserError::NameOrEmailTaken`]: Fishtest does not say which).
+    /// it). The caller has validated the fields; a username or email that an account has
+    /// already, ignoring case, is refused ([`UserError::NameOrEmailTaken`]: Fishtest does
+    /// not say which), checked and inserted under the accounts' write lock (and a duplicate
+    /// key the store reports, from another instance, is the same refusal).
     pub fn register(
         &self,
         username: &str,
@@ -300,21 +342,9 @@ impl Users {
                 why: NameRefusal::BreaksRuleAtSignup,
             });
         }
-        let email_taken = !email.is_empty()
-            && !self
-                .store
-                .find(
-                    Collection::Users,
-                    &Query::new()
-                        .with(Cond::Eq("email".into(), Value::String(email.into())))
-                        .limit(1),
-                )?
-                .is_empty();
-        if email_taken || self.load(username)?.is_some() {
-            return Err(UserError::NameOrEmailTaken {
-                username: username.to_string(),
-            });
-        }
+        let taken = || UserError::NameOrEmailTaken {
+            username: username.to_string(),
+        };
         let mut user = User {
             id: crate::store::new_object_id(),
             username: username.to_string(),
@@ -329,8 +359,21 @@ impl Users {
             machine_limit: DEFAULT_MACHINE_LIMIT,
             extra: Default::default(),
         };
+        // The slow hash first, outside the lock.
         self.set_password(&mut user, password)?;
-        self.store.insert(Collection::Users, to_doc(&user)?)?;
+        let doc = to_doc(&user)?;
+        {
+            let _held = self.writes.lock();
+            if (!email.is_empty() && self.taken("email", email, None)?)
+                || self.taken("username", username, None)?
+            {
+                return Err(taken());
+            }
+            match self.store.insert(Collection::Users, doc) {
+                Err(StoreError::Duplicate(_)) => return Err(taken()),
+                other => other?,
+            };
+        }
         *self.pending.lock() = None;
         Ok(user)
     }

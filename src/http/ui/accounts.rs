@@ -140,9 +140,10 @@ pub async fn login(
     let form = form_or_default(form);
     // Rate limits (scope `login`) on the loop: a limited attempt costs no token, no argon2.
     let ip = crate::http::api::call::client_addr(&state, peer, &headers);
+    let counted = crate::limits::rate_addr(&ip);
     let ctx = crate::limits::KeyCtx {
         user: Some(form.username.trim()),
-        ip: Some(&ip),
+        ip: Some(&counted),
         ..Default::default()
     };
     if let Err(r) = crate::http::limits::check(&state, &crate::limits::Scope::Login, &ctx) {
@@ -411,8 +412,10 @@ pub async fn signup(
             return signup_page(ctx, &secret, errors.into_iter().map(Flash::error).collect());
         }
         // The signup rate limits, for forms past every check above.
+        // Per address: an IPv6 client by its /64.
+        let counted = crate::limits::rate_addr(&ip);
         let key = crate::limits::KeyCtx {
-            ip: Some(&ip),
+            ip: Some(&counted),
             ..Default::default()
         };
         let scope = crate::limits::Scope::Signup;

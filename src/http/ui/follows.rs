@@ -169,8 +169,10 @@ pub fn dashboard_rows(ledger: &Ledger, ctx: &Ctx) -> Result<Vec<FollowRow>, Page
 #[template(path = "feed_url.html")]
 pub struct FeedUrlPage {
     pub l: Layout,
-    /// The whole URL, or empty when the feed was revoked.
+    /// The whole URL (a path without `public_url`), or empty when the feed was revoked.
     pub url: String,
+    /// `url` is a whole URL (`public_url` is set), to paste into a reader as it is.
+    pub whole: bool,
 }
 
 /// The feed form.
@@ -191,6 +193,7 @@ pub async fn feed_action(
 ) -> Response {
     let f = form_or_default(form);
     let ledger = state.ledger.clone();
+    let accounts = state.accounts.clone();
     let base = state.config.public_base().map(str::to_string);
     let input = Input::post(&state, &headers, f.csrf_token.clone());
     page(&state, input, move |_, ctx, _| {
@@ -199,7 +202,13 @@ pub async fn feed_action(
         };
         match f.action.as_str() {
             "new" => {
-                let token = ledger.new_feed(&user.username).or_internal("new feed")?;
+                let Some(token) = accounts.feed_create(&user).or_internal("new feed")? else {
+                    return Err(PageError::refused(
+                        StatusCode::CONFLICT,
+                        "Not done",
+                        "Your password changed meanwhile: log in again to make a feed URL.",
+                    ));
+                };
                 let mut l = Layout::new(ctx, "Your feed URL").flash(Flash::info(
                     "A new feed URL: copy it now, it is not shown again. Any older one no longer works.",
                 ));
@@ -209,6 +218,7 @@ pub async fn feed_action(
                 Page::ok(&FeedUrlPage {
                     l,
                     url: outside_link(base.as_deref(), &format!("/feeds/{token}.atom")),
+                    whole: base.is_some(),
                 })
             }
             "revoke" => {
@@ -219,6 +229,7 @@ pub async fn feed_action(
                     l: Layout::new(ctx, "Feed revoked")
                         .flash(Flash::info("Your feed URL was revoked: it now answers 404.")),
                     url: String::new(),
+                    whole: false,
                 })
             }
             _ => Err(PageError::refused(

@@ -19,6 +19,7 @@ pub mod dashboard_filters;
 pub mod dashboard_workers;
 pub mod finished;
 pub mod follows;
+pub mod forgot;
 pub mod kit;
 pub mod limits;
 pub mod lists;
@@ -126,7 +127,7 @@ pub fn router() -> Router<Arc<AppState>> {
         )
         .route("/user/{name}/reset_link", axum::routing::post(reset::issue))
         .route("/reset/{secret}", get(reset::form).post(reset::set))
-        .route("/forgot", get(reset::forgot_form).post(reset::forgot))
+        .route("/forgot", get(forgot::forgot_form).post(forgot::forgot))
         .route("/user_management", get(user_management::user_management))
         .route(
             "/user_management/pending",

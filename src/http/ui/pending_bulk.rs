@@ -3,7 +3,8 @@
 //! decision and log as one account's page (`Accounts::administer_user`).
 //!
 //! Owns: the form (`users`, repeated; `decision` = `accept` | `reject`; `csrf_token`), its
-//! limits and the summary shown after. Must not: change an account any other way.
+//! limits and the summary shown after; a bulk rejection refunds the rejected signups from
+//! everybody's signup window (`signup_all`). Must not: change an account any other way.
 
 use std::sync::Arc;
 
@@ -59,6 +60,7 @@ pub async fn decide_pending(
         .find(|(k, _)| k == "csrf_token")
         .map(|(_, v)| v.clone());
     let accounts = state.accounts.clone();
+    let limits = state.clone();
     page(
         &state,
         Input::post(&state, &headers, token),
@@ -78,6 +80,18 @@ pub async fn decide_pending(
                     // Decided by someone else meanwhile, or gone: counted, not an error.
                     Err(UserError::NotPending(_) | UserError::NoSuchUser(_)) => skipped += 1,
                     Err(e) => return Err(e.into()),
+                }
+            }
+            if action == UserAction::Reject {
+                // Rejected signups created nothing lasting: they are taken back from
+                // everybody's signup window (`signup_all`), so a flood an approver cleared
+                // does not keep signup closed for the hour.
+                for _ in 0..done {
+                    crate::http::limits::refund(
+                        &limits,
+                        &crate::limits::Scope::Signup,
+                        &crate::limits::KeyCtx::default(),
+                    );
                 }
             }
             let code = if action == UserAction::Accept {

@@ -309,7 +309,12 @@ pub async fn change_profile(
             Ok(SessionState::Active(s)) => s.0.remember,
             _ => false,
         };
-        let saved = accounts.change_profile(&user, change)?;
+        let saved = match accounts.change_profile(&user, change) {
+            Err(e @ UserError::EmailTaken { .. }) => {
+                return refuse(ctx, crate::http::error::user_error_text(&e));
+            }
+            other => other?,
+        };
         if new_password {
             ctx.login(&accounts, saved, remember)
                 .or_internal("profile: new session not started")?;

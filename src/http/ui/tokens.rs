@@ -151,8 +151,10 @@ pub async fn create(
         let refuse = |ctx: &Ctx, text: &str| {
             tokens_page(&accounts, ctx, &user, None, vec![Flash::error(text)])
         };
-        match verdict {
-            Ok(Ok(_)) => {}
+        // The user as read with the password check: the token is stored only if that
+        // password is still the stored one.
+        let checked = match verdict {
+            Ok(Ok(checked)) => checked,
             Ok(Err(AuthError::Throttled { retry_after })) => {
                 return Err(PageError::Throttled {
                     retry_after_s: auth::retry_after_s(retry_after),
@@ -165,9 +167,9 @@ pub async fn create(
                 return Err(PageError::internal("token: password check failed", e));
             }
             Err(e) => return Err(PageError::internal("token: password check failed", e)),
-        }
+        };
         let read_only = form.read_only.as_deref().is_some_and(|v| !v.is_empty());
-        match accounts.token_create(&user, &form.name, read_only) {
+        match accounts.token_create(&checked, &form.name, read_only) {
             Ok((secret, _)) => {
                 let shown = Flash::info(
                     "Token created. Copy it now: it is shown only this once.".to_string(),
@@ -221,11 +223,30 @@ pub async fn revoke(
     .await
 }
 
-/// `POST /user/tokens/revoke_all`: revokes every token of one's own.
+/// The confirmation asked before every token is revoked.
+#[derive(Template)]
+#[template(path = "tokens_revoke_all.html")]
+pub struct RevokeAllPage {
+    pub l: Layout,
+    /// How many tokens would go.
+    pub count: usize,
+}
+
+#[derive(Deserialize, Default)]
+pub struct RevokeAllForm {
+    /// `yes` once confirmed; anything else shows the confirmation.
+    #[serde(default)]
+    confirm: String,
+    #[serde(default)]
+    csrf_token: Option<String>,
+}
+
+/// `POST /user/tokens/revoke_all`: asks for confirmation (a page with a second form, no
+/// JavaScript), then, with `confirm=yes`, revokes every token of one's own.
 pub async fn revoke_all(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    form: Result<Form<RevokeForm>, FormRejection>,
+    form: Result<Form<RevokeAllForm>, FormRejection>,
 ) -> Response {
     let form = form_or_default(form);
     let token = form.csrf_token.clone();
@@ -237,6 +258,13 @@ pub async fn revoke_all(
             let Some(user) = ctx.user.clone() else {
                 return Page::redirect(login_next("/user/tokens"));
             };
+            if form.confirm != "yes" {
+                let count = accounts.tokens_of(&user.username)?.len();
+                return Page::ok(&RevokeAllPage {
+                    l: Layout::new(ctx, "Revoke all tokens?"),
+                    count,
+                });
+            }
             accounts.tokens_revoke_all_logged(&user)?;
             Page::redirect("/user/tokens?done=revoked_all")
         },
