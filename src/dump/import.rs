@@ -71,13 +71,7 @@ pub fn import(
         let read = for_each_document(reader, |v| sink.push(v));
         let flushed = sink.flush();
         bar.finish_and_clear();
-        read.map_err(|e| match e {
-            ReadError::Json(message) => DumpError::Format {
-                path: path.clone(),
-                message,
-            },
-            ReadError::Store(e) => DumpError::Store(e),
-        })?;
+        read.map_err(read_err(&path))?;
         flushed?;
         tracing::info!(
             collection = name,
@@ -89,6 +83,17 @@ pub fn import(
     }
     import_run_extras(store, dir)?;
     Ok(summary)
+}
+
+/// A dump file's reading error, naming the file.
+fn read_err(path: &Path) -> impl Fn(ReadError) -> DumpError + '_ {
+    move |e| match e {
+        ReadError::Json(message) => DumpError::Format {
+            path: path.to_path_buf(),
+            message,
+        },
+        ReadError::Store(e) => DumpError::Store(e),
+    }
 }
 
 /// Puts shoal's own run fields from `shoal_run_extras.json` (written by `shoal export`) back
@@ -120,13 +125,7 @@ fn import_run_extras(store: &dyn Store, dir: &Path) -> Result<(), DumpError> {
         restored = restored.saturating_add(1);
         Ok(())
     });
-    read.map_err(|e| match e {
-        ReadError::Json(message) => DumpError::Format {
-            path: path.clone(),
-            message,
-        },
-        ReadError::Store(e) => DumpError::Store(e),
-    })?;
+    read.map_err(read_err(&path))?;
     tracing::info!(runs = restored, "shoal's own run fields restored");
     Ok(())
 }
