@@ -72,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "pgn_retention_ltc_days",
     "pgn_retention_deleted_days",
     "pgn_retention_unfinished_days",
+    "pgn_retention_lookback_days",
     "secret",
     "log",
     "debug_endpoints",
@@ -192,6 +193,8 @@ pub struct Config {
     pgn_retention_ltc_days: i64,
     pgn_retention_deleted_days: i64,
     pgn_retention_unfinished_days: i64,
+    /// How many days back a retention pass looks at runs (Fishtest's job: 60; 0: no limit).
+    pgn_retention_lookback_days: i64,
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
@@ -272,6 +275,7 @@ impl Default for Config {
             pgn_retention_ltc_days: 10,
             pgn_retention_deleted_days: 10,
             pgn_retention_unfinished_days: 50,
+            pgn_retention_lookback_days: 60,
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
@@ -325,6 +329,9 @@ pub struct PgnRetentionDays {
     pub deleted: u32,
     /// Not finished (`pgn_retention_unfinished_days`).
     pub unfinished: u32,
+    /// Only runs last updated within this many days are looked at
+    /// (`pgn_retention_lookback_days`, Fishtest's 60; 0: every run).
+    pub lookback: u32,
 }
 
 impl Config {
@@ -428,6 +435,7 @@ impl Config {
             ltc: days(self.pgn_retention_ltc_days),
             deleted: days(self.pgn_retention_deleted_days),
             unfinished: days(self.pgn_retention_unfinished_days),
+            lookback: days(self.pgn_retention_lookback_days),
         }
     }
 
