@@ -26,8 +26,12 @@ pub const MAX_GAMES: u64 = 3_200_000;
 pub const STATS_MAX_GAMES: u64 = 1 << 40;
 
 /// Game results: {wins, losses, draws, crashes, time_losses, pentanomial[5]}.
+///
+/// A missing `pentanomial` reads as zeros. Counts of games without any pair counted (results
+/// of runs from before Fishtest counted pairs) are written back without the key, as Fishtest
+/// keeps them: the key is absent exactly when games were played and no pair was counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, into = "StatsDoc")]
 pub struct Stats {
     pub wins: u64,
     pub losses: u64,
@@ -40,7 +44,40 @@ pub struct Stats {
     pub pentanomial: [u64; 5],
 }
 
+/// How [`Stats`] is written: the `pentanomial` key only when pairs were counted or no game
+/// was played.
+#[derive(Serialize)]
+struct StatsDoc {
+    wins: u64,
+    losses: u64,
+    draws: u64,
+    crashes: u64,
+    time_losses: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pentanomial: Option<[u64; 5]>,
+}
+
+impl From<Stats> for StatsDoc {
+    fn from(s: Stats) -> Self {
+        StatsDoc {
+            wins: s.wins,
+            losses: s.losses,
+            draws: s.draws,
+            crashes: s.crashes,
+            time_losses: s.time_losses,
+            pentanomial: s.pairs(),
+        }
+    }
+}
+
 impl Stats {
+    /// The pair counts when these results record them: any pair counted, or no game played
+    /// yet. Every run shoal creates counts pairs; a run imported from before Fishtest counted
+    /// them has games and no pair counts (its missing `pentanomial` reads as zeros).
+    pub fn pairs(&self) -> Option<[u64; 5]> {
+        (self.pentanomial.iter().any(|c| *c > 0) || self.games() == 0).then_some(self.pentanomial)
+    }
+
     /// Games played (saturating: counts from a client are bounded by [`Stats::check`] first).
     pub fn games(&self) -> u64 {
         self.wins

@@ -200,12 +200,15 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let pgn_retention = if config.is_primary() {
         use crate::store::PgnClass;
         let d = config.pgn_retention();
-        crate::rundb::retention::PgnRetention::new(&[
-            (PgnClass::Stc, d.stc),
-            (PgnClass::Ltc, d.ltc),
-            (PgnClass::Deleted, d.deleted),
-            (PgnClass::Unfinished, d.unfinished),
-        ])
+        crate::rundb::retention::PgnRetention::new(
+            &[
+                (PgnClass::Stc, d.stc),
+                (PgnClass::Ltc, d.ltc),
+                (PgnClass::Deleted, d.deleted),
+                (PgnClass::Unfinished, d.unfinished),
+            ],
+            d.lookback,
+        )
         .map(Arc::new)
     } else {
         None

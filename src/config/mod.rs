@@ -73,6 +73,7 @@ pub const KEYS: &[&str] = &[
     "pgn_retention_ltc_days",
     "pgn_retention_deleted_days",
     "pgn_retention_unfinished_days",
+    "pgn_retention_lookback_days",
     "secret",
     "log",
     "debug_endpoints",
@@ -195,6 +196,8 @@ pub struct Config {
     pgn_retention_ltc_days: i64,
     pgn_retention_deleted_days: i64,
     pgn_retention_unfinished_days: i64,
+    /// How many days back a retention pass looks at runs (Fishtest's job: 60; 0: no limit).
+    pgn_retention_lookback_days: i64,
     pub secret: Option<Secret>,
     pub log: String,
     pub debug_endpoints: bool,
@@ -276,6 +279,7 @@ impl Default for Config {
             pgn_retention_ltc_days: 10,
             pgn_retention_deleted_days: 10,
             pgn_retention_unfinished_days: 50,
+            pgn_retention_lookback_days: 60,
             secret: None,
             log: "info".into(),
             debug_endpoints: false,
@@ -329,6 +333,9 @@ pub struct PgnRetentionDays {
     pub deleted: u32,
     /// Not finished (`pgn_retention_unfinished_days`).
     pub unfinished: u32,
+    /// Only runs last updated within this many days are looked at
+    /// (`pgn_retention_lookback_days`, Fishtest's 60; 0: every run).
+    pub lookback: u32,
 }
 
 impl Config {
@@ -436,6 +443,7 @@ impl Config {
             ltc: days(self.pgn_retention_ltc_days),
             deleted: days(self.pgn_retention_deleted_days),
             unfinished: days(self.pgn_retention_unfinished_days),
+            lookback: days(self.pgn_retention_lookback_days),
         }
     }
 

@@ -215,6 +215,16 @@ impl Config {
                 ));
             }
         }
+        let lookback = self.pgn_retention_lookback_days;
+        if !(0..=MAX_PGN_RETENTION_DAYS).contains(&lookback) {
+            return Err(invalid(
+                "pgn_retention_lookback_days",
+                format!(
+                    "must be 0 (look at every run) or a number of days from 1 to \
+                     {MAX_PGN_RETENTION_DAYS}, not {lookback}"
+                ),
+            ));
+        }
         if let Some(url) = &self.nn_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -127,7 +127,14 @@ pub struct Github {
     store: SharedStore,
     offload: Offload,
     ledger: Arc<Ledger>,
+    /// The quota's refresh: one at a time (callers meanwhile wait for it and read what it
+    /// found), and the last failure, when and what, so GitHub is not asked again for
+    /// [`QUOTA_RETRY_AFTER`] after it (unless the known `reset` has passed since).
+    quota_refresh: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// After asking GitHub for the quota failed, how long it is not asked again.
+pub const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 impl Github {
     pub fn new(
@@ -155,6 +162,7 @@ impl Github {
             store,
             offload,
             ledger,
+            quota_refresh: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -170,12 +178,40 @@ impl Github {
 
     /// The quota, asked of GitHub (`GET /rate_limit`, which costs none) unless a reply stated
     /// it less than `max_age` ago: a page or `/api/rate_limit` never makes shoal ask GitHub
-    /// more than once per `max_age`, however often it is loaded.
+    /// more than once per `max_age`, however often it is loaded. Concurrent callers share one
+    /// request; after a failure GitHub is not asked again for [`QUOTA_RETRY_AFTER`] (the
+    /// failure is answered meanwhile), unless the reset time GitHub last stated has passed
+    /// since.
     pub async fn quota_within(&self, max_age: Duration) -> Result<Quota, GithubError> {
         if let Some(q) = self.client.quota_within(max_age) {
             return Ok(q);
         }
-        self.refresh_quota().await
+        // An async lock: waiting for the request under way is a wait on the loop.
+        let mut last_failure = self.quota_refresh.lock().await;
+        if let Some(q) = self.client.quota_within(max_age) {
+            return Ok(q);
+        }
+        if let Some((at, why)) = last_failure.as_ref() {
+            let now = chrono::Utc::now().timestamp();
+            let failed_at = now.saturating_sub(i64::try_from(at.elapsed().as_secs()).unwrap_or(0));
+            let reset_passed = self
+                .client
+                .quota()
+                .is_some_and(|q| q.reset > failed_at && q.reset <= now);
+            if at.elapsed() < QUOTA_RETRY_AFTER && !reset_passed {
+                return Err(GithubError::Unreachable(why.clone()));
+            }
+        }
+        match self.refresh_quota().await {
+            Ok(q) => {
+                *last_failure = None;
+                Ok(q)
+            }
+            Err(e) => {
+                *last_failure = Some((std::time::Instant::now(), e.to_string()));
+                Err(e)
+            }
+        }
     }
 
     /// Asks GitHub for the quota now (`GET /rate_limit`, which costs none).

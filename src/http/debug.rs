@@ -128,7 +128,11 @@ async fn pgn_retention(State(state): State<Arc<AppState>>) -> ApiResult {
         .iter()
         .map(|(class, days)| (class.name().to_string(), json!(days)))
         .collect();
-    Ok(ApiReply::json(json!({"days": days, "pass": summary})))
+    Ok(ApiReply::json(json!({
+        "days": days,
+        "lookback_days": retention.lookback(),
+        "pass": summary
+    })))
 }
 
 /// Runs the periodic job `name` once (the same `jobs::run_job` the periodic task calls: in

@@ -410,7 +410,8 @@ pub fn build_run(args: CreateArgs, username: &str, books: &Books) -> Result<Run,
         return Err(refuse("sprt", "a run is either SPRT or SPSA, not both"));
     }
     let r = tc_ratio(&tc, args.threads);
-    let is_ltc = tc.base_s >= 40.0 || r > 4.0;
+    // Fishtest's LTC: tc_base (the time control's leading number) ≥ 40, or r > 4.
+    let is_ltc = tc_base(&args.tc) >= 40.0 || r > 4.0;
 
     let num_games = if args.sprt.is_some() {
         if args.num_games.is_some_and(|n| n != SPRT_MAX_GAMES) {

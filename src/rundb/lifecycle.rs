@@ -153,12 +153,13 @@ impl RunDb {
         run.failures += 1;
         let ticket = self.commit(&entry, &mut run, &[task_id], Prio::High)?;
         self.finish_run(&entry, &mut run)?;
+        // Logged before the auto-purge it runs, as Fishtest logs them.
+        self.task_action("stop_run", &run, task_id, &short)?;
         // Fishtest's stop runs the auto-purge, which a failed run refuses (and logs so).
         if let Some((_, message)) = self.auto_purge_locked(&entry, &mut run)? {
             let owner = run.args.username.clone();
             self.locked_action("purge_run", &owner, run_fields(&run, Some(message)));
         }
-        self.task_action("stop_run", &run, task_id, &short)?;
         Ok((TaskReply::Done, Some(ticket)))
     }
 

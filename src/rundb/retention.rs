@@ -3,7 +3,9 @@
 //! (`pgn_retention_days`, 1 day), a finished long-time-control one
 //! (`pgn_retention_ltc_days`, 10), a deleted one (`pgn_retention_deleted_days`, 10), an
 //! unfinished one (`pgn_retention_unfinished_days`, 50); a window of 0 keeps that class's
-//! PGNs. On SQLite the freed pages are given back to the file system.
+//! PGNs. As Fishtest's job, it looks only at runs last updated within the last
+//! `pgn_retention_lookback_days` (60; 0: every run), so a run left alone for longer keeps its
+//! PGNs in both. On SQLite the freed pages are given back to the file system.
 //!
 //! A finished run's `last_updated` is when it finished (only a person's later change, modify
 //! or purge, moves it, later still); an unfinished run's is its last update, so a run that
@@ -17,9 +19,7 @@
 //! call in its own pool job: [`PgnRetention::pass`] awaits the pool between steps, so a pass
 //! of any size holds a pool token, and the store's writer, only for one step at a time. Where
 //! each class's walk ended is kept in memory: the next pass starts there and only looks at
-//! runs that crossed the cutoff since (a restart walks every old run once). (Fishtest's cron
-//! job looks back 60 days only, having done the days before on earlier runs; a walk that
-//! resumes where it ended does the same work once.)
+//! runs that crossed the cutoff since (a restart walks the look-back window once).
 //!
 //! Owns: the pass (its steps, their bounds, the walks' positions), the log line and the
 //! `shoal_pgn_retention_*` series.
@@ -111,20 +111,30 @@ pub struct RetentionPass {
 
 impl RetentionPass {
     /// A pass deleting the PGNs of each class's runs last updated more than its `days` days
-    /// before `now`, each class's walk resuming from `walked`.
+    /// before `now` and at most `lookback` days before it (0: however long ago), each
+    /// class's walk resuming from `walked`.
     pub fn new(
         windows: &[(PgnClass, u32)],
+        lookback: u32,
         now: Date,
         walked: BTreeMap<PgnClass, RunPosition>,
     ) -> DbResult<RetentionPass> {
+        let before = |days: u32| {
+            chrono::TimeDelta::try_days(i64::from(days))
+                .and_then(|d| now.0.checked_sub_signed(d))
+                .map(Date)
+                .ok_or(RunDbError::NoDateBefore { days })
+        };
+        let since = match lookback {
+            0 => None,
+            days => Some(before(days)?),
+        };
         let mut ws = VecDeque::new();
         for &(class, days) in windows {
-            let cutoff = chrono::TimeDelta::try_days(i64::from(days))
-                .and_then(|d| now.0.checked_sub_signed(d))
-                .ok_or(RunDbError::NoDateBefore { days })?;
             ws.push_back(RetentionWindow {
                 class,
-                cutoff: Date(cutoff),
+                cutoff: before(days)?,
+                since,
             });
         }
         Ok(RetentionPass {
@@ -225,6 +235,8 @@ impl RunDb {
 pub struct PgnRetention {
     /// Each class retention applies to, and its days (never 0).
     windows: Vec<(PgnClass, u32)>,
+    /// How many days back a pass looks (`pgn_retention_lookback_days`; 0: no limit).
+    lookback: u32,
     /// Where each class's walk ended; the lock also makes passes (the periodic job, the debug
     /// route) run one after the other. An async mutex of its own: held across the pool awaits
     /// of a pass, never by blocking code.
@@ -241,9 +253,10 @@ fn windows_text(windows: &[(PgnClass, u32)]) -> String {
 }
 
 impl PgnRetention {
-    /// Retention with these windows (a class with 0 days is left out: its PGNs are kept);
-    /// `None` when every class keeps its PGNs. Its series start at 0 on `/metrics`.
-    pub fn new(windows: &[(PgnClass, u32)]) -> Option<PgnRetention> {
+    /// Retention with these windows (a class with 0 days is left out: its PGNs are kept),
+    /// looking `lookback` days back (0: no limit); `None` when every class keeps its PGNs.
+    /// Its series start at 0 on `/metrics`.
+    pub fn new(windows: &[(PgnClass, u32)], lookback: u32) -> Option<PgnRetention> {
         let windows: Vec<(PgnClass, u32)> =
             windows.iter().copied().filter(|(_, d)| *d > 0).collect();
         if windows.is_empty() {
@@ -260,6 +273,7 @@ impl PgnRetention {
         }
         Some(PgnRetention {
             windows,
+            lookback,
             walked: tokio::sync::Mutex::new(BTreeMap::new()),
         })
     }
@@ -267,6 +281,11 @@ impl PgnRetention {
     /// Each class retention applies to, and its days.
     pub fn windows(&self) -> &[(PgnClass, u32)] {
         &self.windows
+    }
+
+    /// How many days back a pass looks (0: no limit).
+    pub fn lookback(&self) -> u32 {
+        self.lookback
     }
 
     /// One whole pass, each step a pool job of its own; logs what it deleted and gave back.
@@ -277,7 +296,8 @@ impl PgnRetention {
     ) -> Result<RetentionSummary, RetentionError> {
         let mut walked = self.walked.lock().await;
         let started = Instant::now();
-        let mut pass = RetentionPass::new(&self.windows, Date::now(), walked.clone())?;
+        let mut pass =
+            RetentionPass::new(&self.windows, self.lookback, Date::now(), walked.clone())?;
         let windows = windows_text(&self.windows);
         let outcome = loop {
             let db = db.clone();
@@ -413,7 +433,7 @@ mod tests {
             .expect("pgn");
 
         let stc = [(PgnClass::Stc, 30)];
-        let mut pass = RetentionPass::new(&stc, Date::now(), BTreeMap::new()).expect("pass");
+        let mut pass = RetentionPass::new(&stc, 0, Date::now(), BTreeMap::new()).expect("pass");
         let steps = run_all(db, &mut pass);
         let s = pass.summary();
         assert_eq!(s.runs, 2);
@@ -451,7 +471,7 @@ mod tests {
             true,
             days_ago(31),
         );
-        let mut next = RetentionPass::new(&stc, Date::now(), pass.walked.clone()).expect("pass");
+        let mut next = RetentionPass::new(&stc, 0, Date::now(), pass.walked.clone()).expect("pass");
         run_all(db, &mut next);
         assert_eq!(next.summary().pgns, 1);
         assert_eq!(next.summary().runs_checked, 1);
@@ -478,7 +498,7 @@ mod tests {
         put_run(store.as_ref(), id, true, days_ago(90));
         store.pgn_put(&format!("{id}-0"), b"x").expect("pgn");
         let stc = [(PgnClass::Stc, 30)];
-        let mut pass = RetentionPass::new(&stc, Date::now(), BTreeMap::new()).expect("pass");
+        let mut pass = RetentionPass::new(&stc, 0, Date::now(), BTreeMap::new()).expect("pass");
         assert!(db.pgn_retention_step(&mut pass).expect("walk"));
         assert_eq!(pass.queue.len(), 1);
         put_run(store.as_ref(), id, false, Date::now());
@@ -509,20 +529,39 @@ mod tests {
                 false,
             ),
             ("a00000000000000000000009", false, false, "10+0.1", 51, true),
+            // Last updated before Fishtest's 60-day look-back: Fishtest keeps these.
+            (
+                "a0000000000000000000000a",
+                false,
+                false,
+                "10+0.1",
+                96,
+                false,
+            ),
+            ("a0000000000000000000000b", true, false, "10+0.1", 61, false),
+            ("a0000000000000000000000c", true, true, "10+0.1", 200, false),
         ];
         for (id, finished, deleted, tc, days, _) in runs {
             put_run_of(store.as_ref(), id, finished, deleted, tc, days_ago(days));
             store.pgn_put(&format!("{id}-0"), b"pgn").expect("pgn");
         }
-        let retention = PgnRetention::new(&[
-            (PgnClass::Stc, 1),
-            (PgnClass::Ltc, 10),
-            (PgnClass::Deleted, 10),
-            (PgnClass::Unfinished, 50),
-        ])
+        let retention = PgnRetention::new(
+            &[
+                (PgnClass::Stc, 1),
+                (PgnClass::Ltc, 10),
+                (PgnClass::Deleted, 10),
+                (PgnClass::Unfinished, 50),
+            ],
+            60,
+        )
         .expect("on");
-        let mut pass =
-            RetentionPass::new(retention.windows(), Date::now(), BTreeMap::new()).expect("pass");
+        let mut pass = RetentionPass::new(
+            retention.windows(),
+            retention.lookback(),
+            Date::now(),
+            BTreeMap::new(),
+        )
+        .expect("pass");
         run_all(db, &mut pass);
         for (id, .., gone) in runs {
             let left = store.pgn_list_run(id).expect("list").len();
@@ -531,11 +570,24 @@ mod tests {
         assert_eq!(pass.summary().runs, 5);
         // A class with 0 days keeps its PGNs; none at all: no retention.
         assert_eq!(
-            PgnRetention::new(&[(PgnClass::Stc, 0), (PgnClass::Ltc, 3)])
+            PgnRetention::new(&[(PgnClass::Stc, 0), (PgnClass::Ltc, 3)], 60)
                 .expect("on")
                 .windows(),
             &[(PgnClass::Ltc, 3)]
         );
-        assert!(PgnRetention::new(&[(PgnClass::Stc, 0)]).is_none());
+        assert!(PgnRetention::new(&[(PgnClass::Stc, 0)], 60).is_none());
+
+        // With no look-back limit, the runs left alone for longer lose theirs too.
+        let mut all =
+            RetentionPass::new(retention.windows(), 0, Date::now(), BTreeMap::new()).expect("pass");
+        run_all(db, &mut all);
+        assert_eq!(all.summary().runs, 3);
+        for id in [
+            "a0000000000000000000000a",
+            "a0000000000000000000000b",
+            "a0000000000000000000000c",
+        ] {
+            assert!(store.pgn_list_run(id).expect("list").is_empty(), "{id}");
+        }
     }
 }

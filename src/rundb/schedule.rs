@@ -15,9 +15,19 @@ pub use crate::protocol::{REFERENCE_NPS, TimeControl, parse_tc, tc_duration};
 /// Seconds a task should last.
 pub const TASK_DURATION_S: f64 = 1800.0;
 
-/// The leading number of a time control (tc_base; LTC means ≥ 40).
+/// The leading number of a time control (tc_base; LTC means ≥ 40), as Fishtest reads it:
+/// the moves of a moves/time control (`40/20+0.2` gives 40), else the base seconds; 0 for a
+/// time control that does not parse.
 pub fn tc_base(tc: &str) -> f64 {
-    parse_tc(tc).map_or(0.0, |t| t.base_s)
+    if parse_tc(tc).is_none() {
+        return 0.0;
+    }
+    let lead: String = tc
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    lead.parse().unwrap_or(0.0)
 }
 
 /// r = threads · dur(tc) / dur(10+0.1).
@@ -255,7 +265,10 @@ mod tests {
     #[test]
     fn tc_base_is_the_leading_number() {
         assert_eq!(tc_base("60+0.6"), 60.0);
-        assert_eq!(tc_base("40/60"), 60.0);
+        assert_eq!(tc_base("40/60"), 40.0);
+        assert_eq!(tc_base("40/20+0.2"), 40.0);
+        assert_eq!(tc_base("10/60+0.6"), 10.0);
+        assert_eq!(tc_base("10+0.1"), 10.0);
         assert_eq!(tc_base("nonsense"), 0.0);
     }
 

@@ -246,11 +246,13 @@ impl PgnClass {
     }
 }
 
-/// Where PGN retention deletes: the runs of `class` whose `last_updated` is before `cutoff`.
+/// Where PGN retention deletes: the runs of `class` whose `last_updated` is before `cutoff`
+/// and, when `since` is set, not before `since` (Fishtest's job looks back that far only).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionWindow {
     pub class: PgnClass,
     pub cutoff: Date,
+    pub since: Option<Date>,
 }
 
 /// A page of [`Store::expired_pgn_runs`].

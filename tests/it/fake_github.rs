@@ -426,6 +426,18 @@ fn ancestors(f: &Value, sha: &str) -> Vec<String> {
 }
 
 async fn rate_limit(State(s): State<Shared>, headers: HeaderMap) -> Response {
+    let mode = {
+        let mut g = s.0.lock();
+        *g.hits.entry("/rate_limit".into()).or_default() += 1;
+        g.mode
+    };
+    match mode {
+        Mode::Slow(d) => tokio::time::sleep(d).await,
+        Mode::ServerError => {
+            return (StatusCode::BAD_GATEWAY, "<html>Server Error</html>").into_response();
+        }
+        _ => {}
+    }
     let g = s.0.lock();
     if !authorized(&headers, &g.token) {
         return bad_credentials();

@@ -331,7 +331,60 @@ async fn rate_limit_has_fishtests_shape_with_githubs_figures() {
         reset >= before - 1 && reset <= chrono::Utc::now().timestamp(),
         "{body}"
     );
-    assert_eq!(body.as_object().map(|o| o.len()), Some(5), "{body}");
+    assert_eq!(body["_uninitialized"], true, "{body}");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(6), "{body}");
+}
+
+/// `n` requests for `/api/rate_limit` at once.
+async fn get_many(server: &TestServer, n: usize) -> Vec<(u16, Value)> {
+    let futures: Vec<_> = (0..n).map(|_| server.get_json("/api/rate_limit")).collect();
+    futures::future::join_all(futures).await
+}
+
+#[tokio::test]
+async fn rate_limit_asks_github_once_for_many_callers_and_not_again_soon_after_a_failure() {
+    use crate::fake_github::Mode;
+    // GitHub slow to answer: twenty callers at once share one question. (Failing at start,
+    // so that no reply stated the quota yet.)
+    let fake = crate::fake_github::FakeGithub::start().await;
+    fake.set_mode(Mode::ServerError);
+    let server = TestServer::start_with(
+        crate::harness::Opts::new()
+            .set("github_api_url", fake.api_url())
+            .set("github_raw_url", fake.raw_url())
+            .set("github_token", fake.token()),
+    )
+    .await;
+    assert_eq!(fake.hits("/rate_limit"), 0);
+    fake.set_mode(Mode::Slow(std::time::Duration::from_millis(1500)));
+    for (status, body) in get_many(&server, 20).await {
+        assert_eq!(status, 200, "{body}");
+        assert!(body.get("_uninitialized").is_none(), "{body}");
+    }
+    assert_eq!(
+        fake.hits("/rate_limit"),
+        1,
+        "one question for twenty callers"
+    );
+
+    // GitHub failing before it ever answered: Fishtest's initial figures, marked so, and no
+    // new question for each caller after the failure.
+    let (fake, server) = with_fake_github().await;
+    fake.set_mode(Mode::ServerError);
+    let (status, body) = server.get_json("/api/rate_limit").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["_uninitialized"], true, "{body}");
+    let asked = fake.hits("/rate_limit");
+    assert!(asked >= 1);
+    for (status, body) in get_many(&server, 20).await {
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["_uninitialized"], true, "{body}");
+    }
+    assert_eq!(
+        fake.hits("/rate_limit"),
+        asked,
+        "not asked again within a minute"
+    );
 }
 
 #[tokio::test]

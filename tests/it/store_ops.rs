@@ -86,13 +86,15 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_w
     let data = tmp.path().join("data");
     import(&data);
     // Fishtest's windows, the defaults: finished STC 1 day, finished LTC 10, deleted 10,
-    // unfinished 50. Dates relative to today. Gone: a finished STC run 2 days old, a deleted
-    // one 11 days old, a finished 20+0.2 one 11 days old, unfinished ones 51 and (as the
-    // sample has it) about 100 days old. Kept: a finished 60+0.6 run 5 days old, a finished
-    // STC run just finished, an unfinished run 40 days old.
+    // unfinished 50, looking back 60 days. Dates relative to today. Gone: a finished STC run
+    // 2 days old, a deleted one 11 days old, a finished 20+0.2 one 11 days old, an
+    // unfinished one 51 days old. Kept: a finished 60+0.6 run 5 days old, a finished STC run
+    // just finished, an unfinished run 40 days old, and one last updated (as the sample has
+    // it) about 100 days ago: beyond the look-back, Fishtest's job keeps it too.
     let old = ["6a5ef17522dfea1c957407ba", "6a72133c22dfea1c957408af"];
     let ltc_old = "6a5ef30622dfea1c957407c0";
-    let unfinished_old = ["6a8bb3be22dfea1c9574096f", "6a8bdde022dfea1c95740994"];
+    let unfinished_old = "6a8bb3be22dfea1c9574096f";
+    let unfinished_ancient = "6a8bdde022dfea1c95740994";
     let ltc_recent = "6a5ef24e22dfea1c957407be";
     let recent = "6a8b898022dfea1c95740958";
     let unfinished_recent = "6a8b89d622dfea1c9574095b";
@@ -106,7 +108,7 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_w
         set_last_updated(store.as_ref(), old[0], days_ago(2));
         set_last_updated(store.as_ref(), old[1], days_ago(11));
         set_last_updated(store.as_ref(), ltc_old, days_ago(11));
-        set_last_updated(store.as_ref(), unfinished_old[0], days_ago(51));
+        set_last_updated(store.as_ref(), unfinished_old, days_ago(51));
         set_last_updated(store.as_ref(), ltc_recent, days_ago(5));
         set_last_updated(store.as_ref(), recent, days_ago(0));
         set_last_updated(store.as_ref(), unfinished_recent, days_ago(40));
@@ -118,19 +120,13 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_w
         for id in [ltc_old, ltc_recent] {
             store.pgn_put(&format!("{id}-0"), &blob).expect("pgn");
         }
-        for id in [
-            old[0],
-            old[1],
-            ltc_old,
-            unfinished_old[0],
-            unfinished_old[1],
-        ] {
+        for id in [old[0], old[1], ltc_old, unfinished_old] {
             let list = store.pgn_list_run(id).expect("list");
             assert!(!list.is_empty(), "{id} has PGNs");
             gone_pgns += list.len() as u64;
             gone_bytes += list.iter().map(|p| p.size).sum::<u64>();
         }
-        for id in [ltc_recent, recent, unfinished_recent] {
+        for id in [ltc_recent, recent, unfinished_recent, unfinished_ancient] {
             let list = store.pgn_list_run(id).expect("list");
             assert!(!list.is_empty(), "{id} has PGNs");
             kept.extend(list.into_iter().map(|p| p.run_task));
@@ -153,6 +149,7 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_w
         json!({"stc": 1, "ltc": 10, "deleted": 10, "unfinished": 50}),
         "{reply}"
     );
+    assert_eq!(reply["lookback_days"], json!(60), "{reply}");
 
     // Counted whichever pass (this one, or the periodic one 5 s after start) did the work.
     let bytes = gone_bytes as f64;
@@ -170,9 +167,9 @@ async fn pgn_retention_deletes_exactly_the_pgns_of_runs_older_than_their_class_w
     );
     assert_eq!(
         server.metric("shoal_pgn_retention_runs_total", &[]).await,
-        5.0
+        4.0
     );
-    for id in [ltc_old, unfinished_old[0], unfinished_old[1]] {
+    for id in [ltc_old, unfinished_old] {
         assert_eq!(
             status(&server, &format!("/api/run_pgns/{id}.pgn.gz")).await,
             404,
@@ -251,6 +248,7 @@ async fn pgn_retention_days_is_checked_at_start() {
         "pgn_retention_ltc_days = 10",
         "pgn_retention_deleted_days = 10",
         "pgn_retention_unfinished_days = 50",
+        "pgn_retention_lookback_days = 60",
     ] {
         assert!(out.contains(line), "{line}: {out}");
     }

@@ -3,7 +3,9 @@
 //! the `github` component, asked again (which costs no quota) when older than
 //! [`QUOTA_MAX_AGE`]. Always 200, as Fishtest's: when GitHub cannot be asked, the figures it
 //! last stated; before it ever could be, Fishtest's initial ones ([`INITIAL_LIMIT`] calls, all
-//! left, none used, resetting at the server's start). The `/rate_limits` page shows the same
+//! left, none used, resetting at the server's start, and Fishtest's `"_uninitialized": true`).
+//! Concurrent requests share one question to GitHub, and after a failed one GitHub is not
+//! asked again for a minute ([`crate::github::QUOTA_RETRY_AFTER`]). The `/rate_limits` page shows the same
 //! figures ([`known_quota`]) and says when GitHub has not been reached.
 //!
 //! Owns: the shape, the initial figures and the route.
@@ -81,6 +83,11 @@ pub struct GithubQuota {
     pub reset: i64,
     /// Always `core`.
     pub resource: String,
+    /// `true` (as Fishtest's `_uninitialized`) while GitHub was never reached: the figures
+    /// are the initial ones. Absent otherwise.
+    #[serde(rename = "_uninitialized", skip_serializing_if = "std::ops::Not::not")]
+    #[schema(rename = "_uninitialized")]
+    pub uninitialized: bool,
 }
 
 impl From<Quota> for GithubQuota {
@@ -91,6 +98,7 @@ impl From<Quota> for GithubQuota {
             remaining: q.remaining,
             reset: q.reset,
             resource: q.resource,
+            uninitialized: false,
         }
     }
 }
@@ -106,6 +114,7 @@ impl GithubQuota {
             remaining: INITIAL_LIMIT,
             reset: chrono::Utc::now().timestamp().saturating_sub(up),
             resource: "core".into(),
+            uninitialized: true,
         }
     }
 
@@ -128,8 +137,8 @@ pub fn router() -> Router<Arc<AppState>> {
     tag = "read",
     responses(
         (status = 200, description = "The server's GitHub quota as GitHub last stated it, or \
-            Fishtest's initial figures (5000 of 5000) before GitHub was ever reached \
-            (no `duration`)", body = GithubQuota),
+            Fishtest's initial figures (5000 of 5000, with `_uninitialized: true`) before \
+            GitHub was ever reached (no `duration`)", body = GithubQuota),
     )
 )]
 pub async fn rate_limit(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
@@ -149,6 +158,7 @@ mod tests {
             remaining: 4999,
             reset: 10800,
             resource: "core".into(),
+            uninitialized: false,
         };
         assert_eq!(q.reset_hms(), "03:00:00");
     }

@@ -77,26 +77,97 @@ pub fn refusal(r: &Refusal, site: &str) -> String {
 }
 
 /// Fishtest's message to a blocked worker, which the worker prints as it is: a banner of
-/// stars around the approver's message (`Message: …`, wrapped at 70 columns, whitespace read
-/// as spaces), where more is said about the worker, and where to unblock it.
+/// stars around the approver's message (`Message: …`, wrapped at 70 characters as Python's
+/// `textwrap.fill` wraps it: whitespace read as spaces, long words broken), where more is
+/// said about the worker, and where to unblock it. Control characters (ESC, BEL, NUL…) are
+/// left out, so the message cannot drive the worker's terminal.
 fn blocked_worker(name: &str, message: &str, site: &str) -> String {
     let stars = "*".repeat(BLOCKED_WRAP);
     let text: String = format!("Message: {message}")
         .chars()
-        .map(|c| if c.is_whitespace() { ' ' } else { c })
+        .filter_map(|c| {
+            if c.is_whitespace() {
+                Some(' ')
+            } else if c.is_control() {
+                None
+            } else {
+                Some(c)
+            }
+        })
         .collect();
-    let wrapped = textwrap::fill(
-        &text,
-        textwrap::Options::new(BLOCKED_WRAP)
-            .word_separator(textwrap::WordSeparator::AsciiSpace)
-            .break_words(true),
-    );
+    let wrapped = fill(&text, BLOCKED_WRAP);
     format!(
         "\n\n{stars}\nRequest_task: This worker has been blocked!\n{wrapped}\n\
          You may possibly find more information at\n{site}/actions?text=%22{name}%22.\n\
          After fixing the issues you can unblock the worker at\n{site}/workers/{name}.\n\
          {stars}\n"
     )
+}
+
+/// Python's `textwrap.fill(text, width)` on a text whose whitespace is spaces, widths in
+/// characters: words (split after a hyphen inside a word too) and runs of spaces fill each
+/// line greedily; a word longer than a whole line fills what is left of the current one and
+/// goes on in the next; spaces at the start and end of each line are dropped.
+fn fill(text: &str, width: usize) -> String {
+    let width = width.max(1);
+    // The chunks, each a run of spaces or a piece of a word, as chars.
+    let mut chunks: Vec<Vec<char>> = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let space = chars[i] == ' ';
+        let mut j = i + 1;
+        while j < chars.len() && (chars[j] == ' ') == space {
+            // A word is split after a hyphen between letters or digits.
+            if !space
+                && chars[j - 1] == '-'
+                && j >= 2
+                && chars[j - 2].is_alphanumeric()
+                && chars[j].is_alphanumeric()
+            {
+                break;
+            }
+            j += 1;
+        }
+        chunks.push(chars[i..j].to_vec());
+        i = j;
+    }
+    chunks.reverse();
+    let is_space = |c: &[char]| c.iter().all(|&x| x == ' ');
+    let mut lines: Vec<String> = Vec::new();
+    while !chunks.is_empty() {
+        let mut line: Vec<Vec<char>> = Vec::new();
+        let mut len = 0usize;
+        if !lines.is_empty() && chunks.last().is_some_and(|c| is_space(c)) {
+            chunks.pop();
+        }
+        while let Some(c) = chunks.last() {
+            if len + c.len() <= width {
+                len += c.len();
+                line.extend(chunks.pop());
+            } else {
+                break;
+            }
+        }
+        if let Some(c) = chunks.last_mut()
+            && c.len() > width
+        {
+            // Python's `space_left`: nothing when the line is full (the word then starts
+            // the next line).
+            let take = width.saturating_sub(len);
+            if take > 0 {
+                let rest = c.split_off(take);
+                line.push(std::mem::replace(c, rest));
+            }
+        }
+        if line.last().is_some_and(|c| is_space(c)) {
+            line.pop();
+        }
+        if !line.is_empty() {
+            lines.push(line.concat().into_iter().collect());
+        }
+    }
+    lines.join("\n")
 }
 
 /// The message of an update Fishtest's rules refuse.
@@ -196,5 +267,51 @@ mod tests {
         );
         assert!(task_reply("Failed_task", "abc", 3, TaskReply::Done).is_empty());
         assert_eq!(assignment(Assignment::NoTask, "")["task_waiting"], false);
+    }
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::*;
+
+    /// The message part of the banner.
+    fn wrapped(message: &str) -> String {
+        let all = blocked_worker("w-1cores-ab12", message, "https://x");
+        let start = all.find("Message: ").expect("message");
+        let end = all.find("\nYou may possibly").expect("end");
+        all[start..end].to_string()
+    }
+
+    #[test]
+    fn long_words_are_broken_where_pythons_textwrap_breaks_them() {
+        // Python: textwrap.fill("Message: see " + "x" * 100 + " end"), and with 80 "é".
+        let x = "x".repeat(100);
+        assert_eq!(
+            wrapped(&format!("see {x} end")),
+            format!("Message: see {}\n{} end", "x".repeat(57), "x".repeat(43))
+        );
+        // A full line: the long word starts the next one.
+        let full = "y".repeat(61);
+        assert_eq!(
+            wrapped(&format!("{full} {x}")),
+            format!("Message: {full}\n{}\n{}", "x".repeat(70), "x".repeat(30))
+        );
+        // Hyphenated words may break after a hyphen.
+        assert_eq!(
+            wrapped(&format!("{} well-known", "z".repeat(55))),
+            format!("Message: {} well-\nknown", "z".repeat(55))
+        );
+        let e = "é".repeat(80);
+        assert_eq!(
+            wrapped(&format!("{e} fin")),
+            format!("Message: {}\n{} fin", "é".repeat(61), "é".repeat(19))
+        );
+    }
+
+    #[test]
+    fn control_characters_do_not_reach_the_workers_terminal() {
+        let w = wrapped("a\u{1b}[31mRED\u{1b}[0m\u{7}bell\u{0}nul\tend");
+        assert!(!w.chars().any(|c| c.is_control() && c != '\n'), "{w:?}");
+        assert_eq!(w, "Message: a[31mRED[0mbellnul end");
     }
 }

@@ -427,3 +427,71 @@ fn approve_needs_an_approver_other_than_the_submitter() {
     );
     assert!(f.db.approve_run(&id, &f.approver).is_err());
 }
+
+/// W/L/D with no pair counted (a task of a run from before Fishtest counted pairs).
+fn no_pairs(w: u64, l: u64, d: u64, crashes: u64) -> Stats {
+    Stats {
+        wins: w,
+        losses: l,
+        draws: d,
+        crashes,
+        ..Stats::default()
+    }
+}
+
+#[test]
+fn purging_a_run_without_pair_counts_writes_no_pentanomial() {
+    let f = fixture();
+    let id = f.run(json!({}), true);
+    for n in 1..=3 {
+        f.request(n);
+    }
+    // Turn the run into one imported from before pairs were counted: its tasks and results
+    // have W/L/D only; the third worker crashed (a crash_or_time purge).
+    f.db.stop_run_by_user(&id, &f.owner).expect("stop");
+    {
+        let entry = f.db.entry(&id).expect("entry").expect("run");
+        let mut run = entry.run.lock();
+        let counts = [
+            no_pairs(30, 20, 50, 0),
+            no_pairs(25, 25, 50, 0),
+            no_pairs(40, 10, 50, 5),
+        ];
+        let mut results = Stats::default();
+        for (t, s) in run.tasks.iter_mut().zip(counts) {
+            t.stats = s;
+            results.add(&s);
+        }
+        run.results = results;
+        run.committed_games = results.games();
+        assert_eq!(run.check_invariants(), Vec::<String>::new());
+        let doc = serde_json::to_value(&*run).expect("json");
+        assert!(
+            doc["results"].get("pentanomial").is_none(),
+            "{}",
+            doc["results"]
+        );
+    }
+    let out = f.db.purge_run(&id, &f.approver).expect("purge");
+    assert_eq!(out.purged.len(), 1, "the crashing task");
+    let run = f.checked(&id);
+    assert_eq!(run.results.games(), 200);
+    let stored = f.stored(&id);
+    assert!(
+        stored["results"].get("pentanomial").is_none(),
+        "{}",
+        stored["results"]
+    );
+    for i in 0..2 {
+        assert!(stored["tasks"][i]["stats"].get("pentanomial").is_none());
+    }
+    // The zeroed task is the all-zero stats (spec: a bad task's stats, pentanomial included);
+    // its copy in bad_tasks keeps the counts it had, without a pentanomial.
+    assert_eq!(
+        stored["tasks"][2]["stats"]["pentanomial"],
+        json!([0, 0, 0, 0, 0])
+    );
+    let copy = &stored["bad_tasks"][0]["stats"];
+    assert_eq!(copy["crashes"], json!(5));
+    assert!(copy.get("pentanomial").is_none(), "{copy}");
+}

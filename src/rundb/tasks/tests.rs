@@ -469,23 +469,24 @@ fn a_run_failed_by_a_worker_logs_that_its_auto_purge_was_not_performed() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let actions = loop {
         let actions = f.actions(&id);
-        if actions.iter().any(|a| a.0 == "stop_run") || std::time::Instant::now() > deadline {
+        if actions.iter().any(|a| a.0 == "purge_run") || std::time::Instant::now() > deadline {
             break actions;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
+    // Fishtest's order: the stop, then the auto-purge it runs.
     let n = actions.len();
     assert_eq!(
-        actions[n - 2],
+        (actions[n - 2].0.as_str(), actions[n - 2].2.as_str()),
+        ("stop_run", "Wrong bench")
+    );
+    assert_eq!(
+        actions[n - 1],
         (
             "purge_run".into(),
             "owner".into(),
             "Auto purge (not performed): You cannot purge a failed run".into()
         )
-    );
-    assert_eq!(
-        (actions[n - 1].0.as_str(), actions[n - 1].2.as_str()),
-        ("stop_run", "Wrong bench")
     );
 }
 

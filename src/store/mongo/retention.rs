@@ -151,14 +151,15 @@ pub(super) fn delete_expired(
 }
 
 /// The runs PGN retention may empty: of the window's class, `last_updated` before its
-/// cutoff.
+/// cutoff (and not before `since`, when set).
 fn expired_filter(window: &RetentionWindow) -> StoreResult<Document> {
     let mut f = Document::new();
     f.insert("finished", window.class.finished());
-    f.insert(
-        "last_updated",
-        doc! {"$lt": bson_date(&window.cutoff.to_iso())?},
-    );
+    let mut updated = doc! {"$lt": bson_date(&window.cutoff.to_iso())?};
+    if let Some(since) = &window.since {
+        updated.insert("$gte", bson_date(&since.to_iso())?);
+    }
+    f.insert("last_updated", updated);
     match window.class {
         PgnClass::Deleted => {
             f.insert("deleted", true);
@@ -195,7 +196,11 @@ mod tests {
     #[test]
     fn the_filter_names_finished_runs_before_the_cutoff_as_bson_dates() {
         let cutoff = Date(chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("t"));
-        let window = |class| RetentionWindow { class, cutoff };
+        let window = |class| RetentionWindow {
+            class,
+            cutoff,
+            since: None,
+        };
         let f = expired_filter(&window(PgnClass::Stc)).expect("filter");
         assert_eq!(f.get("finished"), Some(&Bson::Boolean(true)));
         assert!(f.get_document("args.tc").expect("stc").contains_key("$not"));
@@ -204,6 +209,24 @@ mod tests {
         let f = expired_filter(&window(PgnClass::Unfinished)).expect("filter");
         assert_eq!(f.get("finished"), Some(&Bson::Boolean(false)));
         assert!(f.get("args.tc").is_none());
+        assert!(
+            !f.get_document("last_updated")
+                .expect("d")
+                .contains_key("$gte")
+        );
+        let since = Date(chrono::DateTime::from_timestamp(1_600_000_000, 0).expect("t"));
+        let f = expired_filter(&RetentionWindow {
+            since: Some(since),
+            ..window(PgnClass::Unfinished)
+        })
+        .expect("filter");
+        let updated = f.get_document("last_updated").expect("last_updated");
+        assert_eq!(
+            updated.get("$gte"),
+            Some(&Bson::DateTime(bson::DateTime::from_millis(
+                1_600_000_000_000
+            )))
+        );
         let f = expired_filter(&window(PgnClass::Ltc)).expect("filter");
         let ltc = regex::Regex::new(LTC_TC).expect("regex");
         for (tc, is_ltc) in [

@@ -15,7 +15,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteStore, observe};
 use crate::store::{
-    ExpiredRuns, PgnClass, PgnHandle, PgnInfo, PgnsDeleted, RetentionWindow, RunPosition,
+    Date, ExpiredRuns, PgnClass, PgnHandle, PgnInfo, PgnsDeleted, RetentionWindow, RunPosition,
     StoreError, StoreResult, new_object_id,
 };
 
@@ -185,6 +185,7 @@ pub(super) fn expired_runs(
                      THEN ({}) ELSE 0 END
          FROM runs
          WHERE finished = ?5 AND last_updated < ?1 AND (last_updated, id) > (?2, ?3)
+               AND (?6 IS NULL OR last_updated >= ?6)
          ORDER BY last_updated, id LIMIT ?4",
         class_sql(window.class)
     );
@@ -196,7 +197,8 @@ pub(super) fn expired_runs(
                 after_updated,
                 after_id,
                 limit,
-                window.class.finished()
+                window.class.finished(),
+                window.since.as_ref().map(Date::to_iso)
             ],
             |r| {
                 Ok((
@@ -234,7 +236,8 @@ pub(super) fn delete_expired(
     let started = Instant::now();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let check = format!(
-        "SELECT 1 FROM runs WHERE id = ?1 AND finished = ?3 AND last_updated < ?2 AND ({})",
+        "SELECT 1 FROM runs WHERE id = ?1 AND finished = ?3 AND last_updated < ?2
+                AND (?4 IS NULL OR last_updated >= ?4) AND ({})",
         class_sql(window.class)
     );
     let r = store.write(|c| {
@@ -242,7 +245,12 @@ pub(super) fn delete_expired(
         let expired: Option<i64> = tx
             .prepare_cached(&check)?
             .query_row(
-                params![run_id, window.cutoff.to_iso(), window.class.finished()],
+                params![
+                    run_id,
+                    window.cutoff.to_iso(),
+                    window.class.finished(),
+                    window.since.as_ref().map(Date::to_iso)
+                ],
                 |r| r.get(0),
             )
             .optional()?;
