@@ -22,7 +22,8 @@ fn object(v: Value) -> Map<String, Value> {
 
 /// request_task's reply; `site` (`scheme://host`, Fishtest's `request.host_url`) is where the
 /// links of a blocked worker's message point.
-pub fn assignment(a: Assignment, site: &str) -> Map<String, Value> {
+/// `site` gives the server's address for a blocked worker's message (called only then).
+pub fn assignment(a: Assignment, site: impl FnOnce() -> String) -> Map<String, Value> {
     match a {
         Assignment::Task(t) => {
             let mut args = serde_json::to_value(&t.args).unwrap_or(Value::Null);
@@ -49,7 +50,7 @@ pub fn assignment(a: Assignment, site: &str) -> Map<String, Value> {
         })),
         Assignment::Refused(r) => object(json!({
             "task_waiting": false,
-            "error": refusal(&r, site),
+            "error": refusal(&r, &site()),
         })),
     }
 }
@@ -266,7 +267,10 @@ mod tests {
             "Update_task: task abc/3: odd number of new games (3)"
         );
         assert!(task_reply("Failed_task", "abc", 3, TaskReply::Done).is_empty());
-        assert_eq!(assignment(Assignment::NoTask, "")["task_waiting"], false);
+        assert_eq!(
+            assignment(Assignment::NoTask, String::new)["task_waiting"],
+            false
+        );
     }
 }
 

@@ -116,13 +116,8 @@ pub async fn request_version(
     )
 )]
 pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) -> ApiResult {
-    // Where a blocked worker's message sends its owner: `public_url`, else Fishtest's
-    // `request.host_url`.
-    let site = match &state.config.public_url {
-        Some(u) => u.trim_end_matches('/').to_string(),
-        None => super::files::host_url(&state, None, &call.headers, Some(call.peer)),
-    };
-    let call = call.validate(&state, Needs::default())?;
+    let WorkerCall { peer, headers, req } = call;
+    let call = super::call::validate(&state, req, peer, &headers, Needs::default())?;
     // Rate limits first, on the loop: a limited call costs no token and no password check.
     {
         let short = call.wi.short_name();
@@ -145,7 +140,13 @@ pub async fn request_task(State(state): State<Arc<AppState>>, call: WorkerCall) 
     let user = credentials(&state, login).await?;
     match state.scheduler.request_task(&user, call.wi).await {
         Ok(Outcome::Served(reply, ticket)) => {
-            durable(replies::assignment(reply, &site), ticket).await
+            // Where a blocked worker's message sends its owner: `public_url`, else Fishtest's
+            // `request.host_url`; worked out only for such a refusal.
+            let site = || match &state.config.public_url {
+                Some(u) => u.trim_end_matches('/').to_string(),
+                None => super::files::host_url(&state, None, &headers, Some(peer)),
+            };
+            durable(replies::assignment(reply, site), ticket).await
         }
         Ok(Outcome::TooBusy) => Ok(ApiReply::json(
             json!({"task_waiting": false, "info": TOO_BUSY_INFO}),
