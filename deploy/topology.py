@@ -897,9 +897,13 @@ def step_capacity():
     nginx_kids = subprocess.run(["pgrep", "-P", str(NGINX_PROC.p.pid)], capture_output=True,
                                 text=True).stdout.split()
     mem["nginx"] = rss_mib(NGINX_PROC.p.pid)[1] + sum(rss_mib(int(k))[1] for k in nginx_kids)
-    for line in sim.tail(12).splitlines():
+    said = {}
+    for line in sim.tail(30).splitlines():
         log("capacity: " + line)
-    return ("peak RSS MiB: " + ", ".join(f"{n} {v:.0f}" for n, v in mem.items())
+        key = line.split(":", 1)[0]
+        if key in ("throughput", "workers"):
+            said[key] = line
+    return ("; ".join(said.values()) + "; peak RSS MiB: " + ", ".join(f"{n} {v:.0f}" for n, v in mem.items())
             + "; peak established connections: "
             + ", ".join(f"{n} {v}" for n, v in peak_conn.items()))
 

@@ -205,7 +205,10 @@ pub(super) fn increment(
     }
     let filter = query::by_id(coll, id)?;
     let c = store.coll(coll);
-    let update = doc! {"$inc": {field: by}};
+    // An int32 step keeps an int32 field int32 (Fishtest's `downloads`; the server widens it
+    // only past int32's range).
+    let step = i32::try_from(by).map_or(Bson::Int64(by), Bson::Int32);
+    let update = doc! {"$inc": {field: step}};
     let r = store.retrying("increment", || {
         c.update_one(filter.clone(), update.clone()).run()
     })?;
