@@ -31,11 +31,13 @@ pub use store::{
 use crate::ledger::Ledger;
 use crate::store::{Doc, SharedStore};
 
-/// Serialises every read-modify-write of a net's document within this process (a download
-/// count, an approval's test records, `is_master`): the store has no atomic field update, so
-/// two writers at once would otherwise lose one's change (a download counted while an
-/// approval rewrites the document). Process-wide because approvals record tests from
-/// `rundb`, which holds no `Nets`. (Instances sharing one MongoDB database can still race.)
+/// Serialises every read-modify-write of a net's document within this process (an approval's
+/// test records, `is_master`): whole-document writes, so two at once would lose one's change.
+/// Process-wide because approvals record tests from `rundb`, which holds no `Nets`; only the
+/// primary approves. Download counts take no lock: they are the store's atomic increment,
+/// which also holds across instances sharing one MongoDB database, and which a whole-document
+/// write of an approval cannot undo for long (it rewrites the count it read a moment before,
+/// a race of one approval against concurrent downloads, as in Fishtest).
 static NNS_WRITES: Mutex<()> = Mutex::new(());
 
 /// The net directory and the nets recorded in the store.
@@ -99,7 +101,6 @@ impl Nets {
     /// Counts one download of a net; `false` (and nothing counted) when no net of that name
     /// is recorded.
     pub fn count_download(&self, name: &str) -> Result<bool, NetError> {
-        let _turn = NNS_WRITES.lock();
         Ok(store::count_download(&self.store, name)?)
     }
 }

@@ -565,18 +565,15 @@ pub(super) fn list(store: &SharedStore) -> Result<Vec<NetRecord>, StoreError> {
 }
 
 /// Counts a download of net `name` (Fishtest increments `downloads` on every request).
-/// `false` when no net of that name is recorded (nothing changes). A read-modify-write: the
-/// caller serialises the calls (`Nets::count_download`).
+/// `false` when no net of that name is recorded (nothing changes). The count is the store's
+/// atomic increment, so instances counting the same net at once (secondaries sharing one
+/// MongoDB database) lose no download; only the look-up of the record's id is a read.
 pub(super) fn count_download(store: &SharedStore, name: &str) -> Result<bool, StoreError> {
-    let Some(mut doc) = find(store, name)? else {
+    let Some(doc) = find(store, name)? else {
         return Ok(false);
     };
-    let n = doc.get("downloads").and_then(Value::as_u64).unwrap_or(0);
-    doc.insert("downloads".into(), json!(n.saturating_add(1)));
-    // An earlier shoal stored the upload time as a field Fishtest refuses: dropped on rewrite.
-    doc.remove("time");
-    store.put(Collection::Nns, &doc)?;
-    Ok(true)
+    let id = doc.get("_id").and_then(Value::as_str).unwrap_or(name);
+    store.increment(Collection::Nns, id, "downloads", 1)
 }
 
 #[cfg(test)]

@@ -350,6 +350,10 @@ pub trait Store: Send + Sync + 'static {
     fn insert(&self, coll: Collection, doc: Doc) -> StoreResult<String>;
     /// Deletes by `_id`; true if something was deleted.
     fn delete(&self, coll: Collection, id: &str) -> StoreResult<bool>;
+    /// Adds `by` to the numeric top-level `field` (absent: 0) of the document with this `_id`,
+    /// atomically in the store (MongoDB's `$inc`, SQLite's `UPDATE … SET`): counters several
+    /// instances update at once never lose a count. False when there is no such document.
+    fn increment(&self, coll: Collection, id: &str, field: &str, by: i64) -> StoreResult<bool>;
     /// Documents matching the query.
     fn find(&self, coll: Collection, query: &Query) -> StoreResult<Vec<Doc>>;
     /// How many documents match the conditions.

@@ -205,6 +205,15 @@ impl shoal::store::Store for OffThread {
     fn delete(&self, coll: shoal::store::Collection, id: &str) -> shoal::store::StoreResult<bool> {
         off_thread(|| self.0.delete(coll, id))
     }
+    fn increment(
+        &self,
+        coll: shoal::store::Collection,
+        id: &str,
+        field: &str,
+        by: i64,
+    ) -> shoal::store::StoreResult<bool> {
+        off_thread(|| self.0.increment(coll, id, field, by))
+    }
     fn find(
         &self,
         coll: shoal::store::Collection,

@@ -195,3 +195,67 @@ async fn a_primary_and_two_secondaries_share_one_mongodb_database() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Two secondaries counting downloads of one net at once, on one MongoDB database, lose none:
+/// the count is the store's `$inc`, not a read and a whole-document write per instance (which
+/// let one instance overwrite the other's count).
+#[tokio::test]
+async fn two_instances_counting_one_net_at_once_lose_no_download() {
+    const PER_INSTANCE: usize = 60;
+    const AT_ONCE: usize = 12;
+    let uri = mongo::fresh_uri("downloads");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let instances = [
+        instance(&uri, dir.path(), "second", false).await,
+        instance(&uri, dir.path(), "third", false).await,
+    ];
+    // A net recorded as Fishtest records it (ObjectId `_id`, int32 count).
+    let name = "nn-0123456789ab.nnue";
+    mongo::run(&uri, move |db| {
+        db.collection::<bson::Document>("nns")
+            .insert_one(bson::doc! {
+                "_id": bson::oid::ObjectId::new(),
+                "name": name,
+                "user": "alice",
+                "downloads": 0_i32,
+            })
+            .run()
+            .expect("insert");
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let mut calls = Vec::new();
+    for server in &instances {
+        for lane in 0..AT_ONCE {
+            let (client, url) = (client.clone(), server.url(&format!("/api/nn/{name}")));
+            calls.push(tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for _ in (lane..PER_INSTANCE).step_by(AT_ONCE) {
+                    let r = client.get(&url).send().await.expect("GET /api/nn");
+                    statuses.push(r.status().as_u16());
+                }
+                statuses
+            }));
+        }
+    }
+    let mut answered = 0;
+    for call in calls {
+        let statuses = call.await.expect("task");
+        assert!(statuses.iter().all(|s| *s == 302), "{statuses:?}");
+        answered += statuses.len();
+    }
+    assert_eq!(answered, 2 * PER_INSTANCE);
+    let docs = mongo::docs(&uri, "nns", bson::doc! {"name": name}).await;
+    // Every counted download kept, and still Fishtest's int32.
+    assert_eq!(
+        docs[0].get("downloads"),
+        Some(&bson::Bson::Int32(answered as i32)),
+        "{docs:?}"
+    );
+    // Still Fishtest's record: the same `_id`, no field added.
+    assert_eq!(docs.len(), 1);
+    assert!(docs[0].get_object_id("_id").is_ok(), "{docs:?}");
+}

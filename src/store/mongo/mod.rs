@@ -310,6 +310,10 @@ impl Store for MongoStore {
         Ok(r.deleted_count > 0)
     }
 
+    fn increment(&self, coll: Collection, id: &str, field: &str, by: i64) -> StoreResult<bool> {
+        write::increment(self, coll, id, field, by)
+    }
+
     fn find(&self, coll: Collection, q: &Query) -> StoreResult<Vec<Doc>> {
         let filter = query::filter(coll, &q.filter)?;
         let sort = query::sort(coll, q)?;

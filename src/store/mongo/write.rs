@@ -13,7 +13,7 @@ use super::indexes::RUN_EXTRAS;
 use super::retry::{is_transient_code, mapping};
 use super::{MongoStore, SHOAL_RUN_FIELDS, query};
 use crate::store::bson_map::{self, MONGO_ID};
-use crate::store::{Collection, Doc, StoreError, StoreResult};
+use crate::store::{Collection, Doc, StoreError, StoreResult, valid_path};
 
 /// Statements per bulk `update`/`delete` command (well under MongoDB's 100,000 and 48 MB).
 const BULK: usize = 500;
@@ -185,4 +185,32 @@ pub(super) fn check_bulk_reply(reply: &Document) -> StoreResult<()> {
         });
     }
     Ok(())
+}
+
+/// Adds `by` to `field` of the document with shoal id `id`, with MongoDB's `$inc` (atomic on
+/// the server, so instances counting at once lose nothing). Retried like every call: a reply
+/// lost after the server applied it may count twice, never zero times.
+pub(super) fn increment(
+    store: &MongoStore,
+    coll: Collection,
+    id: &str,
+    field: &str,
+    by: i64,
+) -> StoreResult<bool> {
+    if coll == Collection::Runs || field == "_id" || field.contains('.') || !valid_path(field) {
+        return Err(StoreError::InvalidQuery(format!(
+            "cannot increment {field:?} of {}",
+            coll.name()
+        )));
+    }
+    let filter = query::by_id(coll, id)?;
+    let c = store.coll(coll);
+    // An int32 step keeps an int32 field int32 (Fishtest's `downloads`; the server widens it
+    // only past int32's range).
+    let step = i32::try_from(by).map_or(Bson::Int64(by), Bson::Int32);
+    let update = doc! {"$inc": {field: step}};
+    let r = store.retrying("increment", || {
+        c.update_one(filter.clone(), update.clone()).run()
+    })?;
+    Ok(r.matched_count > 0)
 }

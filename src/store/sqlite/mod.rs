@@ -446,6 +446,11 @@ impl Store for SqliteStore {
         r
     }
 
+    fn increment(&self, coll: Collection, id: &str, field: &str, by: i64) -> StoreResult<bool> {
+        let sql = query::increment_sql(coll, field)?;
+        self.write(|c| Ok(c.prepare_cached(&sql)?.execute(params![by, id])? > 0))
+    }
+
     fn delete(&self, coll: Collection, id: &str) -> StoreResult<bool> {
         let started = Instant::now();
         let r = self.write(|c| {

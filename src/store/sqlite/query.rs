@@ -10,6 +10,24 @@ use serde_json::Value;
 use super::table;
 use crate::store::{Collection, Cond, Order, Query, StoreError, StoreResult, valid_path};
 
+/// The statement adding `?1` to the numeric top-level `field` (absent: 0) of the document with
+/// id `?2`, in one UPDATE (atomic: SQLite serialises writers). Not for runs, whose documents
+/// have their own columns and change only through the run core.
+pub fn increment_sql(coll: Collection, field: &str) -> StoreResult<String> {
+    if coll == Collection::Runs || field == "_id" || field.contains('.') || !valid_path(field) {
+        return Err(StoreError::InvalidQuery(format!(
+            "cannot increment {field:?} of {}",
+            coll.name()
+        )));
+    }
+    // `field` is [A-Za-z0-9_]+ (valid_path), so it is safe inside the JSON path literal.
+    Ok(format!(
+        "UPDATE {t} SET doc = json_set(doc, '$.{field}', \
+         coalesce(json_extract(doc, '$.{field}'), 0) + ?1) WHERE id = ?2",
+        t = table(coll)
+    ))
+}
+
 /// The SQL expression for a field path (literal, so SQLite can match expression indexes).
 /// Dates are compared on their ISO string inside `$date`. The run fields that have their own
 /// columns (migration 3) are read from them: `finished` (0/1), `last_updated` (ISO string,

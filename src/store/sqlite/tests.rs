@@ -168,3 +168,59 @@ fn shoal_documents_move_out_of_fishtest_collections() {
         Some(doc(json!({"_id": "session:ab", "user": "alice"})))
     );
 }
+
+#[test]
+fn increment_adds_in_the_store_and_from_many_threads_loses_nothing() {
+    let (_d, s) = store();
+    let s = std::sync::Arc::new(s);
+    s.put(
+        Collection::Nns,
+        &doc(json!({"_id": "nn-0123456789ab.nnue", "name": "nn-0123456789ab.nnue", "user": "a"})),
+    )
+    .expect("put");
+    // Absent: counted from 0; the rest of the document kept.
+    assert!(
+        s.increment(Collection::Nns, "nn-0123456789ab.nnue", "downloads", 1)
+            .expect("increment")
+    );
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    s.increment(Collection::Nns, "nn-0123456789ab.nnue", "downloads", 1)
+                        .expect("increment");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let got = s
+        .get(Collection::Nns, "nn-0123456789ab.nnue")
+        .expect("get")
+        .expect("some");
+    assert_eq!(
+        (got["downloads"].clone(), got["user"].clone()),
+        (json!(401), json!("a"))
+    );
+    // No such document: false, nothing created.
+    assert!(
+        !s.increment(Collection::Nns, "nn-ffffffffffff.nnue", "downloads", 1)
+            .expect("increment")
+    );
+    assert_eq!(s.count(Collection::Nns, &[]).expect("count"), 1);
+    // Runs change only through the run core; a path that is not one field is refused.
+    for (coll, field) in [
+        (Collection::Runs, "downloads"),
+        (Collection::Nns, "a.b"),
+        (Collection::Nns, "_id"),
+        (Collection::Nns, "x') , doc = ('"),
+    ] {
+        assert!(matches!(
+            s.increment(coll, "nn-0123456789ab.nnue", field, 1),
+            Err(StoreError::InvalidQuery(_))
+        ));
+    }
+}
