@@ -8,49 +8,14 @@
 //! Must not: call the store, render a template or resolve a session outside `Offload::run`
 //! (the event loop only parses forms and verifies the cookie's signature).
 
-pub mod accounts;
-pub mod actions;
-pub mod charts;
-pub mod contributors;
-pub mod controls;
 pub mod dashboard;
-pub mod dashboard_cache;
-pub mod dashboard_filters;
-pub mod dashboard_workers;
-pub mod finished;
-pub mod follows;
-pub mod forgot;
+pub mod fleet;
 pub mod kit;
-pub mod limits;
 pub mod lists;
-pub mod live_elo;
-pub mod machines;
-pub mod net_upload;
 pub mod nets;
-pub mod notices;
-pub mod pending_bulk;
 pub mod people;
-pub mod rate_limits;
-pub mod reset;
-pub mod results;
 pub mod run;
-pub mod run_args;
-pub mod run_detail;
-pub mod run_diff;
-pub mod run_tasks;
-pub mod run_tasks_view;
-pub mod session;
-pub mod signup_guard;
-pub mod sprt_calc;
-pub mod stats;
-pub mod stats_tables;
 pub mod submit;
-pub mod submit_args;
-pub mod submit_form;
-pub mod submit_github;
-pub mod tokens;
-pub mod user_management;
-pub mod workers;
 
 use std::sync::Arc;
 
@@ -73,91 +38,133 @@ pub fn router() -> Router<Arc<AppState>> {
             HeaderValue::from_static("public, max-age=31536000, immutable"),
         ));
     Router::new()
-        .route("/", get(dashboard::root))
-        .route("/tests", get(dashboard::tests))
-        .route("/tests/finished", get(finished::finished))
-        .route("/tests/user/{name}", get(lists::user))
-        .route("/tests/view/{id}", get(run::view))
-        .route("/tests/view/{id}/detail", get(run::detail_fragment))
-        .route("/tests/view/{id}/charts", get(run::charts_fragment))
-        .route("/tests/tasks/{id}", get(run::tasks_fragment))
-        .route("/login", get(accounts::login_form).post(accounts::login))
-        .route("/logout", axum::routing::post(accounts::logout))
-        .route("/signup", get(accounts::signup_form).post(accounts::signup))
-        .route("/tests/approve", axum::routing::post(controls::approve))
-        .route("/tests/stop", axum::routing::post(controls::stop))
-        .route("/tests/purge", axum::routing::post(controls::purge))
-        .route("/tests/delete", axum::routing::post(controls::delete))
-        .route("/tests/modify", axum::routing::post(controls::modify))
-        .route("/tests/follow", axum::routing::post(follows::follow))
-        .route("/tests/unfollow", axum::routing::post(follows::unfollow))
+        .route("/", get(dashboard::page::root))
+        .route("/tests", get(dashboard::page::tests))
+        .route("/tests/finished", get(lists::finished::finished))
+        .route("/tests/user/{name}", get(kit::run_lists::user))
+        .route("/tests/view/{id}", get(run::page::view))
+        .route("/tests/view/{id}/detail", get(run::page::detail_fragment))
+        .route("/tests/view/{id}/charts", get(run::page::charts_fragment))
+        .route("/tests/tasks/{id}", get(run::page::tasks_fragment))
+        .route(
+            "/login",
+            get(people::accounts::login_form).post(people::accounts::login),
+        )
+        .route("/logout", axum::routing::post(people::accounts::logout))
+        .route(
+            "/signup",
+            get(people::accounts::signup_form).post(people::accounts::signup),
+        )
+        .route(
+            "/tests/approve",
+            axum::routing::post(run::controls::approve),
+        )
+        .route("/tests/stop", axum::routing::post(run::controls::stop))
+        .route("/tests/purge", axum::routing::post(run::controls::purge))
+        .route("/tests/delete", axum::routing::post(run::controls::delete))
+        .route("/tests/modify", axum::routing::post(run::controls::modify))
+        .route(
+            "/tests/follow",
+            axum::routing::post(people::follows::follow),
+        )
+        .route(
+            "/tests/unfollow",
+            axum::routing::post(people::follows::unfollow),
+        )
         .route(
             "/notifications/feed",
-            axum::routing::post(follows::feed_action),
+            axum::routing::post(people::follows::feed_action),
         )
-        .route("/notifications", get(notices::notifications))
+        .route("/notifications", get(people::notices::notifications))
         .route(
             "/notifications/read",
-            axum::routing::post(notices::mark_read),
+            axum::routing::post(people::notices::mark_read),
         )
-        .route("/notifications/unread.json", get(notices::unread_json))
-        .route("/feeds/{file}", get(notices::feed))
-        .route("/tests/run", get(submit::form).post(submit::submit))
-        .route("/tests/stats/{id}", get(stats::stats_page))
-        .route("/tests/live_elo/{id}", get(live_elo::live_elo_page))
+        .route(
+            "/notifications/unread.json",
+            get(people::notices::unread_json),
+        )
+        .route("/feeds/{file}", get(people::notices::feed))
+        .route(
+            "/tests/run",
+            get(submit::page::form).post(submit::page::submit),
+        )
+        .route("/tests/stats/{id}", get(run::stats::stats_page))
+        .route("/tests/live_elo/{id}", get(run::live_elo::live_elo_page))
         .route(
             "/tests/live_elo_update/{id}",
-            get(live_elo::live_elo_update),
+            get(run::live_elo::live_elo_update),
         )
-        .route("/tests/chart/{id}/{name}", get(stats::chart))
-        .route("/sprt_calc", get(sprt_calc::sprt_calc))
+        .route("/tests/chart/{id}/{name}", get(run::stats::chart))
+        .route("/sprt_calc", get(run::sprt_calc::sprt_calc))
         .route(
             "/user",
-            get(people::own_profile).post(people::change_profile),
+            get(people::profile::own_profile).post(people::profile::change_profile),
         )
-        .route("/user/tokens", get(tokens::list).post(tokens::create))
-        .route("/user/tokens/revoke", axum::routing::post(tokens::revoke))
+        .route(
+            "/user/tokens",
+            get(people::tokens::list).post(people::tokens::create),
+        )
+        .route(
+            "/user/tokens/revoke",
+            axum::routing::post(people::tokens::revoke),
+        )
         .route(
             "/user/tokens/revoke_all",
-            axum::routing::post(tokens::revoke_all),
+            axum::routing::post(people::tokens::revoke_all),
         )
         .route(
             "/user/{name}",
-            get(people::user_page).post(people::user_action),
+            get(people::profile::user_page).post(people::profile::user_action),
         )
-        .route("/user/{name}/reset_link", axum::routing::post(reset::issue))
-        .route("/reset/{secret}", get(reset::form).post(reset::set))
-        .route("/forgot", get(forgot::forgot_form).post(forgot::forgot))
-        .route("/user_management", get(user_management::user_management))
+        .route(
+            "/user/{name}/reset_link",
+            axum::routing::post(people::reset::issue),
+        )
+        .route(
+            "/reset/{secret}",
+            get(people::reset::form).post(people::reset::set),
+        )
+        .route(
+            "/forgot",
+            get(people::forgot::forgot_form).post(people::forgot::forgot),
+        )
+        .route(
+            "/user_management",
+            get(people::user_management::user_management),
+        )
         .route(
             "/user_management/pending",
-            axum::routing::post(pending_bulk::decide_pending),
+            axum::routing::post(people::pending_bulk::decide_pending),
         )
         .route(
             "/user_management/pending_count",
-            get(user_management::pending_count),
+            get(people::user_management::pending_count),
         )
-        .route("/actions", get(actions::actions))
-        .route("/contributors", get(contributors::contributors))
+        .route("/actions", get(lists::actions::actions))
+        .route("/contributors", get(fleet::contributors::contributors))
         .route(
             "/contributors/monthly",
-            get(contributors::contributors_monthly),
+            get(fleet::contributors::contributors_monthly),
         )
-        .route("/tests/machines", get(machines::machines))
+        .route("/tests/machines", get(fleet::machines::machines))
         .route(
             "/workers/{name}",
-            get(workers::worker_page).post(workers::worker_post),
+            get(fleet::workers::worker_page).post(fleet::workers::worker_post),
         )
-        .route("/nns", get(nets::nns))
+        .route("/nns", get(nets::page::nns))
         .route(
             "/upload",
-            get(net_upload::upload_form)
-                .post(net_upload::upload)
+            get(nets::upload::upload_form)
+                .post(nets::upload::upload)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
-        .route("/rate_limits", get(rate_limits::rate_limits))
-        .route("/rate_limits/server", get(rate_limits::server))
-        .route("/limits", get(limits::view).post(limits::set_max))
+        .route("/rate_limits", get(fleet::rate_limits::rate_limits))
+        .route("/rate_limits/server", get(fleet::rate_limits::server))
+        .route(
+            "/limits",
+            get(fleet::limits::view).post(fleet::limits::set_max),
+        )
         .merge(statics)
         .layer(CompressionLayer::new())
 }

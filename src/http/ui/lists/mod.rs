@@ -1,0 +1,4 @@
+//! The lists room: finished runs and the actions log.
+
+pub mod actions;
+pub mod finished;
