@@ -41,7 +41,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/", get(dashboard::page::root))
         .route("/tests", get(dashboard::page::tests))
         .route("/tests/finished", get(lists::finished::finished))
-        .route("/tests/user/{name}", get(kit::run_lists::user))
+        .route("/tests/user/{name}", get(lists::user::user))
         .route("/tests/view/{id}", get(run::page::view))
         .route("/tests/view/{id}/detail", get(run::page::detail_fragment))
         .route("/tests/view/{id}/charts", get(run::page::charts_fragment))

@@ -29,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use super::cache::{Dash, DashboardCache, Piece};
 use super::workers;
 use crate::http::state::AppState;
+use crate::http::ui::kit::done as controls;
 use crate::http::ui::kit::results::{RunRow, remaining_hours};
 use crate::http::ui::kit::run_filters::{self as filters, ALL};
 use crate::http::ui::kit::run_lists::{
@@ -37,7 +38,6 @@ use crate::http::ui::kit::run_lists::{
 use crate::http::ui::kit::{
     Href, Input, Layout, OrInternal, Page, PageError, Pager, asset, is_fragment, page, vary,
 };
-use crate::http::ui::run::controls;
 use crate::rundb::RunDb;
 use crate::scheduler::Scheduler;
 
@@ -59,7 +59,7 @@ pub struct TestsPage<'a> {
     pub refresh_js: String,
     pub dashboard_js: String,
     /// The runs the viewer follows (not in the shared content: it is per viewer).
-    pub following: Vec<crate::http::ui::people::follows::FollowRow>,
+    pub following: Vec<crate::http::ui::kit::follows::FollowRow>,
 }
 
 /// A shared rendering and one viewer's slot values: written straight into the page (the
@@ -208,7 +208,7 @@ pub async fn tests(
         } else {
             None
         };
-        let following = crate::http::ui::people::follows::dashboard_rows(&ledger, ctx)?;
+        let following = crate::http::ui::kit::follows::dashboard_rows(&ledger, ctx)?;
         let p = TestsPage {
             l,
             done,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use askama::Template;
 
-use crate::http::ui::fleet::machines::MachineRow;
+use crate::http::ui::kit::machine_row::MachineRow;
 use crate::http::ui::kit::{Href, OrInternal, PageError};
 use crate::scheduler::Scheduler;
 

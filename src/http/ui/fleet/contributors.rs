@@ -18,13 +18,13 @@ use serde::Deserialize;
 use crate::accounts::Users;
 use crate::http::state::AppState;
 use crate::http::ui::kit::pager::page_param;
+use crate::http::ui::kit::repo::repo_label;
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::table::{order_param, order_text, sort_columns};
 use crate::http::ui::kit::time::ago;
 use crate::http::ui::kit::{
     Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page,
 };
-use crate::http::ui::people::profile::repo_label;
 use crate::ledger::{ContributorRow, Ledger};
 
 /// Contributors per page.

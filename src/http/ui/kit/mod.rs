@@ -15,9 +15,13 @@
 //! independent and `ui/mod.rs` is only the router.
 
 pub mod assets;
+pub mod done;
 pub mod error;
+pub mod follows;
+pub mod machine_row;
 pub mod page;
 pub mod pager;
+pub mod repo;
 pub mod results;
 pub mod run_filters;
 pub mod run_lists;

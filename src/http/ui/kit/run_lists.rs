@@ -1,25 +1,19 @@
 //! The run lists: the page `/tests/finished` and `/tests/user/{name}` share (tabs, panels,
-//! the finished part), `/tests/user/{name}` itself (one submitter's panels and finished
-//! runs), and the panels the dashboard shares with them (pending, paused, failed, active,
-//! finished). `/tests/finished` and its search mode are `finished.rs`'s.
+//! the finished part), and the panels the dashboard shares with them (pending, paused,
+//! failed, active, finished). The pages themselves are the lists room's (`lists/`).
 //!
 //! Owns: reading the list query (`page`, `success_only`, `yellow_only`, `ltc_only`), the
 //! panels' order, the count line and the pager. Must not: call the store (only `RunDb`
 //! queries), or run outside [`page`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
 
 use super::pager::{MAX_PAGE, page_param};
 use super::results::RunRow;
 use super::session::Ctx;
-use super::{Href, Input, Layout, OrInternal, Page, PageError, Pager, page};
-use crate::http::state::AppState;
+use super::{Href, Layout, OrInternal, PageError, Pager};
 use crate::rundb::RunDb;
 use crate::rundb::model::Run;
 use crate::rundb::queries::FinishedFilter;
@@ -334,40 +328,6 @@ pub struct SearchForm {
     pub user: String,
     pub text: String,
     pub max_count: u64,
-}
-
-/// `GET /tests/user/{name}`: that submitter's pending, paused, failed and active panels
-/// (page 1) and finished runs (paged as `/tests/finished`); 404 for an unknown user.
-pub async fn user(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Response {
-    let q = parse_query(&params);
-    let accounts = state.accounts.clone();
-    page(&state, Input::get(&state, &headers), move |db, ctx, _| {
-        if accounts
-            .users()
-            .get(&name)
-            .or_internal("user lookup")?
-            .is_none()
-        {
-            return Err(PageError::NotFound);
-        }
-        let base = Href::new("/tests/user").seg(&name).build();
-        let f = finished_part(db, &base, Some(&name), q)?;
-        let mut p = list_page(ctx, &name, format!("{name} - Tests"), &base, q);
-        if q.page == 1 {
-            let runs = db.active_heads().or_internal("active runs")?;
-            let mut panels = unfinished_panels(runs.iter().filter(|r| r.args.username == name));
-            panels.insert(2, failed_panel(&f.runs));
-            p.panels = panels;
-        }
-        fill(&mut p, f);
-        Page::ok(&p)
-    })
-    .await
 }
 
 #[cfg(test)]

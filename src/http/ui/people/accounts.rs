@@ -26,6 +26,7 @@ use crate::accounts::{AuthError, UserError};
 use crate::http::auth::{self, Login, MSG_BLOCKED, MSG_INVALID, MSG_PENDING};
 use crate::http::error::user_error_text;
 use crate::http::state::AppState;
+use crate::http::ui::kit::repo::valid_tests_repo;
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::url::same_site_path;
 use crate::http::ui::kit::{
@@ -334,20 +335,6 @@ pub(in crate::http::ui) fn check_email(email: &str) -> Result<(), &'static str> 
         return Err("The part after the @-sign is not valid.");
     }
     Ok(())
-}
-
-pub(in crate::http::ui) fn valid_tests_repo(repo: &str) -> bool {
-    let rest = repo
-        .strip_prefix("https://github.com/")
-        .or_else(|| repo.strip_prefix("https://www.github.com/"));
-    let Some(rest) = rest else { return false };
-    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
-    let ok = |p: &str| {
-        !p.is_empty()
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    };
-    parts.len() == 2 && parts.iter().all(|p| ok(p))
 }
 
 /// `POST /signup`: a pending account, then `/login` with the "account created" message.

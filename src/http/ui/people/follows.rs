@@ -21,12 +21,11 @@ use serde::Deserialize;
 
 use crate::http::run_id::RunId;
 use crate::http::state::AppState;
-use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::url::{NO_PUBLIC_URL, outside_link, same_site_path};
 use crate::http::ui::kit::{
     Flash, Input, Layout, OrInternal, Page, PageError, form_or_default, page,
 };
-use crate::ledger::{Follow, Ledger, MAX_FOLLOWS};
+use crate::ledger::{Follow, MAX_FOLLOWS};
 
 /// The follow and unfollow form.
 #[derive(Deserialize, Default)]
@@ -108,62 +107,6 @@ pub async fn unfollow(
         Page::redirect(back_to(f.back.as_deref(), id.as_str()))
     })
     .await
-}
-
-/// Whether the session's user follows `run_id` (`None` for a visitor): the run page's button.
-pub fn following(ledger: &Ledger, ctx: &Ctx, run_id: &str) -> Result<Option<bool>, PageError> {
-    let Some(user) = &ctx.user else {
-        return Ok(None);
-    };
-    let f = ledger.follows(&user.username).or_internal("follows")?;
-    Ok(Some(f.follows(run_id)))
-}
-
-/// One followed run on the profile and the dashboard.
-pub struct FollowRow {
-    pub run_id: String,
-    pub label: String,
-}
-
-/// The profile's follows section.
-pub struct FollowsView {
-    pub runs: Vec<FollowRow>,
-    pub max: usize,
-    /// Whether the user has a live feed URL.
-    pub feed: bool,
-}
-
-/// The follows section of `user`'s profile.
-pub fn profile_view(ledger: &Ledger, user: &str) -> Result<FollowsView, PageError> {
-    let f = ledger.follows(user).or_internal("follows")?;
-    Ok(FollowsView {
-        runs: rows(&f.runs),
-        max: MAX_FOLLOWS,
-        feed: f.feed.is_some(),
-    })
-}
-
-fn rows(runs: &[crate::ledger::Followed]) -> Vec<FollowRow> {
-    runs.iter()
-        .rev()
-        .map(|r| FollowRow {
-            run_id: r.run_id.clone(),
-            label: if r.label.is_empty() {
-                r.run_id.clone()
-            } else {
-                r.label.clone()
-            },
-        })
-        .collect()
-}
-
-/// The dashboard's list of the runs the user follows (empty for a visitor).
-pub fn dashboard_rows(ledger: &Ledger, ctx: &Ctx) -> Result<Vec<FollowRow>, PageError> {
-    let Some(user) = &ctx.user else {
-        return Ok(Vec::new());
-    };
-    let f = ledger.follows(&user.username).or_internal("follows")?;
-    Ok(rows(&f.runs))
 }
 
 /// The page that shows a new feed URL, once.

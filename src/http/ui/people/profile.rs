@@ -24,13 +24,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::accounts::{check_email, valid_tests_repo, weak_password};
+use super::accounts::{check_email, weak_password};
 use crate::accounts::{
     Accounts, AuthError, DEFAULT_MACHINE_LIMIT, ProfileChange, SessionState, User, UserAction,
     UserError,
 };
 use crate::http::auth::{self, Login};
 use crate::http::state::AppState;
+use crate::http::ui::kit::follows::{FollowsView, profile_view};
+use crate::http::ui::kit::repo::{repo_label, valid_tests_repo};
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::url::login_next;
 use crate::http::ui::kit::{
@@ -52,17 +54,6 @@ pub struct UserView {
     pub repo_label: String,
     pub pending: bool,
     pub blocked: bool,
-}
-
-/// `owner/repo` of a `https://github.com/owner/repo` URL; empty for anything else.
-pub fn repo_label(url: &str) -> String {
-    let rest = url
-        .strip_prefix("https://github.com/")
-        .or_else(|| url.strip_prefix("https://www.github.com/"));
-    match rest {
-        Some(r) if valid_tests_repo(url) => r.trim_end_matches('/').to_string(),
-        _ => String::new(),
-    }
 }
 
 /// Groups without their `group:` prefix, or "No group".
@@ -109,7 +100,7 @@ pub struct ProfilePage {
     pub l: Layout,
     pub u: UserView,
     /// The runs followed and the feed URL (`follows.rs`).
-    pub f: super::follows::FollowsView,
+    pub f: FollowsView,
     /// The names of one's API tokens (the tokens page manages them).
     pub tokens: Vec<String>,
 }
@@ -162,7 +153,7 @@ fn profile_page(
     let u = view_of(ledger, user)?;
     let mut l = Layout::new(ctx, "Profile");
     l.flashes = flashes;
-    let f = super::follows::profile_view(ledger, &user.username)?;
+    let f = profile_view(ledger, &user.username)?;
     let tokens = accounts
         .tokens_of(&user.username)?
         .into_iter()

@@ -90,63 +90,6 @@ pub struct ModifyForm {
     csrf_token: Option<String>,
 }
 
-/// A flash after a control succeeded: `before`, then the run linked (when one is named),
-/// then `after`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Done {
-    pub before: String,
-    pub run: Option<String>,
-    pub after: String,
-}
-
-impl Done {
-    fn plain(text: &str) -> Self {
-        Done {
-            before: text.to_string(),
-            run: None,
-            after: String::new(),
-        }
-    }
-
-    /// The message as plain text.
-    pub fn text(&self) -> String {
-        format!(
-            "{}{}{}",
-            self.before,
-            self.run.as_deref().unwrap_or_default(),
-            self.after
-        )
-    }
-}
-
-/// The message the dashboard flashes for `?done=<code>` (and `&run=<id>`) after a control
-/// succeeded; `None` for an unknown code (a link cannot put words on the page). A run it
-/// names is linked to its page.
-pub fn done_message(code: &str, run: Option<&str>) -> Option<Done> {
-    if code == "approved" {
-        return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
-            Some(id) => Done {
-                before: "Run ".into(),
-                run: Some(id.to_string()),
-                after: " approved".into(),
-            },
-            None => Done::plain("Run approved"),
-        });
-    }
-    Some(Done::plain(match code {
-        "stopped" => "Stopped run",
-        "purged" => "Purged run",
-        "purged-none" => "No bad workers",
-        "deleted" => "Deleted run",
-        "modified" => "The test was successfully modified!",
-        "modified-unapproved" => {
-            "The test was successfully modified but it will have to be reapproved..."
-        }
-        "modified-pending" => "The test was successfully modified. Please wait for approval.",
-        _ => return None,
-    }))
-}
-
 /// A control's refusal: the domain's message on the error page, a run that does not exist
 /// named as such (with the domain's words) rather than the plain 404 page.
 fn refusal(e: RunDbError) -> PageError {
@@ -383,6 +326,7 @@ pub async fn modify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::ui::kit::done::done_message;
 
     #[test]
     fn modify_values() {

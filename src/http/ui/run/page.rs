@@ -240,7 +240,7 @@ pub async fn view(
     let (retry_tx, retry_rx) = tokio::sync::oneshot::channel::<[String; 4]>();
     let response = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
-        let following = crate::http::ui::people::follows::following(&ledger, ctx, &run.id)?;
+        let following = crate::http::ui::kit::follows::following(&ledger, ctx, &run.id)?;
         let table = table?;
         let heading = page_title(&run);
         let kept = github.stored_diff_blocking(&run.id);
@@ -318,7 +318,7 @@ pub struct FollowQuery {
 fn submitted_flash(l: Layout, run: &Run, submitted: bool, behind: Option<u64>) -> Layout {
     if submitted && !run.approved && !run.finished {
         let mut l = l.flash(crate::http::ui::kit::Flash::info(
-            crate::http::ui::submit::page::MSG_SUBMITTED,
+            crate::http::ui::kit::done::MSG_SUBMITTED,
         ));
         // An account older than Fishtest's fork rule may still test from outside the fork
         // network: it is told, every time.

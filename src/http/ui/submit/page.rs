@@ -32,9 +32,6 @@ use crate::http::ui::kit::{
 };
 use crate::rundb::{RunDb, SubmitError};
 
-/// Shown once a run is created (Fishtest's words).
-pub const MSG_SUBMITTED: &str = "The test was submitted to the queue. Please wait for approval.";
-
 /// One option of a select.
 pub struct Choice {
     pub value: String,
