@@ -1,10 +1,23 @@
-//! The web UI: HTML pages rendered from `askama` templates (`templates/`), one file per page
-//! group with its handlers and template structs side by side, built from the kit ([`kit`]:
-//! the page job, `Page`/`PageError`, the pager, column headers, time and URL helpers).
+//! The web UI: HTML pages rendered from `askama` templates (`templates/`), in rooms by what a
+//! person does there, each a folder with its own `router()`:
 //!
-//! Owns: the UI routes ([`router`]) and static files (`/static/…?v=<content hash>`, cached
-//! for a year). This file is only the router: pages import the kit and their siblings, never
-//! this module, so the router can name them all without an import cycle.
+//! - [`run`]: a run's page (arguments, tasks, results, charts, detail, diff), its statistics
+//!   (stats, live Elo, the SPRT calculator) and the run controls;
+//! - [`submit`]: the new-run form;
+//! - [`dashboard`]: `/tests`, its panels, filters, workers table and cache;
+//! - [`people`]: log in, sign up, profile, users, user management, tokens, reset, follows,
+//!   notices;
+//! - [`fleet`]: machines, workers, limits, contributors, rate limits;
+//! - [`nets`]: the net list and upload;
+//! - [`lists`]: finished runs, one submitter's runs, the actions log;
+//!
+//! all built from the kit ([`kit`]: the page job, `Page`/`PageError`, the session, the pager,
+//! column headers, time and URL helpers, and what two rooms share). A page never names a page
+//! of another room and the kit names no room (`tests/it/layout.rs`), so a new page touches its
+//! room and the kit only.
+//!
+//! Owns: merging the rooms' routes ([`router`]), the UI's own layers (compression) and static
+//! files (`/static/…?v=<content hash>`, cached for a year).
 //! Must not: call the store, render a template or resolve a session outside `Offload::run`
 //! (the event loop only parses forms and verifies the cookie's signature).
 
@@ -21,7 +34,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
-use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -38,133 +50,13 @@ pub fn router() -> Router<Arc<AppState>> {
             HeaderValue::from_static("public, max-age=31536000, immutable"),
         ));
     Router::new()
-        .route("/", get(dashboard::page::root))
-        .route("/tests", get(dashboard::page::tests))
-        .route("/tests/finished", get(lists::finished::finished))
-        .route("/tests/user/{name}", get(lists::user::user))
-        .route("/tests/view/{id}", get(run::page::view))
-        .route("/tests/view/{id}/detail", get(run::page::detail_fragment))
-        .route("/tests/view/{id}/charts", get(run::page::charts_fragment))
-        .route("/tests/tasks/{id}", get(run::page::tasks_fragment))
-        .route(
-            "/login",
-            get(people::accounts::login_form).post(people::accounts::login),
-        )
-        .route("/logout", axum::routing::post(people::accounts::logout))
-        .route(
-            "/signup",
-            get(people::accounts::signup_form).post(people::accounts::signup),
-        )
-        .route(
-            "/tests/approve",
-            axum::routing::post(run::controls::approve),
-        )
-        .route("/tests/stop", axum::routing::post(run::controls::stop))
-        .route("/tests/purge", axum::routing::post(run::controls::purge))
-        .route("/tests/delete", axum::routing::post(run::controls::delete))
-        .route("/tests/modify", axum::routing::post(run::controls::modify))
-        .route(
-            "/tests/follow",
-            axum::routing::post(people::follows::follow),
-        )
-        .route(
-            "/tests/unfollow",
-            axum::routing::post(people::follows::unfollow),
-        )
-        .route(
-            "/notifications/feed",
-            axum::routing::post(people::follows::feed_action),
-        )
-        .route("/notifications", get(people::notices::notifications))
-        .route(
-            "/notifications/read",
-            axum::routing::post(people::notices::mark_read),
-        )
-        .route(
-            "/notifications/unread.json",
-            get(people::notices::unread_json),
-        )
-        .route("/feeds/{file}", get(people::notices::feed))
-        .route(
-            "/tests/run",
-            get(submit::page::form).post(submit::page::submit),
-        )
-        .route("/tests/stats/{id}", get(run::stats::stats_page))
-        .route("/tests/live_elo/{id}", get(run::live_elo::live_elo_page))
-        .route(
-            "/tests/live_elo_update/{id}",
-            get(run::live_elo::live_elo_update),
-        )
-        .route("/tests/chart/{id}/{name}", get(run::stats::chart))
-        .route("/sprt_calc", get(run::sprt_calc::sprt_calc))
-        .route(
-            "/user",
-            get(people::profile::own_profile).post(people::profile::change_profile),
-        )
-        .route(
-            "/user/tokens",
-            get(people::tokens::list).post(people::tokens::create),
-        )
-        .route(
-            "/user/tokens/revoke",
-            axum::routing::post(people::tokens::revoke),
-        )
-        .route(
-            "/user/tokens/revoke_all",
-            axum::routing::post(people::tokens::revoke_all),
-        )
-        .route(
-            "/user/{name}",
-            get(people::profile::user_page).post(people::profile::user_action),
-        )
-        .route(
-            "/user/{name}/reset_link",
-            axum::routing::post(people::reset::issue),
-        )
-        .route(
-            "/reset/{secret}",
-            get(people::reset::form).post(people::reset::set),
-        )
-        .route(
-            "/forgot",
-            get(people::forgot::forgot_form).post(people::forgot::forgot),
-        )
-        .route(
-            "/user_management",
-            get(people::user_management::user_management),
-        )
-        .route(
-            "/user_management/pending",
-            axum::routing::post(people::pending_bulk::decide_pending),
-        )
-        .route(
-            "/user_management/pending_count",
-            get(people::user_management::pending_count),
-        )
-        .route("/actions", get(lists::actions::actions))
-        .route("/contributors", get(fleet::contributors::contributors))
-        .route(
-            "/contributors/monthly",
-            get(fleet::contributors::contributors_monthly),
-        )
-        .route("/tests/machines", get(fleet::machines::machines))
-        .route(
-            "/workers/{name}",
-            get(fleet::workers::worker_page).post(fleet::workers::worker_post),
-        )
-        .route("/nns", get(nets::page::nns))
-        .route(
-            "/upload",
-            get(nets::upload::upload_form)
-                .post(nets::upload::upload)
-                .layer(axum::extract::DefaultBodyLimit::disable()),
-        )
-        .route("/rate_limits", get(fleet::rate_limits::rate_limits))
-        .route("/rate_limits/server", get(fleet::rate_limits::server))
-        .route(
-            "/limits",
-            get(fleet::limits::view).post(fleet::limits::set_max),
-        )
+        .merge(dashboard::router())
+        .merge(run::router())
+        .merge(submit::router())
+        .merge(people::router())
+        .merge(fleet::router())
+        .merge(nets::router())
+        .merge(lists::router())
         .merge(statics)
         .layer(CompressionLayer::new())
 }
