@@ -22,6 +22,7 @@ use crate::http::ui::kit::repo::repo_label;
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::table::{order_param, order_text, sort_columns};
 use crate::http::ui::kit::time::ago;
+use crate::http::ui::kit::url::user_href;
 use crate::http::ui::kit::{
     Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page,
 };
@@ -43,6 +44,13 @@ pub struct ContributorView {
     pub tests_repo: String,
     pub repo_label: String,
     pub highlight: bool,
+}
+
+impl ContributorView {
+    /// The address of the contributor's user page.
+    pub fn page(&self) -> String {
+        user_href(&self.username)
+    }
 }
 
 #[derive(Template)]

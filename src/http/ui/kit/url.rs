@@ -27,6 +27,25 @@ pub fn encode(s: &str) -> String {
     escape(s, b"")
 }
 
+/// The signed-in user's own pages under `/user/` (`/user/tokens`): words that are not user
+/// names there.
+pub const USER_OWN_PAGES: &[&str] = &["tokens"];
+
+/// The address of `name`'s user page (an approver's page of the account, `POST` its
+/// actions, `/reset_link` its one-time link). `/users/{name}` answers for every name;
+/// `/user/{name}`, Fishtest's address, for every name that is not one of `/user/`'s own
+/// pages ([`USER_OWN_PAGES`]: `/user/tokens` is the tokens page, always). Links use
+/// `/user/{name}` where it reaches the user, so every address Fishtest and shoal gave out
+/// keeps working, and `/users/{name}` for the rest.
+pub fn user_href(name: &str) -> String {
+    let base = if USER_OWN_PAGES.contains(&name) {
+        "/users"
+    } else {
+        "/user"
+    };
+    Href::new(base).seg(name).build()
+}
+
 /// A link under construction: a path of ours, then query parameters in the order added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Href {

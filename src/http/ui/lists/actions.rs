@@ -20,6 +20,7 @@ use crate::http::state::AppState;
 use crate::http::ui::kit::pager::page_param;
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::table::{order_param, order_text, sort_columns};
+use crate::http::ui::kit::url::user_href;
 use crate::http::ui::kit::{
     Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page,
 };
@@ -163,7 +164,7 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
         let href = Href::new("/workers").seg(&short_worker(&worker)).build();
         (worker.clone(), href)
     } else {
-        let href = Href::new("/user").seg(&username).build();
+        let href = user_href(&username);
         (username, href)
     };
     let (nn, run, run_id, user) = (
@@ -187,7 +188,7 @@ fn action_row(doc: &Doc, approver: bool, q: &ActionsQuery) -> ActionRow {
             )
         }
     } else if !user.is_empty() && approver {
-        let href = Href::new("/user").seg(&user).build();
+        let href = user_href(&user);
         (user, href)
     } else if event == "block_worker" && !worker.is_empty() {
         let href = Href::new("/workers").seg(&short_worker(&worker)).build();

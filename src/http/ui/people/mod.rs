@@ -44,6 +44,12 @@ pub fn router() -> Router<Arc<AppState>> {
             get(profile::user_page).post(profile::user_action),
         )
         .route("/user/{name}/reset_link", post(reset::issue))
+        // Every user's page, whatever the name (`kit::url::user_href`).
+        .route(
+            "/users/{name}",
+            get(profile::user_page).post(profile::user_action),
+        )
+        .route("/users/{name}/reset_link", post(reset::issue))
         .route("/reset/{secret}", get(reset::form).post(reset::set))
         .route("/forgot", get(forgot::forgot_form).post(forgot::forgot))
         .route("/user_management", get(user_management::user_management))

@@ -34,7 +34,7 @@ use crate::http::state::AppState;
 use crate::http::ui::kit::follows::{FollowsView, profile_view};
 use crate::http::ui::kit::repo::{repo_label, valid_tests_repo};
 use crate::http::ui::kit::session::Ctx;
-use crate::http::ui::kit::url::login_next;
+use crate::http::ui::kit::url::{login_next, user_href};
 use crate::http::ui::kit::{
     Flash, Href, Input, Layout, OrInternal, Page, PageError, PageResult, continue_page,
     form_or_default, open_page, page, respond,
@@ -54,6 +54,13 @@ pub struct UserView {
     pub repo_label: String,
     pub pending: bool,
     pub blocked: bool,
+}
+
+impl UserView {
+    /// The address of this user's page (its forms post there).
+    pub fn page(&self) -> String {
+        user_href(&self.username)
+    }
 }
 
 /// Groups without their `group:` prefix, or "No group".
@@ -326,7 +333,7 @@ pub async fn user_page(
     let (ledger, accounts) = (state.ledger.clone(), state.accounts.clone());
     page(&state, Input::get(&state, &headers), move |_, ctx, _| {
         let Some(me) = ctx.user.clone() else {
-            return to_login(&format!("/user/{name}"));
+            return to_login(&user_href(&name));
         };
         let flashes: Vec<Flash> = q
             .done
@@ -414,7 +421,7 @@ pub async fn user_action(
         Input::post(&state, &headers, token),
         move |_, ctx, _| {
             let Some(me) = ctx.user.clone() else {
-                return to_login(&format!("/user/{name}"));
+                return to_login(&user_href(&name));
             };
             if !me.is_approver() {
                 return Err(UserError::NotApprover.into());
@@ -432,7 +439,7 @@ pub async fn user_action(
                 UserAction::Unblock => "unblocked",
                 UserAction::Reject => return Page::redirect("/user_management?done=rejected"),
             };
-            Page::redirect(Href::new("/user").seg(&name).param("done", code).build())
+            Page::redirect(Href::new(user_href(&name)).param("done", code).build())
         },
     )
     .await

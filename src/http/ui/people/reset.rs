@@ -20,7 +20,7 @@ use serde::Deserialize;
 use super::accounts::weak_password;
 use crate::accounts::{RESET_TTL_S, UserError};
 use crate::http::state::AppState;
-use crate::http::ui::kit::url::{NO_PUBLIC_URL, outside_link};
+use crate::http::ui::kit::url::{NO_PUBLIC_URL, outside_link, user_href};
 use crate::http::ui::kit::{Flash, Input, Layout, Page, PageError, form_or_default, page};
 
 #[derive(Template)]
@@ -30,6 +30,13 @@ pub struct ResetLinkPage {
     pub username: String,
     pub link: String,
     pub hours: i64,
+}
+
+impl ResetLinkPage {
+    /// The address of the user's page.
+    pub fn user_page(&self) -> String {
+        user_href(&self.username)
+    }
 }
 
 #[derive(Template)]

@@ -19,6 +19,7 @@ use crate::http::state::AppState;
 use crate::http::ui::kit::pager::page_param;
 use crate::http::ui::kit::session::Ctx;
 use crate::http::ui::kit::table::{order_param, order_text, sort_columns};
+use crate::http::ui::kit::url::user_href;
 use crate::http::ui::kit::{
     Column, Flash, Href, Input, Layout, OrInternal, Page, PageResult, Pager, page,
 };
@@ -43,6 +44,13 @@ pub struct UserRow {
     pub registered: String,
     pub groups: String,
     pub email: String,
+}
+
+impl UserRow {
+    /// The address of this user's page.
+    pub fn page(&self) -> String {
+        user_href(&self.username)
+    }
 }
 
 #[derive(Template)]
