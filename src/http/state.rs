@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::accounts::Accounts;
 use crate::config::Config;
-use crate::http::ui::dashboard_cache::DashboardCache;
+use crate::http::ui::dashboard::cache::DashboardCache;
 use crate::ledger::Ledger;
 use crate::nets::Nets;
 use crate::offload::Offload;

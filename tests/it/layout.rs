@@ -310,7 +310,7 @@ fn no_import_cycle_in_http() {
     // The checker itself: the router names the UI, and a page names the kit.
     let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
     assert!(deps[&m("http")].contains(&m("http/ui")));
-    assert!(deps[&m("http/ui/run")].contains(&m("http/ui/kit")));
+    assert!(deps[&m("http/ui/run/page")].contains(&m("http/ui/kit")));
     if let Some(cycle) = find_cycle(&deps) {
         let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
         panic!("import cycle in src/http: {}", names.join(" -> "));
@@ -536,4 +536,43 @@ fn no_file_over_600_lines_in_src() {
         })
         .collect();
     assert!(long.is_empty(), "files over 600 lines: {long:?}");
+}
+
+/// The UI in rooms: `src/http/ui/<room>/` holds the pages of one thing a person does there
+/// (`run`, `submit`, `dashboard`, `people`, `fleet`, `nets`, `lists`), built from the kit
+/// (`ui/kit/`). A page never names a page of another room (what two rooms share goes to the
+/// kit), and the kit names no room, so a new page touches its room and the kit only.
+#[test]
+fn no_page_imports_a_page_of_another_room() {
+    let deps = dependencies(&http_modules());
+    let room = |m: &Module| -> Option<String> {
+        (m.len() >= 3 && m[0] == "http" && m[1] == "ui").then(|| m[2].clone())
+    };
+    let rooms: BTreeSet<String> = deps.keys().filter_map(room).collect();
+    for r in [
+        "run",
+        "submit",
+        "dashboard",
+        "people",
+        "fleet",
+        "nets",
+        "lists",
+        "kit",
+    ] {
+        assert!(rooms.contains(r), "no room src/http/ui/{r}/: {rooms:?}");
+    }
+    // The checker itself: a run page names the kit and its room-mates.
+    let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
+    assert!(deps[&m("http/ui/run/stats")].contains(&m("http/ui/run/charts")));
+    let mut wrong = Vec::new();
+    for (from, ds) in &deps {
+        let Some(here) = room(from) else { continue };
+        for d in ds {
+            let Some(there) = room(d) else { continue };
+            if there != here && there != "kit" {
+                wrong.push(format!("{} -> {}", from.join("/"), d.join("/")));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "pages naming another room: {wrong:#?}");
 }

@@ -612,3 +612,65 @@ async fn wrong_old_passwords_on_the_profile_form_are_throttled_like_logins() {
     assert!(throttled.is_some(), "never throttled");
     assert_eq!(stored_user(&server, "alice").expect("alice"), before);
 }
+
+/// No user name collides with a route: `/user/tokens` is the tokens page, always, and the
+/// page of a user named `tokens` is `/users/tokens` (which answers for every name), linked
+/// from user management, posted to by its own forms and redirected to after an action.
+#[tokio::test]
+async fn a_user_named_like_a_page_under_user_has_a_page_too() {
+    let server = server_with_people().await;
+    add_user(&server, "tokens", &[]);
+    user_cli(&server, &["set", "tokens", "--pending"]);
+    let (mut boss, token) = session(&server, Some("boss")).await;
+
+    // /user/tokens stays the signed-in user's tokens page.
+    let own = boss.get("/user/tokens").await;
+    assert_eq!(own.status, 200);
+    assert!(own.body.contains("No tokens yet"), "{}", own.body);
+
+    // The user's page, linked from user management where it is reached.
+    let list = boss.get("/user_management").await;
+    assert!(
+        list.body.contains("href=\"/users/tokens\""),
+        "{}",
+        list.body
+    );
+    assert!(list.body.contains("href=\"/user/carol\""), "{}", list.body);
+    let page = boss.get("/users/tokens").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("action=\"/users/tokens\""),
+        "{}",
+        page.body
+    );
+    // Every other name answers at both addresses, with the same page.
+    let carol = boss.get("/users/carol").await;
+    assert_eq!(carol.status, 200);
+    assert!(
+        carol.body.contains("action=\"/user/carol\""),
+        "{}",
+        carol.body
+    );
+
+    // Its actions: accepted through its own address, and back there.
+    let done = boss
+        .post(
+            "/users/tokens",
+            &[("user", "tokens"), ("pending", "0"), ("csrf_token", &token)],
+        )
+        .await;
+    assert_eq!(done.status, 302, "{}", done.body);
+    assert_eq!(done.location, "/users/tokens?done=accepted");
+    assert!(
+        boss.get(&done.location)
+            .await
+            .body
+            .contains("Accepted user tokens")
+    );
+    login_eventually(&server, "tokens", PASSWORD).await;
+    // Anonymous: the login wall sends back to the same address.
+    let (mut anon, _) = session(&server, None).await;
+    let wall = anon.get("/users/tokens").await;
+    assert_eq!(wall.status, 302);
+    assert_eq!(wall.location, "/login?next=%2Fusers%2Ftokens");
+}

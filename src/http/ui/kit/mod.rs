@@ -9,15 +9,28 @@
 //! - [`table`]: sortable column headers and the `order` parameter;
 //! - [`time`]: "N units ago";
 //! - [`url`]: [`Href`], the links and redirects pages hand out, with one encoding;
-//! - [`assets`]: static files' versioned URLs.
+//! - [`assets`]: static files' versioned URLs;
+//! - [`session`]: the session cookie and the session's context ([`session::Ctx`]);
 //!
-//! Page modules build on these and never on one another's helpers, so the pages stay
-//! independent and `ui/mod.rs` is only the router.
+//! and what pages of two rooms share: [`results`] (a run's row and results box),
+//! [`run_filters`] (a run's kind words and the dashboard's filter), [`run_lists`] (the run
+//! lists' panels and finished part), [`follows`] (a user's follows as pages show them),
+//! [`done`] (the flashes after a change), [`machine_row`] and [`repo`] (tests repositories).
+//!
+//! Pages build on these and never on another room's pages; nothing here names a room.
 
 pub mod assets;
+pub mod done;
 pub mod error;
+pub mod follows;
+pub mod machine_row;
 pub mod page;
 pub mod pager;
+pub mod repo;
+pub mod results;
+pub mod run_filters;
+pub mod run_lists;
+pub mod session;
 pub mod table;
 pub mod time;
 pub mod url;

@@ -19,9 +19,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::assets::asset;
 use super::error::PageError;
+use super::session::{self, CookieKeys, Ctx};
 use crate::accounts::Accounts;
 use crate::http::state::AppState;
-use crate::http::ui::session::{self, CookieKeys, Ctx};
 use crate::ledger::Ledger;
 use crate::rundb::RunDb;
 

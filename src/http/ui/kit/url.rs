@@ -8,23 +8,39 @@
 
 use std::fmt::{self, Display};
 
-/// `s` percent-encoded for any part of a URL: everything but `A-Z a-z 0-9 - . _ ~` and the
-/// bytes in `keep` becomes `%XX`.
-fn escape(s: &str, keep: &[u8]) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || keep.contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// What one encoding escapes: every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~`.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+/// The same, keeping `/` (a same-site path as a `next=` value).
+const PATH: &AsciiSet = &COMPONENT.remove(b'/');
 
 /// `s` as one path segment or one query value.
 pub fn encode(s: &str) -> String {
-    escape(s, b"")
+    utf8_percent_encode(s, COMPONENT).to_string()
+}
+
+/// The signed-in user's own pages under `/user/` (`/user/tokens`): words that are not user
+/// names there.
+pub const USER_OWN_PAGES: &[&str] = &["tokens"];
+
+/// The address of `name`'s user page (an approver's page of the account, `POST` its
+/// actions, `/reset_link` its one-time link). `/users/{name}` answers for every name;
+/// `/user/{name}`, Fishtest's address, for every name that is not one of `/user/`'s own
+/// pages ([`USER_OWN_PAGES`]: `/user/tokens` is the tokens page, always). Links use
+/// `/user/{name}` where it reaches the user, so every address Fishtest and shoal gave out
+/// keeps working, and `/users/{name}` for the rest.
+pub fn user_href(name: &str) -> String {
+    let base = if USER_OWN_PAGES.contains(&name) {
+        "/users"
+    } else {
+        "/user"
+    };
+    Href::new(base).seg(name).build()
 }
 
 /// A link under construction: a path of ours, then query parameters in the order added.
@@ -78,7 +94,8 @@ impl Href {
         self.sep();
         self.url.push_str(key);
         self.url.push('=');
-        self.url.push_str(&escape(path, b"/"));
+        self.url
+            .push_str(&utf8_percent_encode(path, PATH).to_string());
         self
     }
 
