@@ -332,7 +332,8 @@ pub fn run(spec: &SimSpec, settings: &GroupSettings) -> Result<SimReport, SimErr
                 }
             }
             for (i, passed) in p.passed.iter().enumerate() {
-                if strength[i] <= spec.elo0 {
+                // (A take at the bound computes to within rounding of it.)
+                if strength[i] <= spec.elo0 + 1e-6 {
                     rep.null_takes += 1;
                     rep.null_passes += u64::from(*passed);
                 }

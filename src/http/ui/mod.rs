@@ -20,6 +20,7 @@ pub mod dashboard_workers;
 pub mod finished;
 pub mod follows;
 pub mod forgot;
+pub mod group;
 pub mod kit;
 pub mod limits;
 pub mod lists;
@@ -78,6 +79,8 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/finished", get(finished::finished))
         .route("/tests/user/{name}", get(lists::user))
         .route("/tests/view/{id}", get(run::view))
+        // Test groups (issue 39).
+        .route("/tests/group/{id}", get(group::group_page))
         .route("/tests/view/{id}/detail", get(run::detail_fragment))
         .route("/tests/view/{id}/charts", get(run::charts_fragment))
         .route("/tests/tasks/{id}", get(run::tasks_fragment))
