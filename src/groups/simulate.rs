@@ -209,6 +209,7 @@ fn play_group(
                     &mut candidates,
                     |i| Some((group.clone(), weights.get(i).copied().unwrap_or(0.0))),
                     CONCURRENCY,
+                    rng.random(),
                 );
             }
             let Some(pick) = choose(candidates, &needs).0 else {

@@ -18,7 +18,13 @@ use super::rules::Candidate;
 #[derive(Debug, Default)]
 pub struct GroupShares {
     map: RwLock<HashMap<String, (Arc<str>, f64)>>,
+    /// The draws so far: the k-th uses frac(k·φ⁻¹), a sequence that spreads evenly over
+    /// [0, 1) (so over any run of draws each take is first in proportion to its share).
+    draws: std::sync::atomic::AtomicU64,
 }
+
+/// 1/φ: the golden-ratio sequence's step.
+const GOLDEN: f64 = 0.618_033_988_749_894_9;
 
 impl GroupShares {
     /// Sets a group's shares (`runs`: each run and its share); a run of the group left out
@@ -45,10 +51,15 @@ impl GroupShares {
         if map.is_empty() {
             return;
         }
+        let k = self
+            .draws
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let u = (k as f64 * GOLDEN).fract();
         arrange(
             candidates,
             |index| ids.get(index).and_then(|id| map.get(*id)).cloned(),
             concurrency,
+            u,
         );
     }
 }
@@ -57,14 +68,17 @@ impl GroupShares {
 /// sort): every take of a group gets the group's summed cores and itp (so the group is placed
 /// as one run whose throughput is its takes' together: the fleet share its takes would get as
 /// separate runs), its highest priority and, if the worker's last run was any take, that
-/// mark; and the takes are put in the order of their deficit, share × (group cores +
-/// the worker's cores) − own cores, largest first. The sort keeps that order among the
-/// group's takes (equal keys), so the first take that fits the worker is the one furthest
-/// below its share.
+/// mark. Then the group's takes are ordered: first the take drawn by `u` (in [0, 1): the
+/// take whose slice of [0, 1), slices as wide as the shares, holds `u`), so each take is
+/// offered tasks in proportion to its share however many workers ask at once; then the
+/// others by their deficit, share × (group cores + the worker's cores) − own cores, largest
+/// first. The sort keeps that order among the group's takes (equal keys), so a worker the
+/// drawn take does not fit gets the take furthest below its share.
 pub fn arrange(
     candidates: &mut [Candidate],
     group_of: impl Fn(usize) -> Option<(Arc<str>, f64)>,
     concurrency: u32,
+    u: f64,
 ) {
     let mut groups: HashMap<Arc<str>, Vec<(usize, f64)>> = HashMap::new();
     for (pos, c) in candidates.iter().enumerate() {
@@ -88,6 +102,16 @@ pub fn arrange(
                 (share * target - c.cores as f64, c.clone())
             })
             .collect();
+        // The drawn take (members in candidate order, slices in that order).
+        let total: f64 = members.iter().map(|(_, share)| share).sum();
+        let mut edge = 0.0;
+        let drawn = members.iter().position(|(_, share)| {
+            edge += share;
+            u * total < edge
+        });
+        if let Some(d) = drawn {
+            order[d].0 = f64::INFINITY;
+        }
         order.sort_by(|a, b| b.0.total_cmp(&a.0));
         for ((pos, _), (_, mut c)) in members.iter().zip(order) {
             c.cores = cores;
@@ -134,26 +158,36 @@ mod tests {
         compiler: "g++",
     };
 
+    fn pick(shares: [f64; 2], cores: [u64; 3], u: f64) -> Option<usize> {
+        let g: Arc<str> = Arc::from("g");
+        let mut cs = vec![cand(0, cores[0]), cand(1, cores[1]), cand(2, cores[2])];
+        arrange(&mut cs, |i| (i < 2).then(|| (g.clone(), shares[i])), 8, u);
+        choose(cs, &W).0.map(|c| c.index)
+    }
+
     #[test]
-    fn the_take_below_its_share_comes_first_and_the_group_counts_as_one() {
-        let shares = GroupShares::default();
-        shares.set("g", &[("a".into(), 0.8), ("b".into(), 0.2)]);
-        let ids = ["a", "b", "other"];
+    fn the_drawn_take_comes_first_and_the_group_counts_as_one() {
         // a has 16 cores, b 16, other 32: as a whole the group (itp 200, 32 cores) is less
-        // loaded than `other` (itp 100, 32 cores), and a is further below its 80 %.
-        let mut cs = vec![cand(0, 16), cand(1, 16), cand(2, 32)];
-        shares.arrange(&ids, &mut cs, 8);
-        let (pick, _) = choose(cs, &W);
-        assert_eq!(pick.map(|c| c.index), Some(0));
-        // With shares swapped, b.
-        shares.set("g", &[("a".into(), 0.2), ("b".into(), 0.8)]);
-        let mut cs = vec![cand(0, 16), cand(1, 16), cand(2, 32)];
-        shares.arrange(&ids, &mut cs, 8);
-        assert_eq!(choose(cs, &W).0.map(|c| c.index), Some(1));
-        // A busier group loses to the other run.
-        let mut cs = vec![cand(0, 60), cand(1, 60), cand(2, 32)];
-        shares.arrange(&ids, &mut cs, 8);
-        assert_eq!(choose(cs, &W).0.map(|c| c.index), Some(2));
+        // loaded than `other` (itp 100, 32 cores); the draw picks by the shares' slices.
+        assert_eq!(pick([0.8, 0.2], [16, 16, 32], 0.5), Some(0));
+        assert_eq!(pick([0.8, 0.2], [16, 16, 32], 0.9), Some(1));
+        assert_eq!(pick([0.2, 0.8], [16, 16, 32], 0.5), Some(1));
+        // A busier group loses to the other run, whatever the draw.
+        assert_eq!(pick([0.8, 0.2], [60, 60, 32], 0.5), Some(2));
+        // Over many draws of the golden sequence each take is first in proportion to its
+        // share.
+        let shares = GroupShares::default();
+        shares.set("g", &[("a".into(), 0.75), ("b".into(), 0.25)]);
+        let ids = ["a", "b", "other"];
+        let mut first_a = 0;
+        for _ in 0..1000 {
+            let mut cs = vec![cand(0, 0), cand(1, 0), cand(2, 32)];
+            shares.arrange(&ids, &mut cs, 8);
+            if choose(cs, &W).0.map(|c| c.index) == Some(0) {
+                first_a += 1;
+            }
+        }
+        assert!((740..=760).contains(&first_a), "{first_a}");
         // Not grouped any more: each run for itself again.
         shares.set("g", &[]);
         assert!(shares.of("a").is_none());

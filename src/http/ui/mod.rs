@@ -49,6 +49,7 @@ pub mod submit;
 pub mod submit_args;
 pub mod submit_form;
 pub mod submit_github;
+pub mod submit_group;
 pub mod tokens;
 pub mod user_management;
 pub mod workers;

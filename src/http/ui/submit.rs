@@ -186,6 +186,17 @@ fn render(
     Page::ok(&page)
 }
 
+/// The form back with `flashes` and what was typed (a refused test group, issue 39).
+pub(super) fn form_again(
+    db: &RunDb,
+    ctx: &Ctx,
+    f: RunForm,
+    flashes: Vec<Flash>,
+    github: &Github,
+) -> PageResult {
+    render(db, ctx, f, FieldErrors::new(), flashes, Extras::of(github))
+}
+
 /// The query of `GET /tests/run`.
 #[derive(Deserialize, Default)]
 pub struct RunQuery {
@@ -262,6 +273,10 @@ pub async fn submit(
         Ok(ctx) => ctx,
         Err(refused) => return refused,
     };
+    // Several branches in `takes`: a test group (issue 39, `submit_group.rs`).
+    if f.apply_preset.trim().is_empty() && !f.takes.trim().is_empty() && ctx.user.is_some() {
+        return super::submit_group::submit_group(&state, keys, ctx, f).await;
+    }
     let primary = state.primary;
     let mut extras = Extras::of(&state.github);
     let mut problems = None;
