@@ -16,7 +16,8 @@ pub struct SimulateGroups {
     #[arg(long)]
     takes: Option<usize>,
     /// The true logistic Elo of each take against the base, comma-separated (e.g. 0,0,2,0);
-    /// without it, every take is at 0.
+    /// without it, every take is at 0. A list starting with a minus needs `=`:
+    /// `--elo=-1,0,1,2`.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     elo: Vec<f64>,
     /// The SPRT's lower bound.
