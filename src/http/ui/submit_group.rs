@@ -73,6 +73,9 @@ pub async fn resolve(github: &Github, f: &RunForm, user: &User) -> Result<Vec<Ru
     Ok(forms)
 }
 
+/// A group created: its id, and each run with its take's form.
+pub type Created = (String, Vec<(String, RunForm)>);
+
 /// The resolved takes checked and, if every one passes, the group created (blocking: in the
 /// page job). `Ok(Err(_))`: what to tell the developer (nothing created); `Ok(Ok(_))`: the
 /// group's id and each run with its take's form.
@@ -81,7 +84,7 @@ pub fn create(
     nets: &Nets,
     forms: Vec<RunForm>,
     user: &User,
-) -> Result<Result<(String, Vec<(String, RunForm)>), String>, PageError> {
+) -> Result<Result<Created, String>, PageError> {
     let mut all = Vec::with_capacity(forms.len());
     for (i, take) in forms.iter().enumerate() {
         let missing = submit_github::missing_nets(take, |n| nets.known(n).unwrap_or(false));
