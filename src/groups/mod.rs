@@ -275,14 +275,27 @@ impl Groups {
         out
     }
 
-    /// A group with its takes (blocking: reads the runs).
+    /// A stored group (a secondary reads groups from the store: the primary writes them).
+    fn stored(&self, group_id: &str) -> Result<Option<Group>, GroupError> {
+        let Some(doc) = self
+            .runs
+            .store()
+            .get(Collection::ShoalKv, &doc_id(group_id))?
+        else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_value::<Group>(Value::Object(doc)).ok())
+    }
+
+    /// A group with its takes (blocking: reads the runs). The primary knows every group; a
+    /// secondary reads it from the store.
     pub fn view(&self, group_id: &str) -> Result<GroupView, GroupError> {
-        let group = self
-            .groups
-            .read()
-            .get(group_id)
-            .cloned()
-            .ok_or_else(|| GroupError::Unknown(group_id.to_string()))?;
+        let known = if self.runs.is_primary() {
+            self.groups.read().get(group_id).cloned()
+        } else {
+            self.stored(group_id)?
+        };
+        let group = known.ok_or_else(|| GroupError::Unknown(group_id.to_string()))?;
         let decision = self.decisions.read().get(group_id).cloned();
         let mut runs = Vec::with_capacity(group.run_ids.len());
         for id in &group.run_ids {

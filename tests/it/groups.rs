@@ -115,6 +115,17 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
         .await;
     assert_eq!(s, 401, "{v}");
     assert_eq!(run_count(&server), before, "a refusal created runs");
+    // An unknown API token: 401, nothing created.
+    let r = server
+        .client
+        .post(server.url("/api/create_group"))
+        .header("authorization", "Bearer shoal_nosuchtoken")
+        .json(&json!({"args": group_args(0.0, 2.0), "takes": takes(2)}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(run_count(&server), before, "a refusal created runs");
 
     // A group of three: each take an ordinary run.
     let (s, v) = create_group(
@@ -161,6 +172,36 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
             "no games yet: equal shares {r}"
         );
     }
+    // An API token works as the password does (`Authorization: Bearer`).
+    let (mut b, _) = crate::ui_users::session(&server, Some("alice")).await;
+    let csrf = b.get("/user/tokens").await.csrf();
+    let page = b
+        .post(
+            "/user/tokens",
+            &[
+                ("name", "groups"),
+                ("password", PASSWORD),
+                ("csrf_token", csrf.as_str()),
+            ],
+        )
+        .await;
+    let token = crate::tokens::code_of(&page, "new-token");
+    let r = server
+        .client
+        .post(server.url("/api/create_group"))
+        .header("authorization", format!("Bearer {token}"))
+        .json(&json!({"args": group_args(0.0, 2.0), "takes": takes(2)}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200);
+    let by_token: Value = r.json().await.expect("json");
+    assert_eq!(
+        by_token["run_ids"].as_array().map(Vec::len),
+        Some(2),
+        "{by_token}"
+    );
+    assert_eq!(run_count(&server), before + 5);
     // Unknown groups: 404 in the API's shape and as a page.
     let (s, v) = server
         .get_json("/api/get_group/0123456789abcdef01234567")
