@@ -29,6 +29,8 @@ pub struct JobContext {
     pub offload: Offload,
     pub rundb: Arc<RunDb>,
     pub scheduler: Arc<Scheduler>,
+    /// Test groups (issue 39): decided again every second.
+    pub groups: Arc<crate::groups::Groups>,
     pub accounts: Arc<Accounts>,
     pub github: Arc<Github>,
     pub ledger: Arc<crate::ledger::Ledger>,
@@ -55,6 +57,8 @@ pub enum JobError {
     Offload(#[from] OffloadError),
     #[error("GitHub: {0}")]
     Github(#[from] GithubError),
+    #[error("test groups: {0}")]
+    Groups(String),
 }
 
 /// When a periodic job runs: a fixed number of seconds, or `scavenge_interval_s`.
@@ -175,6 +179,13 @@ pub const JOBS: &[Job] = &[
             Ok(())
         }),
     },
+    // Test groups (issue 39): shares, superseded takes, the groups' states.
+    Job {
+        name: "groups",
+        first: Every::Secs(1),
+        period: Every::Secs(1),
+        work: Work::Async(|cx| Box::pin(groups_tick(cx))),
+    },
     Job {
         name: "refresh_official_master",
         first: Every::Secs(60),
@@ -194,6 +205,15 @@ pub const JOBS: &[Job] = &[
         work: Work::Async(|cx| Box::pin(refresh_books(cx))),
     },
 ];
+
+/// The `groups` job: every active test group decided again, on the pool.
+async fn groups_tick(cx: &JobContext) -> Result<(), JobError> {
+    let groups = cx.groups.clone();
+    cx.offload
+        .run(move || groups.tick())
+        .await?
+        .map_err(|e| JobError::Groups(e.to_string()))
+}
 
 /// The periodic job called `name`.
 pub fn job(name: &str) -> Option<&'static Job> {

@@ -25,6 +25,8 @@
 //! - [`scheduler`]: request_task's whole path: the admission gate and its batches, the
 //!   critical section and its memory, the limits' grants and waits, the blocked workers (over
 //!   the [`rundb`] run core).
+//! - [`groups`]: test groups (issue 39): several takes of one idea, the group's games spent on
+//!   the takes most likely to pass, the others stopped as superseded (over [`scheduler`]).
 //! - [`github`]: what shoal asks GitHub: a branch resolved to its commit, benches, nets, the
 //!   fork check, diffs, official master, the quota (never on the worker API's paths).
 //! - [`http`]: the router, the middleware stack, the handlers; the only module that knows HTTP
@@ -48,6 +50,7 @@ pub mod app;
 pub mod config;
 pub mod dump;
 pub mod github;
+pub mod groups;
 pub mod http;
 pub mod jobs;
 pub mod ledger;

@@ -102,6 +102,8 @@ enum Command {
     Sim(Box<shoal::sim::SimOptions>),
     /// Start a server with a seeded user, a few runs and a small simulated fleet.
     Demo(shoal::sim::DemoOptions),
+    /// Test groups against independent tests on simulated games (docs/test-groups.md).
+    SimulateGroups(cli::simulate_groups::SimulateGroups),
 }
 
 /// Runs a client-side future (the simulator, the demo) on a fresh multi-threaded runtime.
@@ -387,6 +389,7 @@ fn main() -> ExitCode {
             run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
         }
         Command::Demo(options) => run_client(shoal::sim::demo(options)),
+        Command::SimulateGroups(options) => cli::simulate_groups::simulate_groups(options),
         Command::CheckConfig { config } => match load(config.as_ref()) {
             Ok(c) => {
                 match toml::to_string(&c) {

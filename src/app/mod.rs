@@ -58,6 +58,8 @@ pub enum AppError {
     Books(#[from] crate::rundb::books::BooksError),
     #[error("GitHub: {0}")]
     Github(#[from] crate::github::GithubError),
+    #[error("test groups: {0}")]
+    Groups(String),
 }
 
 /// Opens the configured store backend.
@@ -142,7 +144,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
     let offload = Offload::with_reserved(config.threadpool_tokens, reserve);
     let c = config.clone();
     let pool = offload.clone();
-    let (secret, rundb, scheduler, ledger, accounts, nets, github) = offload
+    let (secret, rundb, scheduler, ledger, accounts, nets, github, groups) = offload
         .run(move || -> Result<_, AppError> {
             std::fs::create_dir_all(&c.data_dir).map_err(|source| AppError::Io {
                 what: format!("cannot create data directory {}", c.data_dir.display()),
@@ -184,8 +186,13 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
             let rundb = Arc::new(RunDb::open(store, pool.clone(), books, cfg, ledger.clone())?);
             let sched_cfg = SchedulerConfig::of(&c);
             let scheduler = Arc::new(Scheduler::open(rundb.clone(), sched_cfg, pool)?);
+            // Test groups (issue 39).
+            let groups = Arc::new(
+                crate::groups::Groups::open(rundb.clone(), scheduler.clone(), c.groups.clone())
+                    .map_err(|e| AppError::Groups(e.to_string()))?,
+            );
             let (accounts, nets) = (Arc::new(accounts), Arc::new(nets));
-            Ok((secret, rundb, scheduler, ledger, accounts, nets, github))
+            Ok((secret, rundb, scheduler, ledger, accounts, nets, github, groups))
         })
         .await??;
     let pgn_uploads = Arc::new(Semaphore::new(config.pgn_upload_concurrency));
@@ -218,6 +225,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         offload: offload.clone(),
         rundb: Arc::clone(&rundb),
         scheduler: Arc::clone(&scheduler),
+        groups: Arc::clone(&groups),
         accounts: Arc::clone(&accounts),
         github: Arc::clone(&github),
         ledger: Arc::clone(&ledger),
@@ -259,6 +267,7 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
         offload,
         rundb,
         scheduler,
+        groups,
         accounts,
         ledger,
         nets,

@@ -6,5 +6,7 @@
 //!
 //! Files:
 //! - `user.rs`: `shoal user` (accounts from the command line).
+//! - `simulate_groups.rs`: `shoal simulate-groups` (test groups against independent tests).
 
+pub mod simulate_groups;
 pub mod user;

@@ -11,8 +11,11 @@
 //! - `validate.rs`: every rule a value must satisfy.
 //! - `tests.rs`: unit tests (the shipped `settings.toml` included).
 
+mod groups;
 mod load;
 mod validate;
+
+pub use groups::{GroupRule, GroupSettings};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,6 +83,7 @@ pub const KEYS: &[&str] = &[
     "periodic_jobs",
     "limits_wait_s",
     "limits",
+    "groups",
     "github_api_url",
     "github_raw_url",
     "github_token",
@@ -209,6 +213,8 @@ pub struct Config {
     limits_wait_s: f64,
     /// Operator limits (`[[limits]]`, checked by `limits::LimitDef::from_specs`).
     pub limits: Vec<crate::limits::LimitSpec>,
+    /// Test groups (`[groups]`): how a group's games are shared among its takes.
+    pub groups: GroupSettings,
     /// GitHub's REST API (a stand-in's address in tests).
     pub github_api_url: String,
     /// Where GitHub serves raw files.
@@ -286,6 +292,7 @@ impl Default for Config {
             periodic_jobs: true,
             limits_wait_s: 10.0,
             limits: Vec::new(),
+            groups: GroupSettings::default(),
             github_api_url: "https://api.github.com".into(),
             github_raw_url: "https://raw.githubusercontent.com".into(),
             github_token: None,

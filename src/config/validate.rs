@@ -176,6 +176,9 @@ impl Config {
             ));
         }
         crate::limits::LimitDef::from_specs(&self.limits).map_err(|e| invalid("limits", e))?;
+        self.groups
+            .validate()
+            .map_err(|(key, rule)| invalid(key, rule))?;
         if self.flush_runs_per_tick == 0 {
             return Err(invalid("flush_runs_per_tick", "must be at least 1"));
         }

@@ -369,3 +369,20 @@ pub fn retry_after_s(retry_after: std::time::Duration) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+/// Test groups' errors (issue 39): a refused take or count is a 400 naming it, an unknown
+/// group a 404; the run core's errors as above; the store failing is a 500.
+impl From<crate::groups::GroupError> for ApiError {
+    fn from(e: crate::groups::GroupError) -> Self {
+        use crate::groups::GroupError;
+        match e {
+            GroupError::TakeCount(_) => ApiError::BadRequest(format!("takes: {e}")),
+            GroupError::Take { take, error } => {
+                ApiError::BadRequest(format!("take {take}: {}", error.message))
+            }
+            GroupError::Unknown(id) => ApiError::NotFound(format!("The group {id} does not exist")),
+            GroupError::Runs(e) => e.into(),
+            GroupError::Store(e) => ApiError::Internal(e.to_string()),
+        }
+    }
+}

@@ -29,6 +29,8 @@ pub struct AppState {
     /// request_task's path (the gate, its batches, the critical section), the blocked
     /// workers and the limits.
     pub scheduler: Arc<Scheduler>,
+    /// Test groups (issue 39).
+    pub groups: Arc<crate::groups::Groups>,
     /// Users, sessions and the login throttle (the login policy).
     pub accounts: Arc<Accounts>,
     /// The action log, CPU hours and contributors (the run database writes to it too).

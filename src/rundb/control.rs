@@ -226,7 +226,7 @@ impl RunDb {
     }
 
     /// The cache entry of a run control `op` acts on: primary only; an unknown id is refused.
-    fn control_entry(
+    pub(super) fn control_entry(
         &self,
         run_id: &str,
         op: Op,

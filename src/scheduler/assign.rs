@@ -185,6 +185,8 @@ impl Scheduler {
         let mut entries = Vec::with_capacity(ids.len());
         // Each candidate's run-keyed limits: `run_limits[index]`.
         let mut run_limits = Vec::with_capacity(ids.len());
+        // Each candidate's run id, `cand_ids[index]` (test groups, below).
+        let mut cand_ids: Vec<&str> = Vec::with_capacity(ids.len());
         for id in &ids {
             let Some(entry) = cache.get(id) else { continue };
             let run = entry.run.lock();
@@ -211,10 +213,14 @@ impl Scheduler {
                 in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
                 limited: false,
             });
+            cand_ids.push(id);
             run_limits.push(self.run_limits(&run, id));
             entries.push(entry.clone());
         }
         drop(cache);
+        // Test groups (issue 39, `group_shares.rs`): a group's takes placed as one run.
+        self.group_shares
+            .arrange(&cand_ids, &mut candidates, wi.concurrency);
         let needs = WorkerNeeds {
             concurrency: wi.concurrency,
             min_threads: wi.min_threads,

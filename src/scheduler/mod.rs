@@ -33,6 +33,8 @@
 pub mod admission;
 mod assign;
 pub mod batches;
+// Test groups (issue 39): a group's takes placed as one run, its shares set by `groups`.
+pub mod group_shares;
 mod limiter;
 mod memory;
 /// The pure rules the scheduler applies (time controls, task sizes, itp, run order, the arch
@@ -118,6 +120,8 @@ pub struct Scheduler {
     batches: Arc<SchedBatches>,
     offload: Offload,
     limits_wait: Duration,
+    /// Test groups' shares (issue 39), set by the groups component.
+    group_shares: group_shares::GroupShares,
 }
 
 impl Scheduler {
@@ -138,6 +142,7 @@ impl Scheduler {
             batches,
             offload,
             limits_wait: cfg.limits_wait,
+            group_shares: Default::default(),
         };
         scheduler.load_limit_maxima()?;
         if scheduler.runs.is_primary() {
@@ -194,6 +199,11 @@ impl Scheduler {
     /// request_task's batches.
     pub fn batches(&self) -> &SchedBatches {
         &self.batches
+    }
+
+    /// Test groups' shares (issue 39): set by the groups component, read by the choice.
+    pub fn group_shares(&self) -> &group_shares::GroupShares {
+        &self.group_shares
     }
 
     /// The limits engine (views, rate checks, waiting, edits).

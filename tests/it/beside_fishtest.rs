@@ -814,6 +814,74 @@ async fn every_write_path_beside_fishtest_passes_fishtests_schemas() {
         assert!(ok, "{args:?}: {out} {err}");
     }
 
+    // A test group (issue 39): two takes, one passes, the other is superseded; the group is
+    // kept in shoal_kvstore, the superseded take finished as Fishtest's schema allows.
+    let mut shared = crate::fleet::sprt_args(0.0, 5.0);
+    for k in ["new_tag", "resolved_new", "new_signature"] {
+        shared.as_object_mut().expect("object").remove(k);
+    }
+    shared["priority"] = json!(9);
+    let (status, v) = server
+        .post_json(
+            "/api/create_group",
+            &json!({"username": "walker", "password": PASSWORD, "args": shared, "takes": [
+                {"new_tag": "take-a", "resolved_new": crate::fleet::sha('b'), "new_signature": "1234568"},
+                {"new_tag": "take-b", "resolved_new": crate::fleet::sha('c'), "new_signature": "1234569"},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200, "create_group: {v}");
+    let group_id = v["group_id"].as_str().expect("group_id").to_string();
+    let takes: Vec<String> = v["run_ids"]
+        .as_array()
+        .expect("run_ids")
+        .iter()
+        .map(|r| r.as_str().expect("id").to_string())
+        .collect();
+    for take in &takes {
+        crate::fleet::approve(&server, "chief", take).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    let group = loop {
+        let (_, g) = server.get_json(&format!("/api/get_group/{group_id}")).await;
+        if g["state"] != "active" {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "the group never ended: {g}");
+        n += 1;
+        let mut player = Worker::new("walker", 4, 0x90 + n);
+        let reply = player.request_task(&server).await;
+        // take-a far stronger than the base, take-b as strong as it.
+        if reply["run"]["_id"] == json!(takes[0]) {
+            player
+                .play(&server, &reply, 64, [0.0, 0.0, 0.1, 0.3, 0.6])
+                .await;
+        } else if reply["run"]["_id"] == json!(takes[1]) {
+            player
+                .play(&server, &reply, 64, [0.1, 0.2, 0.4, 0.2, 0.1])
+                .await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    assert_eq!(group["state"], "passed", "{group}");
+    // The action log is written behind: flushed first.
+    let (status, v) = server
+        .post_json("/debug/job/flush_buffers", &json!({}))
+        .await;
+    assert_eq!(status, 200, "flush: {v}");
+    let superseded: Vec<Document> = mongo::docs(&uri, "actions", doc! {"action": "stop_run"})
+        .await
+        .into_iter()
+        .filter(|a| {
+            a.get_str("message")
+                .is_ok_and(|m| m.starts_with("superseded by "))
+        })
+        .collect();
+    assert_eq!(superseded.len(), 1, "{superseded:?}");
+    let kept = mongo::docs(&uri, "shoal_kvstore", doc! {"kind": "test_group"}).await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
     // Follows, an API token (made, used, revoked), a reset link: shoal's own.
     let page = walker
         .post(

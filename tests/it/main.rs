@@ -24,6 +24,7 @@ mod fleet;
 mod follows;
 mod fuzz;
 mod github;
+mod groups;
 mod hardening;
 mod harness;
 mod instances;

@@ -2,6 +2,7 @@
 //!
 //! - [`worker`]: the worker protocol (primary only);
 //! - [`runs`]: run submission and control for scripts (primary only);
+//! - [`groups`]: test groups: `create_group` (primary only) and `get_group` (read);
 //! - [`public`]: the read-only API ([`run_view`]: runs and tasks as it shows them);
 //! - [`files`] and [`upload`]: PGN uploads and the streamed downloads of PGNs and nets;
 //! - [`call`]: the worker call's schema, bounds and extractors, shared by the above;
@@ -21,6 +22,7 @@ use super::state::AppState;
 pub mod actions;
 pub mod call;
 pub mod files;
+pub mod groups;
 pub mod openapi;
 pub mod primary;
 pub mod public;
@@ -37,6 +39,9 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .merge(worker::router(state))
         .merge(runs::router(state))
+        // Test groups (issue 39).
+        .merge(groups::router(state))
+        .merge(groups::read_router())
         .merge(public::router())
         .merge(files::router())
         .merge(actions::router())

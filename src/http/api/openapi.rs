@@ -47,6 +47,8 @@ use crate::http::state::AppState;
         runs::approve_run,
         runs::purge_run,
         runs::whoami,
+        super::groups::create_group,
+        super::groups::get_group,
         public::calc_elo,
         public::get_elo_route,
         public::get_run,

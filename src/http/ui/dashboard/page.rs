@@ -60,6 +60,8 @@ pub struct TestsPage<'a> {
     pub dashboard_js: String,
     /// The runs the viewer follows (not in the shared content: it is per viewer).
     pub following: Vec<crate::http::ui::kit::follows::FollowRow>,
+    /// The active test groups (issue 39): (id, its submitter), linked to their pages.
+    pub groups: Vec<(String, String)>,
 }
 
 /// A shared rendering and one viewer's slot values: written straight into the page (the
@@ -181,6 +183,7 @@ pub async fn tests(
     let cache = Arc::clone(&state.dashboard);
     let ledger = state.ledger.clone();
     let scheduler = Arc::clone(&state.scheduler);
+    let test_groups = Arc::clone(&state.groups);
     let mut r = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let l = Layout::new(ctx, "Tests");
         let dash = dash_for(db, &cache, q, cacheable)?;
@@ -213,6 +216,11 @@ pub async fn tests(
             l,
             done,
             following,
+            groups: test_groups
+                .active()
+                .into_iter()
+                .map(|g| (g.group_id, g.username))
+                .collect(),
             hide: filters::hide_classes(mask),
             live,
             finished: Filled {

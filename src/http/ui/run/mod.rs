@@ -6,6 +6,7 @@ pub mod charts;
 pub mod controls;
 pub mod detail;
 pub mod diff;
+pub mod group;
 pub mod live_elo;
 pub mod page;
 pub mod sprt_calc;
@@ -25,6 +26,8 @@ use crate::http::state::AppState;
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/tests/view/{id}", get(page::view))
+        // Test groups (issue 39).
+        .route("/tests/group/{id}", get(group::group_page))
         .route("/tests/view/{id}/detail", get(page::detail_fragment))
         .route("/tests/view/{id}/charts", get(page::charts_fragment))
         .route("/tests/tasks/{id}", get(page::tasks_fragment))

@@ -92,6 +92,8 @@ pub struct RunPage<'a> {
     pub modify: Option<ModifyValues>,
     /// The blue "Note:" lines (a deleted run, identical signatures).
     pub notes: Vec<String>,
+    /// The test group the run is a take of (issue 39), linked above the results.
+    pub group: Option<String>,
     /// The red "Warning:" lines (unusual settings an approver should look at).
     pub warnings: Vec<String>,
     /// The Approve button's colour: `ok` without warnings, `warn` with.
@@ -238,6 +240,7 @@ pub async fn view(
     let github = state.github.clone();
     let ledger = state.ledger.clone();
     let (retry_tx, retry_rx) = tokio::sync::oneshot::channel::<[String; 4]>();
+    let groups = state.groups.clone();
     let response = page(&state, Input::get(&state, &headers), move |db, ctx, _| {
         let run = load(db, id?)?;
         let following = crate::http::ui::kit::follows::following(&ledger, ctx, &run.id)?;
@@ -288,6 +291,7 @@ pub async fn view(
             tasks_heading: tasks_heading(&run),
             modify: modify_values(&run, ctx),
             notes: notes(&run),
+            group: groups.group_of(&run.id),
             live: !run.finished,
             script: asset("refresh.js"),
             diff,

@@ -84,6 +84,8 @@ pub struct RunForm {
     pub master_repo: String,
     pub rescheduled_from: String,
     pub csrf_token: Option<String>,
+    /// A test group's branches, one per line (issue 39, `submit_group.rs`).
+    pub takes: String,
     /// A preset button of the form: the form comes back with the preset applied over what
     /// was typed, and nothing is submitted.
     #[serde(rename = "preset")]

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod form;
 pub mod github;
+pub mod group;
 pub mod page;
 
 use std::sync::Arc;

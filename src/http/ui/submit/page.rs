@@ -21,6 +21,7 @@ use serde::Deserialize;
 use super::args::{FieldErrors, form_field, to_args};
 use super::form::{BOUNDS, PRESETS, RunForm, THROUGHPUTS};
 use super::github as submit_github;
+use super::group as submit_group;
 use crate::github::Github;
 use crate::http::error::ApiError;
 use crate::http::run_id::RunId;
@@ -183,6 +184,61 @@ fn render(
     Page::ok(&page)
 }
 
+/// `POST /tests/run` with `takes`: a test group (issue 39, `submit_group.rs`): every take
+/// resolved and checked, then the runs and the group created and the browser sent to the
+/// group's page; or the form back as typed with the problem, the take named, nothing created.
+async fn submit_takes(
+    state: &Arc<AppState>,
+    keys: crate::http::ui::kit::session::CookieKeys,
+    ctx: Ctx,
+    f: RunForm,
+) -> Response {
+    let resolved = match &ctx.user {
+        Some(user) => submit_group::resolve(&state.github, &f, user).await,
+        None => Err(String::new()),
+    };
+    let (primary, github) = (state.primary, state.github.clone());
+    let (nets, groups) = (state.nets.clone(), state.groups.clone());
+    let (created_tx, created_rx) = tokio::sync::oneshot::channel::<Vec<(String, RunForm)>>();
+    let response = continue_page(state, keys, ctx, move |db, ctx, _| {
+        if !primary {
+            return Err(PageError::NotPrimary);
+        }
+        let Some(user) = ctx.user.clone() else {
+            return login_first("/tests/run");
+        };
+        let outcome = match resolved {
+            Ok(forms) => submit_group::create(&groups, &nets, forms, &user)?,
+            Err(problem) => Err(problem),
+        };
+        match outcome {
+            Ok((group_id, created)) => {
+                let _ = created_tx.send(created);
+                Page::redirect(format!("/tests/group/{group_id}"))
+            }
+            Err(problem) => {
+                let flashes = vec![
+                    Flash::error("The test group was not submitted: see the message below."),
+                    Flash::error(problem),
+                ];
+                render(db, ctx, f, FieldErrors::new(), flashes, Extras::of(&github))
+            }
+        }
+    })
+    .await;
+    if let Ok(created) = created_rx.await {
+        for (id, take) in created {
+            state.github.keep_diff_in_background(
+                id,
+                take.tests_repo.trim().to_string(),
+                take.resolved_base.trim().to_string(),
+                take.resolved_new.trim().to_string(),
+            );
+        }
+    }
+    response
+}
+
 /// The query of `GET /tests/run`.
 #[derive(Deserialize, Default)]
 pub struct RunQuery {
@@ -259,6 +315,10 @@ pub async fn submit(
         Ok(ctx) => ctx,
         Err(refused) => return refused,
     };
+    // Several branches in `takes`: a test group (issue 39, `submit_group.rs`).
+    if f.apply_preset.trim().is_empty() && !f.takes.trim().is_empty() && ctx.user.is_some() {
+        return submit_takes(&state, keys, ctx, f).await;
+    }
     let primary = state.primary;
     let mut extras = Extras::of(&state.github);
     let mut problems = None;
