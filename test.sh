@@ -160,7 +160,8 @@ run_phase() {
 for phase in $PHASES; do
     case "$phase" in
     sqlite)
-        run_phase sqlite
+        # Every crate of the workspace: the server's tests and crates/*'s unit tests.
+        run_phase sqlite --workspace
         ;;
     mongodb)
         LOG="$TMP/secantusd.log"

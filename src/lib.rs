@@ -4,14 +4,15 @@
 //! - [`config`]: settings file + environment -> a validated [`config::Config`].
 //! - [`secret`]: wrappers that keep secrets and passwords out of `Debug`, logs and printouts.
 //! - [`telemetry`]: the `tracing` subscriber and the Prometheus recorder.
-//! - [`process`]: process plumbing shared by the server and the simulator (open-files limit).
-//! - [`protocol`]: the vocabulary the server and its clients share (worker version, the stats
-//!   shape, time controls, reference nps, game-count maxima); no I/O, no HTTP, no store.
+//! - [`process`], [`protocol`]: what the server and its clients share (the open-files limit;
+//!   worker version, the stats shape, time controls, reference nps, game-count maxima): the
+//!   crate `shoal-protocol` (`crates/shoal-protocol`), re-exported under these names.
 //! - [`offload`]: the token pool, the only door to blocking threads.
 //! - [`mail`]: outgoing mail over SMTP (password-reset links, when `smtp_url` is set).
 //! - [`store`]: Fishtest's collections behind a blocking trait; the embedded SQLite backend
 //!   and the MongoDB one (Fishtest's own database), and the mapping to Fishtest's documents.
-//! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions.
+//! - [`stats`]: Fishtest's statistics (Elo, LLR, SPRT), pure functions: the crate
+//!   `shoal-stats` (`crates/shoal-stats`, which knows nothing of the server), re-exported.
 //! - [`spsa`], [`purge`]: SPSA tuning and purge maths, pure functions.
 //! - [`limits`]: keyed concurrency, floating and rate limits: their definitions from the
 //!   settings and the engine that grants, releases and queues; no I/O, no HTTP, no store.
@@ -37,11 +38,11 @@
 //! - [`app`]: start-up, serving, orderly shutdown; it starts the [`jobs`].
 //! - [`dump`]: `shoal import` / `shoal export`: a Fishtest dump directory into the store and
 //!   back, streamed (and the net files of a Fishtest net directory).
-//! - [`sim`]: the fleet simulator and the demo: a client of the server over HTTP, never of its
-//!   internals (it uses [`protocol`] and [`process`], never [`rundb`] or [`app`]).
 //!
-//! The `shoal` binary (`main.rs`, and its commands in `cli/`) is a client of this library, not
-//! a part of it.
+//! The fleet simulator and the demo (`shoal sim`, `shoal demo`) are the crate `shoal-sim`
+//! (`crates/shoal-sim`): a client of the server over HTTP that shares only `shoal-protocol`
+//! with it, so it cannot reach the server's internals. The `shoal` binary (`main.rs`, and its
+//! commands in `cli/`) is a client of this library and of `shoal-sim`, not a part of either.
 //!
 //! See ARCHITECTURE.md for the execution domains, the request paths and the invariants.
 
@@ -58,14 +59,13 @@ pub mod limits;
 pub mod mail;
 pub mod nets;
 pub mod offload;
-pub mod process;
-pub mod protocol;
 pub mod purge;
 pub mod rundb;
 pub mod scheduler;
 pub mod secret;
-pub mod sim;
 pub mod spsa;
-pub mod stats;
 pub mod store;
 pub mod telemetry;
+
+pub use shoal_protocol::{self as protocol, process};
+pub use shoal_stats as stats;

@@ -99,9 +99,9 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Simulate a fleet of official workers against a server and report what it saw.
-    Sim(Box<shoal::sim::SimOptions>),
+    Sim(Box<shoal_sim::SimOptions>),
     /// Start a server with a seeded user, a few runs and a small simulated fleet.
-    Demo(shoal::sim::DemoOptions),
+    Demo(shoal_sim::DemoOptions),
     /// Test groups against independent tests on simulated games (docs/test-groups.md).
     SimulateGroups(cli::simulate_groups::SimulateGroups),
 }
@@ -109,7 +109,7 @@ enum Command {
 /// Runs a client-side future (the simulator, the demo) on a fresh multi-threaded runtime.
 fn run_client<F>(future: F) -> ExitCode
 where
-    F: std::future::Future<Output = Result<(), shoal::sim::SimError>>,
+    F: std::future::Future<Output = Result<(), shoal_sim::SimError>>,
 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -386,9 +386,9 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string())
         }),
         Command::Sim(options) => {
-            run_client(async move { shoal::sim::main(*options).await.map(|_| ()) })
+            run_client(async move { shoal_sim::main(*options).await.map(|_| ()) })
         }
-        Command::Demo(options) => run_client(shoal::sim::demo(options)),
+        Command::Demo(options) => run_client(shoal_sim::demo(options)),
         Command::SimulateGroups(options) => cli::simulate_groups::simulate_groups(options),
         Command::CheckConfig { config } => match load(config.as_ref()) {
             Ok(c) => {

@@ -1,5 +1,5 @@
-//! One GET to GitHub, done carefully: the timeout, one retry of what is safe to retry (a
-//! failed connection, a 502/503/504: a GET changes nothing), the quota read from every API
+//! One GET to GitHub, done carefully: the timeout, one retry (`backon`) of what is safe to
+//! retry (a failed connection, a 5xx: a GET changes nothing), the quota read from every API
 //! reply's `X-RateLimit-*` headers, and conditional requests: a reply with an `ETag` is kept
 //! (in memory and in the store's `shoal_kvstore`, so a restart does not spend the quota again) and
 //! the next request for the same URL sends `If-None-Match`; GitHub's 304 does not count
@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{ConstantBuilder, Retryable as _};
 use parking_lot::Mutex;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, ETAG, HeaderMap, IF_NONE_MATCH, USER_AGENT};
@@ -152,13 +153,55 @@ impl Client {
         *self.quota.lock() = Some((q, std::time::Instant::now()));
     }
 
+    /// Sends the GET `request` builds, and once more after [`RETRY_AFTER`] when that is safe
+    /// (`backon`): a failed connection that did not time out, or a server error (a GET changes
+    /// nothing). `seen` is told of every reply. The last reply is returned, a server error too.
+    async fn send(
+        &self,
+        url: &str,
+        request: impl Fn() -> reqwest::RequestBuilder,
+        seen: impl Fn(&reqwest::Response),
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        enum Attempt {
+            Failed(reqwest::Error),
+            ServerError(reqwest::Response),
+        }
+        let (request, seen) = (&request, &seen);
+        let sent = (|| async move {
+            let reply = request().send().await.map_err(Attempt::Failed)?;
+            seen(&reply);
+            if reply.status().is_server_error() {
+                return Err(Attempt::ServerError(reply));
+            }
+            Ok(reply)
+        })
+        .retry(
+            ConstantBuilder::new()
+                .with_delay(RETRY_AFTER)
+                .with_max_times(1),
+        )
+        .sleep(tokio::time::sleep)
+        .when(|a| match a {
+            Attempt::Failed(e) => !e.is_timeout(),
+            Attempt::ServerError(_) => true,
+        })
+        .notify(|a, _| {
+            if let Attempt::Failed(e) = a {
+                tracing::debug!(url, error = %e, "GitHub call failed; retrying once");
+            }
+        })
+        .await;
+        match sent {
+            Ok(reply) | Err(Attempt::ServerError(reply)) => Ok(reply),
+            Err(Attempt::Failed(e)) => Err(e),
+        }
+    }
+
     /// GET `url` (`accept`: the media type). `api`: whether it counts against the quota (and
     /// carries the token); raw files do not.
     pub(super) async fn get(&self, url: &str, accept: &str, api: bool) -> Result<Got, GithubError> {
         let kept = self.kept_for(url).await;
-        let mut tried = 0;
-        loop {
-            tried += 1;
+        let request = || {
             let mut req = self
                 .http
                 .get(url)
@@ -173,61 +216,58 @@ impl Client {
             if let Some(k) = &kept {
                 req = req.header(IF_NONE_MATCH, k.etag.as_str());
             }
-            let reply = match req.send().await {
-                Ok(r) => r,
-                Err(e) if tried == 1 && !e.is_timeout() => {
-                    tracing::debug!(url, error = %e, "GitHub call failed; retrying once");
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
-                }
-                Err(e) => return Err(self.transport_error(&e)),
-            };
-            metrics::counter!("shoal_github_requests_total", "status" => reply.status().as_u16().to_string())
-                .increment(1);
-            *self.timed_out_at.lock() = None;
-            let status = reply.status();
-            let quota = if api {
+            req
+        };
+        let quota_of = |reply: &reqwest::Response| {
+            if api {
                 Quota::from_headers(reply.headers())
             } else {
                 None
-            };
-            if let Some(q) = &quota
+            }
+        };
+        let seen = |reply: &reqwest::Response| {
+            metrics::counter!("shoal_github_requests_total", "status" => reply.status().as_u16().to_string())
+                .increment(1);
+            *self.timed_out_at.lock() = None;
+            if let Some(q) = quota_of(reply)
                 && q.resource == "core"
             {
-                self.set_quota(q.clone());
+                self.set_quota(q);
             }
-            if status == StatusCode::NOT_MODIFIED
-                && let Some(k) = &kept
-            {
-                return Ok(Got::Body(Arc::clone(&k.body)));
-            }
-            if status.is_server_error() && tried == 1 {
-                tokio::time::sleep(RETRY_AFTER).await;
-                continue;
-            }
-            if status == StatusCode::NOT_FOUND {
-                return Ok(Got::Missing);
-            }
-            let etag = reply
-                .headers()
-                .get(ETAG)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            let bytes = match reply.bytes().await {
-                Ok(b) => b,
-                Err(e) => return Err(self.transport_error(&e)),
-            };
-            let body: Arc<str> = Arc::from(String::from_utf8_lossy(&bytes).into_owned());
-            if status.is_success() {
-                if let Some(etag) = etag
-                    && body.len() <= MAX_KEPT_BYTES
-                {
-                    self.keep(url, etag, Arc::clone(&body)).await;
-                }
-                return Ok(Got::Body(body));
-            }
-            return Err(refusal(status, &body, quota.as_ref()));
+        };
+        let reply = match self.send(url, request, seen).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.transport_error(&e)),
+        };
+        let status = reply.status();
+        let quota = quota_of(&reply);
+        if status == StatusCode::NOT_MODIFIED
+            && let Some(k) = &kept
+        {
+            return Ok(Got::Body(Arc::clone(&k.body)));
         }
+        if status == StatusCode::NOT_FOUND {
+            return Ok(Got::Missing);
+        }
+        let etag = reply
+            .headers()
+            .get(ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = match reply.bytes().await {
+            Ok(b) => b,
+            Err(e) => return Err(self.transport_error(&e)),
+        };
+        let body: Arc<str> = Arc::from(String::from_utf8_lossy(&bytes).into_owned());
+        if status.is_success() {
+            if let Some(etag) = etag
+                && body.len() <= MAX_KEPT_BYTES
+            {
+                self.keep(url, etag, Arc::clone(&body)).await;
+            }
+            return Ok(Got::Body(body));
+        }
+        Err(refusal(status, &body, quota.as_ref()))
     }
 
     /// GET a file's bytes (a raw file, no quota, not kept: a book archive is large and read
@@ -237,37 +277,26 @@ impl Client {
         url: &str,
         max: usize,
     ) -> Result<Option<Vec<u8>>, GithubError> {
-        let mut tried = 0;
-        loop {
-            tried += 1;
-            let reply = match self.http.get(url).header(USER_AGENT, "shoal").send().await {
-                Ok(r) => r,
-                Err(e) if tried == 1 && !e.is_timeout() => {
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
-                }
-                Err(e) => return Err(self.transport_error(&e)),
-            };
-            let status = reply.status();
-            if status.is_server_error() && tried == 1 {
-                tokio::time::sleep(RETRY_AFTER).await;
-                continue;
-            }
-            if status == StatusCode::NOT_FOUND {
-                return Ok(None);
-            }
-            if !status.is_success() {
-                return Err(refusal(status, "", None));
-            }
-            if reply.content_length().is_some_and(|n| n > max as u64) {
-                return Err(GithubError::Malformed(format!("a file over {max} bytes")));
-            }
-            let bytes = reply.bytes().await.map_err(|e| self.transport_error(&e))?;
-            if bytes.len() > max {
-                return Err(GithubError::Malformed(format!("a file over {max} bytes")));
-            }
-            return Ok(Some(bytes.to_vec()));
+        let request = || self.http.get(url).header(USER_AGENT, "shoal");
+        let reply = match self.send(url, request, |_| {}).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.transport_error(&e)),
+        };
+        let status = reply.status();
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
         }
+        if !status.is_success() {
+            return Err(refusal(status, "", None));
+        }
+        if reply.content_length().is_some_and(|n| n > max as u64) {
+            return Err(GithubError::Malformed(format!("a file over {max} bytes")));
+        }
+        let bytes = reply.bytes().await.map_err(|e| self.transport_error(&e))?;
+        if bytes.len() > max {
+            return Err(GithubError::Malformed(format!("a file over {max} bytes")));
+        }
+        Ok(Some(bytes.to_vec()))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> GithubError {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use backon::{ExponentialBuilder, Retryable as _};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ledger::Ledger;
@@ -134,40 +135,42 @@ async fn writer(
         let entries = Arc::new(entries);
         let actions = Arc::new(actions);
         let started = Instant::now();
-        let mut delay = Duration::from_millis(10);
-        let mut outcome = Err(JournalError("not attempted".into()));
-        for attempt in 1..=MAX_ATTEMPTS {
-            let store = store.clone();
-            let entries = entries.clone();
-            let actions = actions.clone();
+        let (store, entries_ref, actions_ref, offload) = (&store, &entries, &actions, &offload);
+        let mut attempt = 0;
+        // Transient store errors are retried (`backon`): 10 ms doubling to 2 s, each wait
+        // plus up to as much again at random, at most MAX_ATTEMPTS attempts in all.
+        let appended = (|| async move {
+            let (store, entries, actions) =
+                (store.clone(), entries_ref.clone(), actions_ref.clone());
             // A reserved token: the journal writer is one serial task that every acknowledged
             // change waits for; it must not queue behind the traffic that waits for it.
             match offload
                 .run_reserved(move || store.journal_append(&entries, &actions))
                 .await
             {
-                Ok(Ok(())) => {
-                    outcome = Ok(());
-                    break;
-                }
-                Ok(Err(e)) if e.is_transient() && attempt < MAX_ATTEMPTS => {
-                    tracing::warn!(error = %e, attempt, "journal write failed; retrying");
-                    let jitter = rand::random::<f64>() * delay.as_secs_f64();
-                    tokio::time::sleep(delay + Duration::from_secs_f64(jitter)).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "journal write failed");
-                    outcome = Err(JournalError(e.to_string()));
-                    break;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "journal write failed");
-                    outcome = Err(JournalError(e.to_string()));
-                    break;
-                }
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err((e.is_transient(), e.to_string())),
+                Err(e) => Err((false, e.to_string())),
             }
-        }
+        })
+        .retry(
+            ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_secs(2))
+                .with_jitter()
+                .with_max_times(MAX_ATTEMPTS as usize - 1),
+        )
+        .sleep(tokio::time::sleep)
+        .when(|(transient, _)| *transient)
+        .notify(|(_, e), _| {
+            attempt += 1;
+            tracing::warn!(error = %e, attempt, "journal write failed; retrying");
+        })
+        .await;
+        let outcome = appended.map_err(|(_, e)| {
+            tracing::error!(error = %e, "journal write failed");
+            JournalError(e)
+        });
         if outcome.is_ok() {
             ledger.note_actions(&actions);
         }

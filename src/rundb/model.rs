@@ -20,17 +20,24 @@ pub const RUN_VERSION: u32 = 24;
 // the server's purge views of them are added below.
 pub use crate::protocol::Stats;
 
-/// Server-side views of the protocol's game results.
-impl Stats {
+/// Server-side views of the protocol's game results (a trait: `Stats` is the
+/// `shoal-protocol` crate's type, which knows nothing of the purge).
+pub trait PurgeView {
     /// crash_or_time: more than 3 crashes, or over 20 games with more than 10% time losses.
-    pub fn crash_or_time(&self) -> bool {
-        crate::purge::crash_or_time(&self.to_purge(false))
-    }
+    fn crash_or_time(&self) -> bool;
 
     /// The purge module's view of these counts: with the pair counts when the run counts
     /// pairs (`pairs`, [`Run::counts_pairs`]), else W/L/D alone, as Fishtest's purge sees a
     /// task without a `pentanomial` field.
-    pub fn to_purge(&self, pairs: bool) -> crate::purge::PurgeStats {
+    fn to_purge(&self, pairs: bool) -> crate::purge::PurgeStats;
+}
+
+impl PurgeView for Stats {
+    fn crash_or_time(&self) -> bool {
+        crate::purge::crash_or_time(&self.to_purge(false))
+    }
+
+    fn to_purge(&self, pairs: bool) -> crate::purge::PurgeStats {
         crate::purge::PurgeStats {
             wins: self.wins,
             losses: self.losses,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::cache::{RunEntry, to_doc};
-use super::model::{Run, Stats, Task, WorkerInfo};
+use super::model::{PurgeView as _, Run, Stats, Task, WorkerInfo};
 use super::{DbResult, Op, RunDb, RunDbError, now};
 
 /// What a purge did.

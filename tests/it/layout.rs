@@ -6,7 +6,10 @@
 //! for every file under `src/` too. Across the crate: the components (`scheduler`, `rundb`,
 //! `accounts`, `nets`, `github`, `ledger`) depend on one another one way only, no top-level
 //! module imports another that imports it back, and no component's state is visible outside
-//! it.
+//! it. The workspace's other crates (`crates/*`, each its own module tree) keep the same
+//! rules for their files (no import cycle but the facade, no file over 600 lines), and their
+//! manifests keep the boundaries: the statistics and the protocol depend on no crate of the
+//! workspace, the simulator on the protocol alone, never on the server.
 //!
 //! A module is a file (`mod.rs` stands for its directory). Module A depends on module B when
 //! A's code outside its `#[cfg(test)]` part names B in a path: `crate::http::…`, `super::…`,
@@ -248,6 +251,22 @@ fn find_cycle(deps: &BTreeMap<Module, BTreeSet<Module>>) -> Option<Vec<Module>> 
     None
 }
 
+/// The `src/` of every crate of the workspace but the server's (`crates/*/src`), by name.
+fn member_sources() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&root)
+        .expect("read crates/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| {
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            (name, p.join("src"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn files_under(dir: &str) -> (PathBuf, Vec<PathBuf>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
@@ -360,6 +379,104 @@ fn no_import_cycle_between_files_anywhere() {
         let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
         panic!("import cycle in src: {}", names.join(" -> "));
     }
+}
+
+/// The same rule inside each crate of `crates/` (its `lib.rs` is its root module, as `mod.rs`
+/// is a directory's: a root and its own files may name each other, nothing else loops).
+#[test]
+fn no_import_cycle_between_files_of_the_member_crates() {
+    let members = member_sources();
+    let names: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["shoal-protocol", "shoal-sim", "shoal-stats"] {
+        assert!(names.contains(&want), "crates/{want} read: {names:?}");
+    }
+    for (name, src) in &members {
+        let mut files = Vec::new();
+        sources(src, &mut files);
+        let mut modules = modules_of((src.clone(), files));
+        // `lib.rs` is the crate root: the empty module path, as `crate::` names it.
+        if let Some(root) = modules.remove(&vec!["lib".to_string()]) {
+            modules.insert(Vec::new(), root);
+        }
+        modules.retain(|m, _| m.last().is_none_or(|l| l != "tests"));
+        assert!(
+            modules.len() >= 2,
+            "crates/{name}/src read: {} modules",
+            modules.len()
+        );
+        let mut deps = dependencies(&modules);
+        for (m, ds) in deps.iter_mut() {
+            ds.retain(|d| !(d.starts_with(m) || m.starts_with(d)));
+        }
+        if let Some(cycle) = find_cycle(&deps) {
+            let names: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+            panic!("import cycle in crates/{name}/src: {}", names.join(" -> "));
+        }
+    }
+}
+
+/// The crate boundaries, from the manifests: the statistics are reusable by any testing
+/// framework (no crate of this workspace under them), the protocol is what the server and its
+/// clients share (nothing under it either), and the simulator is a client: it shares the
+/// protocol with the server and depends on nothing else of it. The server depends on all three.
+#[test]
+fn member_crates_depend_on_no_server() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = |path: &Path| -> toml::Table {
+        toml::from_str(&std::fs::read_to_string(path).expect("read a manifest")).expect("toml")
+    };
+    // The workspace's own crates a manifest names, under any dependency table.
+    let ours = |m: &toml::Table| -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for table in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            for (name, spec) in m
+                .get(table)
+                .and_then(|t| t.as_table())
+                .into_iter()
+                .flatten()
+            {
+                if name.starts_with("shoal") || spec.get("path").is_some() {
+                    out.insert(name.clone());
+                }
+            }
+        }
+        out
+    };
+    let allowed: BTreeMap<&str, &[&str]> = [
+        ("shoal-stats", &[][..]),
+        ("shoal-protocol", &[][..]),
+        ("shoal-sim", &["shoal-protocol"][..]),
+    ]
+    .into_iter()
+    .collect();
+    for (name, src) in member_sources() {
+        let m = manifest(&src.with_file_name("Cargo.toml"));
+        let Some(may) = allowed.get(name.as_str()) else {
+            panic!("crates/{name}: a new crate; say here what it may depend on");
+        };
+        let named = ours(&m);
+        let wrong: Vec<&String> = named
+            .iter()
+            .filter(|d| !may.contains(&d.as_str()))
+            .collect();
+        assert!(wrong.is_empty(), "crates/{name} depends on {wrong:?}");
+        // Each says what it is: its crate docs open its root.
+        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+        assert!(
+            lib.starts_with("//!"),
+            "crates/{name}/src/lib.rs has no crate docs"
+        );
+    }
+    let server = ours(&manifest(&root.join("Cargo.toml")));
+    for name in allowed.keys() {
+        assert!(
+            server.contains(*name),
+            "the server does not depend on {name}: {server:?}"
+        );
+    }
+    // The checker itself: the simulator is seen naming the protocol.
+    let sim = manifest(&root.join("crates/shoal-sim/Cargo.toml"));
+    assert!(ours(&sim).contains("shoal-protocol"));
 }
 
 #[test]
@@ -522,19 +639,29 @@ fn http_names_no_store_and_takes_no_lock() {
     );
 }
 
+/// Every file of the server's `src/` and of each crate's (`crates/*/src`).
 #[test]
 fn no_file_over_600_lines_in_src() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    sources(&src, &mut files);
+    sources(&root.join("src"), &mut files);
     assert!(files.len() > 100, "src read: {} files", files.len());
+    let before = files.len();
+    for (_, src) in member_sources() {
+        sources(&src, &mut files);
+    }
+    assert!(
+        files.len() > before + 30,
+        "crates/*/src read: {} files",
+        files.len() - before
+    );
     let long: Vec<String> = files
         .iter()
         .map(|f| (f, std::fs::read_to_string(f).expect("read").lines().count()))
         .filter(|(_, n)| *n > 600)
         .map(|(f, n)| {
-            let rel = f.strip_prefix(&src).expect("under src");
-            format!("src/{} ({n} lines)", rel.display())
+            let rel = f.strip_prefix(root).expect("under the workspace");
+            format!("{} ({n} lines)", rel.display())
         })
         .collect();
     assert!(long.is_empty(), "files over 600 lines: {long:?}");

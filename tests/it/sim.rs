@@ -12,8 +12,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::Value;
 use shoal::rundb::model::WorkerInfo;
-use shoal::sim::setup::{RunKind, run_args};
-use shoal::sim::stats::Identity;
+use shoal_sim::setup::{RunKind, run_args};
+use shoal_sim::stats::Identity;
 
 use crate::fleet::{add_user, create_run};
 use crate::harness::{TestServer, bin};
@@ -145,7 +145,7 @@ async fn a_short_storm_assigns_every_worker_without_errors() {
     );
 
     let text = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
-    let r: shoal::sim::Report = serde_json::from_str(&text).expect("the report parses");
+    let r: shoal_sim::Report = serde_json::from_str(&text).expect("the report parses");
     let f = &r.fleet;
     assert_eq!(f.workers.simulated, 300);
     assert_eq!(f.workers.started, 300, "{stdout}");
@@ -271,7 +271,7 @@ async fn a_storm_under_limits_keeps_every_max_and_every_task() {
     );
 
     let text = std::fs::read_to_string(report_dir.join("report.json")).expect("report.json");
-    let r: shoal::sim::Report = serde_json::from_str(&text).expect("the report parses");
+    let r: shoal_sim::Report = serde_json::from_str(&text).expect("the report parses");
     assert!(
         r.settings
             .server_env

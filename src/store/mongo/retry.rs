@@ -7,6 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, BlockingRetryable as _};
 use mongodb::error::{
     Error as MongoError, ErrorKind, RETRYABLE_ERROR, RETRYABLE_WRITE_ERROR,
     TRANSIENT_TRANSACTION_ERROR, WriteFailure,
@@ -44,6 +45,37 @@ impl Retry {
             .min(self.max);
         let jitter = base.mul_f64(rand::random::<f64>() * 0.25);
         base.saturating_add(jitter).min(self.max)
+    }
+}
+
+/// The waits between the attempts of one call, as `backon` takes them: `attempts - 1` of
+/// [`Retry::backoff`].
+pub struct Delays {
+    retry: Retry,
+    next: u32,
+}
+
+impl Iterator for Delays {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.next.saturating_add(1) >= self.retry.attempts {
+            return None;
+        }
+        let wait = self.retry.backoff(self.next);
+        self.next += 1;
+        Some(wait)
+    }
+}
+
+impl BackoffBuilder for Retry {
+    type Backoff = Delays;
+
+    fn build(self) -> Delays {
+        Delays {
+            retry: self,
+            next: 0,
+        }
     }
 }
 
@@ -110,28 +142,31 @@ impl MongoStore {
         }
     }
 
-    /// Runs `f`, retrying transient failures with backoff.
+    /// Runs `f`, retrying transient failures with backoff (`backon`, on [`Retry`]'s delays).
     pub(super) fn retrying<T>(
         &self,
         op: &'static str,
-        mut f: impl FnMut() -> mongodb::error::Result<T>,
+        f: impl FnMut() -> mongodb::error::Result<T>,
     ) -> StoreResult<T> {
         self.check_open()?;
         let started = Instant::now();
-        let mut n = 0;
-        let r = loop {
-            match f() {
-                Ok(v) => break Ok(v),
-                Err(e) if transient(&e) && n + 1 < self.retry.attempts => {
-                    let wait = self.retry.backoff(n);
-                    tracing::warn!(op, attempt = n + 1, error = %e, ?wait, "mongodb: transient error, retrying");
-                    std::thread::sleep(wait);
-                    n += 1;
+        let mut attempt = 0;
+        let r = f
+            .retry(self.retry)
+            .sleep(std::thread::sleep)
+            .when(transient)
+            .notify(|e, wait| {
+                attempt += 1;
+                tracing::warn!(op, attempt, error = %e, ?wait, "mongodb: transient error, retrying");
+            })
+            .call()
+            .map_err(|e| {
+                if duplicate(&e) {
+                    StoreError::Duplicate(e.to_string())
+                } else {
+                    backend(&e)
                 }
-                Err(e) if duplicate(&e) => break Err(StoreError::Duplicate(e.to_string())),
-                Err(e) => break Err(backend(&e)),
-            }
-        };
+            });
         metrics::histogram!("shoal_store_op_seconds", "op" => op, "collection" => "mongodb")
             .record(started.elapsed().as_secs_f64());
         r

@@ -136,3 +136,19 @@ fn an_unreachable_server_is_a_start_up_error_naming_mongodb_uri() {
     let text = MongoStore::open(&bad).err().expect("bad uri").to_string();
     assert!(text.contains("mongodb_uri"), "{text}");
 }
+
+#[test]
+fn the_retries_wait_attempts_minus_one_times() {
+    use backon::BackoffBuilder as _;
+    let r = Retry {
+        attempts: 3,
+        first: Duration::from_millis(10),
+        max: Duration::from_secs(1),
+    };
+    let waits: Vec<Duration> = r.build().collect();
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(waits[0] >= Duration::from_millis(10) && waits[0] <= Duration::from_micros(12_500));
+    assert!(waits[1] >= Duration::from_millis(20) && waits[1] <= Duration::from_millis(25));
+    assert_eq!(Retry { attempts: 1, ..r }.build().count(), 0);
+    assert_eq!(Retry::default().build().count(), 4);
+}

@@ -16,7 +16,7 @@ use std::fmt::{self, Display, Formatter};
 
 use crate::http::ui::kit::Href;
 use crate::purge::{PurgeTask, ResidualColor, get_chi2, task_residual};
-use crate::rundb::model::{Run, Task, WorkerInfo};
+use crate::rundb::model::{PurgeView as _, Run, Task, WorkerInfo};
 
 /// One row of the tasks table (the worker's details are written from its `worker_info`, with
 /// no string made for them).

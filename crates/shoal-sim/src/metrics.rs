@@ -1,66 +1,80 @@
 //! The server's `/metrics` text: Prometheus histograms and counters, and the server-side
 //! numbers of the report drawn from two scrapes (before and after the fleet phase).
 //!
-//! Owns: parsing the text exposition format (only what the report needs: histogram buckets,
-//! sums and counts, counter sums by label), the difference of two scrapes, and which server
-//! metrics the report keeps (the worker routes, the request_task critical section, the
-//! journal, the flushes, the periodic jobs).
+//! Owns: reading the text exposition format (parsed by `prometheus-parse`; kept: only what the
+//! report needs: histogram buckets, sums and counts, counter sums by label), the difference
+//! of two scrapes, and which server metrics the report keeps (the worker routes, the
+//! request_task critical section, the journal, the flushes, the periodic jobs).
 //! Must not: do network or file I/O (the caller scrapes), or read anything but the text.
 
 use std::collections::BTreeMap;
+
+use prometheus_parse::{Labels, Sample, Scrape, Value};
 
 use super::report::{SchedulerReport, ServerRoute, ServerSummary};
 
 // The histogram's type is the report's (report.rs); its reading and arithmetic are here.
 pub use super::report::PromHistogram;
 
-fn labels_match(labels: &str, want: &[(&str, &str)]) -> bool {
-    want.iter()
-        .all(|(k, v)| labels.contains(&format!("{k}=\"{v}\"")))
+/// Every sample of a scrape's text (none when it is not the exposition format).
+fn samples(text: &str) -> Vec<Sample> {
+    Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .map(|s| s.samples)
+        .unwrap_or_default()
 }
 
-fn sample_value(line: &str) -> Option<f64> {
-    line.rsplit(' ').next()?.parse().ok()
+/// Whether a sample carries every label of `want`, with its value.
+fn labels_match(labels: &Labels, want: &[(&str, &str)]) -> bool {
+    want.iter().all(|(k, v)| labels.get(k) == Some(*v))
+}
+
+/// The value of a counter, a gauge or an untyped sample.
+fn plain(v: &Value) -> Option<f64> {
+    match v {
+        Value::Counter(x) | Value::Gauge(x) | Value::Untyped(x) => Some(*x),
+        Value::Histogram(_) | Value::Summary(_) => None,
+    }
 }
 
 impl PromHistogram {
     /// Parses histogram `name` (summing the series whose labels contain `labels`).
     pub fn parse(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<PromHistogram> {
-        let bucket_prefix = format!("{name}_bucket{{");
+        let bucket_name = format!("{name}_bucket");
         let sum_name = format!("{name}_sum");
         let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
         let mut h = PromHistogram::default();
         let mut seen = false;
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            if let Some(rest) = line.strip_prefix(&bucket_prefix) {
-                let Some((labels_text, _)) = rest.split_once('}') else {
-                    continue;
-                };
-                if !labels_match(labels_text, labels) {
-                    continue;
+        let mut add = |h: &mut PromHistogram, le: f64, v: f64| {
+            seen = true;
+            if le == f64::INFINITY {
+                h.count += v;
+            } else {
+                buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += v;
+            }
+        };
+        for sample in samples(text) {
+            if !labels_match(&sample.labels, labels) {
+                continue;
+            }
+            match &sample.value {
+                // Announced by `# TYPE name histogram`: the buckets come grouped.
+                Value::Histogram(counts) if sample.metric == name => {
+                    for c in counts {
+                        add(&mut h, c.less_than, c.count);
+                    }
                 }
-                let Some(le) = labels_text
-                    .split(',')
-                    .find_map(|kv| kv.trim().strip_prefix("le=\""))
-                    .map(|v| v.trim_end_matches('"'))
-                else {
-                    continue;
-                };
-                let Some(v) = sample_value(line) else {
-                    continue;
-                };
-                seen = true;
-                if le == "+Inf" {
-                    h.count += v;
-                } else if let Ok(le) = le.parse::<f64>() {
-                    buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += v;
+                // Buckets without the type line: plain samples with an `le` label.
+                v if sample.metric == bucket_name => {
+                    let le = sample
+                        .labels
+                        .get("le")
+                        .and_then(|le| le.parse::<f64>().ok());
+                    if let (Some(le), Some(v)) = (le, plain(v)) {
+                        add(&mut h, le, v);
+                    }
                 }
-            } else if let Some(rest) = line
-                .strip_prefix(&sum_name)
-                .filter(|r| r.starts_with(' ') || r.starts_with('{'))
-                && labels_match(rest, labels)
-            {
-                h.sum += sample_value(line).unwrap_or(0.0);
+                v if sample.metric == sum_name => h.sum += plain(v).unwrap_or(0.0),
+                _ => {}
             }
         }
         if !seen {
@@ -116,14 +130,11 @@ impl PromHistogram {
 /// The sum of every sample of counter/gauge `name` whose labels contain `labels`.
 pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let mut total = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        if !(rest.starts_with('{') || rest.starts_with(' ')) || !labels_match(rest, labels) {
+    for sample in samples(text) {
+        if sample.metric != name || !labels_match(&sample.labels, labels) {
             continue;
         }
-        if let Some(v) = sample_value(line) {
+        if let Some(v) = plain(&sample.value) {
             *total.get_or_insert(0.0) += v;
         }
     }

@@ -329,7 +329,7 @@ pub fn run_args<R: Rng>(i: usize, kind: RunKind, elo0: f64, elo1: f64, rng: &mut
                 m.insert("sprt".into(), json!({"elo0": elo0, "elo1": elo1}));
             }
             RunKind::Fixed => {
-                m.insert("num_games".into(), json!(crate::protocol::MAX_GAMES));
+                m.insert("num_games".into(), json!(shoal_protocol::MAX_GAMES));
             }
         }
     }
@@ -487,7 +487,7 @@ mod tests {
             assert_eq!(args.get("sprt").is_some(), kind == RunKind::Sprt);
             assert_eq!(
                 args.get("num_games").and_then(Value::as_u64),
-                (kind == RunKind::Fixed).then_some(crate::protocol::MAX_GAMES)
+                (kind == RunKind::Fixed).then_some(shoal_protocol::MAX_GAMES)
             );
         }
     }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{EXAMPLES, SAMPLE_EVERY, UNLIMITED};
-use crate::sim::SimError;
-use crate::sim::client::Client;
+use crate::SimError;
+use crate::client::Client;
 
 /// One limit's peaks, as the sampler saw them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::peaks::{LimitPeak, Peaks, get_json, s, u};
 use super::{EXAMPLES, HELD_BY_LISTED, Ledger, UNLIMITED};
-use crate::sim::client::Client;
+use crate::client::Client;
 
 /// The comparison of the tasks the workers hold with the server's, after the fleet stopped.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

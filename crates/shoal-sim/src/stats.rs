@@ -8,7 +8,7 @@
 //! sizes of the official worker (docs/protocol.md#update-batches); a small valid gzip+base64
 //! PGN.
 //! Must not: do I/O, or invent results the server could not have received from a real worker.
-//! It shares the server's vocabulary through [`crate::protocol`] (`Stats` and its consistency
+//! It shares the server's vocabulary through [`shoal_protocol`] (`Stats` and its consistency
 //! check, the time-control parser, the worker version) instead of copying it; that its
 //! `worker_info` passes the server's own validator is checked by the integration tests.
 
@@ -18,7 +18,7 @@ use base64::Engine as _;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{REFERENCE_NPS, Stats, TimeControl, WORKER_VERSION, parse_tc, tc_duration};
+use shoal_protocol::{REFERENCE_NPS, Stats, TimeControl, WORKER_VERSION, parse_tc, tc_duration};
 
 /// One machine model: weight in the fleet, and what it reports.
 struct Machine {

@@ -4,10 +4,15 @@
 //! Owns: the worker version the server announces, the stats shape a worker reports (`Stats`,
 //! with its consistency rules and arithmetic), time-control parsing and the game-duration
 //! estimate, the reference nps, and the game-count maxima (per run, per stats block).
-//! `rundb` re-exports these where the server has always named them; `sim` (a client) uses
-//! them from here and never imports `rundb` or `app`.
-//! Must not: do I/O, know HTTP, the store, or the server's state; grow server-only rules
-//! (those stay in `rundb`).
+//! The server (`shoal`, which re-exports this crate as `shoal::protocol`; `rundb` re-exports
+//! these where the server has always named them) and its client, the fleet simulator
+//! (`shoal-sim`), both depend on this crate; it depends on neither, so the simulator cannot
+//! reach the server's internals. Beside the vocabulary, [`process`]: the open-files limit both
+//! raise.
+//! Must not: do I/O (but [`process`]'s limit), know HTTP, the store, or the server's state;
+//! grow server-only rules (those stay in `rundb`).
+
+pub mod process;
 
 use serde::{Deserialize, Serialize};
 

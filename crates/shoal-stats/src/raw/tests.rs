@@ -110,8 +110,8 @@ fn llr_jumps_are_under_the_expectation_statistic() {
     // Independently: the jumps of the MLEs with mean score0 and score1.
     let b = raw.bounds.unwrap();
     let (_, pdf5) = results_to_pdf(&[22.0, 804.0, 2517.0, 1038.0, 35.0]).unwrap();
-    let p0 = crate::stats::mle_expected(&pdf5, b.score0).unwrap();
-    let p1 = crate::stats::mle_expected(&pdf5, b.score1).unwrap();
+    let p0 = crate::mle_expected(&pdf5, b.score0).unwrap();
+    let p1 = crate::mle_expected(&pdf5, b.score1).unwrap();
     for i in 0..5 {
         close(j5[i], p1[i].1.ln() - p0[i].1.ln(), 1e-12);
     }

@@ -3,7 +3,7 @@
 //! Owns: the module tree, the simulator's error type, `shoal sim`'s entry point ([`main`]:
 //! the open-files limit, the run, the summary, the report's files, failing when the limits
 //! check fails) and the re-exports the
-//! binary and the integration tests use (`shoal::sim::{SimOptions, Report, ...}`).
+//! binary and the integration tests use (`shoal_sim::{SimOptions, Report, ...}`).
 //! The parts, in reading order:
 //! - [`options`]: `shoal sim`'s options, their validation, the started server's SHOAL_* env;
 //! - [`schedule`]: time scale, back-off, heartbeat period, storm start times (pure);
@@ -75,7 +75,7 @@ pub async fn main(o: SimOptions) -> Result<Report, SimError> {
     // Two sockets per worker at worst (a call and a connection still closing), plus slack;
     // the server this starts inherits the limit. Raising the hard limit needs root.
     let want = (o.workers as u64).saturating_mul(2).saturating_add(8192);
-    match crate::process::raise_open_files_limit(want, true) {
+    match shoal_protocol::process::raise_open_files_limit(want, true) {
         Ok((soft, _)) if soft < want => eprintln!(
             "shoal sim: open-files limit {soft} is below the {want} this fleet may need; \
              calls will queue for sockets (raise it with ulimit -n)"

@@ -28,7 +28,7 @@ use super::heartbeat::{Heart, LastUpdated, heartbeat};
 use super::measure::{Endpoint, ExitReason, Recorder, TaskEvent};
 use super::schedule::{BACKOFF_START_S, Backoff, UPDATE_ATTEMPTS, UPDATE_RETRY_S};
 use super::stats::{Identity, game_seconds, games_at_once, pgn_payload, update_batch};
-use crate::protocol::{Stats, WORKER_VERSION};
+use shoal_protocol::{Stats, WORKER_VERSION};
 
 /// Main-loop iterations per worker, at most (each takes at least one call or one back-off).
 const MAX_ITERATIONS: u32 = 1_000_000;
@@ -297,7 +297,7 @@ impl Worker {
         }
         let threads = threads as u32;
         let tc_text = args.get("tc").and_then(Value::as_str).unwrap_or("");
-        let Some(tc) = crate::protocol::parse_tc(tc_text) else {
+        let Some(tc) = shoal_protocol::parse_tc(tc_text) else {
             return self.fatal(t, "ValueError").await;
         };
         let sprt_batch = args

@@ -2,9 +2,9 @@
 //! heartbeat, cumulative stats, and a reply that would kill the real worker.
 
 use super::*;
-use crate::sim::client::{Client, ClientConfig, ConnMode};
-use crate::sim::schedule::TimeScale;
-use crate::sim::stats::GameModel;
+use crate::client::{Client, ClientConfig, ConnMode};
+use crate::schedule::TimeScale;
+use crate::stats::GameModel;
 use axum::Json;
 use axum::extract::State;
 use axum::routing::post;

@@ -40,8 +40,8 @@ fn auto_runs(workers: usize, sim_seconds: f64, kind: RunKind) -> usize {
     let tasks = sim_seconds / 1800.0 + 1.5;
     let games = workers as f64 * games_per_task * tasks * 1.3;
     let per_run = match kind {
-        RunKind::Sprt => crate::protocol::SPRT_MAX_GAMES,
-        RunKind::Fixed => crate::protocol::MAX_GAMES,
+        RunKind::Sprt => shoal_protocol::SPRT_MAX_GAMES,
+        RunKind::Fixed => shoal_protocol::MAX_GAMES,
     } as f64;
     ((games / per_run).ceil() as usize).clamp(1, 200)
 }

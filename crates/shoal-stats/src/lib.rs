@@ -2,13 +2,15 @@
 //! `stat_util.py`, `sprt.py`, `brownian.py` and two display helpers of
 //! `template_helpers.py` (server/fishtest in official-stockfish/fishtest), in
 //! pure Rust. `tests/data/stats-sample.json` holds input/output pairs of those
-//! modules that every function here must match (`tests/it/stats_corpus.rs`).
+//! modules that every function here must match (`tests/it/stats_corpus.rs`, in the
+//! workspace of the shoal server, which re-exports this crate as `shoal::stats`).
 //!
-//! This module owns every number the server shows or decides with: Elo
+//! This crate owns every number the server shows or decides with: Elo
 //! conversions, likelihood ratios, the SPRT state machine stored in a run
 //! (`args.sprt`), the post-SPRT Elo estimate and the fixed-games Elo.
 //!
-//! It must not do I/O, must not be async, must not log and must not panic:
+//! It must not do I/O, must not be async, must not log, must not panic, and
+//! must not depend on the server (any testing framework may use it):
 //! every place where the Python reference raises (or where an input is
 //! invalid) returns a [`StatsError`] instead. Everything here is a plain
 //! synchronous computation that a server can run on an offload pool.
@@ -128,6 +130,24 @@ impl StatsError {
 
 #[cfg(test)]
 mod tests {
+    /// The README's example, as written there.
+    #[test]
+    fn the_readme_example_runs() -> Result<(), StatsError> {
+        let e = get_elo(&[100.0, 300.0, 120.0])?;
+        assert!(e.elo > 0.0 && e.los > 0.5, "more wins than losses: {e:?}");
+        let mut sprt = SprtRecord::new(0.05, 0.05, 0.0, 2.0, EloModel::Normalized, 2)?;
+        let r = Results {
+            wins: 0,
+            losses: 0,
+            draws: 0,
+            pentanomial: Some([10, 50, 120, 60, 12]),
+        };
+        update_sprt(&r, &mut sprt)?;
+        assert!(sprt.llr > 0.0, "more won pairs than lost: {sprt:?}");
+        assert!(sprt.state != SprtState::Running || sprt.llr < sprt.upper_bound);
+        Ok(())
+    }
+
     use super::*;
 
     #[test]
