@@ -123,14 +123,22 @@ impl Done {
 /// succeeded; `None` for an unknown code (a link cannot put words on the page). A run it
 /// names is linked to its page.
 pub fn done_message(code: &str, run: Option<&str>) -> Option<Done> {
-    if code == "approved" {
+    // The controls that name their run: the run linked.
+    let named = match code {
+        "approved" => Some(("Run approved", " approved")),
+        "stopped" => Some(("Stopped run", " stopped")),
+        "purged" => Some(("Purged run", " purged")),
+        "deleted" => Some(("Deleted run", " deleted")),
+        _ => None,
+    };
+    if let Some((plain, after)) = named {
         return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
             Some(id) => Done {
                 before: "Run ".into(),
                 run: Some(id.to_string()),
-                after: " approved".into(),
+                after: after.into(),
             },
-            None => Done::plain("Run approved"),
+            None => Done::plain(plain),
         });
     }
     Some(Done::plain(match code {
@@ -282,7 +290,7 @@ pub async fn stop(
             return confirm_page(ctx, &f, Confirm::Stop, name);
         }
         db.stop_run_by_user(&f.run_id, user).map_err(refusal)?;
-        Page::redirect("/tests?done=stopped")
+        Page::redirect(format!("/tests?done=stopped&run={}", f.run_id))
     })
     .await
 }
@@ -300,7 +308,7 @@ pub async fn purge(
                 if outcome.purged.is_empty() {
                     "purged-none".into()
                 } else {
-                    "purged".into()
+                    format!("purged&run={}", f.run_id)
                 }
             })
             .map_err(refusal)
@@ -324,7 +332,7 @@ pub async fn delete(
             return confirm_page(ctx, &f, Confirm::Delete, name);
         }
         db.delete_run(&f.run_id, user).map_err(refusal)?;
-        Page::redirect("/tests?done=deleted")
+        Page::redirect(format!("/tests?done=deleted&run={}", f.run_id))
     })
     .await
 }
@@ -410,6 +418,11 @@ mod tests {
         assert!(!c.auto_purge);
         let text = |code: &str, run: Option<&str>| done_message(code, run).map(|d| d.text());
         assert_eq!(text("stopped", None).as_deref(), Some("Stopped run"));
+        let id = "0123456789abcdef01234567";
+        assert_eq!(
+            text("stopped", Some(id)).as_deref(),
+            Some("Run 0123456789abcdef01234567 stopped")
+        );
         assert_eq!(done_message("<script>", None), None);
         let id = "0123456789abcdef01234567";
         assert_eq!(

@@ -32,6 +32,10 @@ pub struct MachineRow {
     pub max_memory: u64,
     pub uname: String,
     pub arch: String,
+    /// The worker's compiler and its version (`g++ 13.2.0`).
+    pub compiler: String,
+    /// The worker's Python version (`3.11.4`).
+    pub python: String,
     pub version: String,
     pub run_id: String,
     pub running_on: String,
@@ -56,6 +60,8 @@ impl MachineRow {
             max_memory: m.max_memory,
             uname: m.uname.clone(),
             arch: m.worker_arch.clone(),
+            compiler: m.compiler.clone(),
+            python: m.python.clone(),
             version: format!("{}{}", m.version, if m.modified { "*" } else { "" }),
             run_id: m.run_id.clone(),
             running_on: format!("{clipped}/{}", m.task_id),
@@ -74,6 +80,8 @@ impl MachineRow {
                 &self.mnps,
                 &self.uname,
                 &self.arch,
+                &self.compiler,
+                &self.python,
                 &self.version,
                 &self.running_on,
                 &self.last_active,
@@ -101,7 +109,7 @@ pub struct MachinesPage {
 
 /// The machines table's sort keys: (key, header, descending by default). `last_active` is
 /// the default.
-const MACHINE_SORTS: [(&str, &str, bool); 10] = [
+const MACHINE_SORTS: [(&str, &str, bool); 12] = [
     ("machine", "Machine", false),
     ("cores", "Cores", true),
     ("uuid", "UUID", false),
@@ -109,6 +117,8 @@ const MACHINE_SORTS: [(&str, &str, bool); 10] = [
     ("ram", "RAM", true),
     ("system", "System", false),
     ("arch", "Arch", false),
+    ("compiler", "Compiler", false),
+    ("python", "Python", false),
     ("worker", "Worker", true),
     ("running_on", "Running on", false),
     ("last_active", "Last active", true),
@@ -125,6 +135,9 @@ fn sort_machines(machines: &mut [Machine], key: &str, desc: bool) {
             "ram" => a.max_memory.cmp(&b.max_memory),
             "system" => a.uname.cmp(&b.uname),
             "arch" => a.worker_arch.cmp(&b.worker_arch),
+            "compiler" => (&a.compiler_name, &a.compiler_version)
+                .cmp(&(&b.compiler_name, &b.compiler_version)),
+            "python" => a.python_version.cmp(&b.python_version),
             "worker" => (a.version, a.modified).cmp(&(b.version, b.modified)),
             "running_on" => (&a.new_tag, a.task_id).cmp(&(&b.new_tag, b.task_id)),
             _ => a.last_updated.cmp(&b.last_updated),

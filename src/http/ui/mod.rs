@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod actions;
 pub mod charts;
+pub mod charts_look;
 pub mod contributors;
 pub mod controls;
 pub mod dashboard;
@@ -83,6 +84,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/tests/tasks/{id}", get(run::tasks_fragment))
         .route("/login", get(accounts::login_form).post(accounts::login))
         .route("/logout", axum::routing::post(accounts::logout))
+        .route("/theme", axum::routing::post(kit::theme::switch))
         .route("/signup", get(accounts::signup_form).post(accounts::signup))
         .route("/tests/approve", axum::routing::post(controls::approve))
         .route("/tests/stop", axum::routing::post(controls::stop))

@@ -9,7 +9,8 @@
 //! - [`table`]: sortable column headers and the `order` parameter;
 //! - [`time`]: "N units ago";
 //! - [`url`]: [`Href`], the links and redirects pages hand out, with one encoding;
-//! - [`assets`]: static files' versioned URLs.
+//! - [`assets`]: static files' versioned URLs;
+//! - [`theme`]: the light/dark switch (the `theme` cookie, `POST /theme`).
 //!
 //! Page modules build on these and never on one another's helpers, so the pages stay
 //! independent and `ui/mod.rs` is only the router.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod page;
 pub mod pager;
 pub mod table;
+pub mod theme;
 pub mod time;
 pub mod url;
 
