@@ -16,7 +16,7 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::charts_look::Look;
+use super::charts_look::{Look, settled};
 pub use super::charts_look::{games_label, value_label};
 use crate::rundb::model::Run;
 use crate::rundb::trajectory::Point;
@@ -39,6 +39,16 @@ impl Chart {
             "spsa.svg" => Some(Chart::Spsa),
             _ => None,
         }
+    }
+
+    /// The chart and its look from the URL's last segment (`elo.svg`, `elo-phone-dark.svg`).
+    pub fn parse_with_look(name: &str) -> Option<(Chart, Look)> {
+        let stem = name.strip_suffix(".svg")?;
+        let (chart, suffixes) = stem.split_at(stem.find('-').unwrap_or(stem.len()));
+        Some((
+            Chart::parse(&format!("{chart}.svg"))?,
+            Look::from_suffixes(suffixes)?,
+        ))
     }
 
     /// Whether the run has this chart: LLR for an SPRT, Elo for any run but SPSA, the
@@ -219,22 +229,6 @@ fn elo_at(p: &Point) -> Option<(f64, f64, f64)> {
     let e = get_elo(&data).ok()?;
     let ok = e.elo.is_finite() && e.elo95.is_finite();
     ok.then_some((e.elo, e.elo - e.elo95, e.elo + e.elo95))
-}
-
-/// The points the Elo chart draws: from the first whose 95% band is at most 4 times as wide
-/// as the last one's (or 20 Elo wide), so the first games' huge intervals do not flatten the
-/// rest; the games axis still covers the whole history (the line starts later).
-fn settled(rows: &[(f64, (f64, f64, f64))]) -> &[(f64, (f64, f64, f64))] {
-    let width = |r: &(f64, (f64, f64, f64))| r.1.2 - r.1.1;
-    let Some(last) = rows.last() else {
-        return rows;
-    };
-    let limit = (4.0 * width(last)).max(20.0);
-    let first = rows
-        .iter()
-        .position(|r| width(r) <= limit)
-        .unwrap_or(rows.len() - 1);
-    &rows[first..]
 }
 
 /// The games axis: from the origin, or from where the record began.
@@ -513,6 +507,15 @@ mod tests {
 
     #[test]
     fn games_and_values_read_as_people_write_them() {
+        let dark_phone = Look {
+            dark: true,
+            phone: true,
+        };
+        assert_eq!(
+            Chart::parse_with_look("llr-phone-dark.svg"),
+            Some((Chart::Llr, dark_phone))
+        );
+        assert_eq!(Chart::parse_with_look("pie-dark.svg"), None);
         assert_eq!(games_label(0.0), "0");
         assert_eq!(games_label(950.0), "950");
         assert_eq!(games_label(1500.0), "1.5k");

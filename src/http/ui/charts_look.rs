@@ -4,13 +4,11 @@
 //! `elo.svg`, `elo-dark.svg`, `elo-phone.svg`, `elo-phone-dark.svg`; the page shows the one
 //! the screen's width and theme want (`run_charts.html`, style.css).
 //!
-//! Also the axes' words (games as `40k`, values with the decimals their span needs).
+//! Also the axes' words and which of the Elo chart's points are drawn ([`settled`]) (games as `40k`, values with the decimals their span needs).
 //! Must not: draw (that is `charts.rs`'s).
 
 use plotters::prelude::*;
 use plotters::style::TextStyle;
-
-use super::charts::Chart;
 
 /// A chart's look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,20 +21,18 @@ pub struct Look {
 pub const PHONE: (u32, u32) = (360, 300);
 
 impl Look {
-    /// The chart and its look from the URL's last segment.
-    pub fn parse(name: &str) -> Option<(Chart, Look)> {
-        let stem = name.strip_suffix(".svg")?;
-        let mut parts = stem.split('-');
-        let chart = Chart::parse(&format!("{}.svg", parts.next()?))?;
+    /// The look a name's suffixes give (`""`, `-dark`, `-phone`, `-phone-dark`…; each at most
+    /// once), `None` for any other.
+    pub fn from_suffixes(suffixes: &str) -> Option<Look> {
         let mut look = Look::default();
-        for p in parts {
+        for p in suffixes.split('-').filter(|p| !p.is_empty()) {
             match p {
                 "dark" if !look.dark => look.dark = true,
                 "phone" if !look.phone => look.phone = true,
                 _ => return None,
             }
         }
-        Some((chart, look))
+        Some(look)
     }
 
     /// The drawing's size: `wide` on a wide screen, [`PHONE`] (taller for SPSA's legend).
@@ -147,25 +143,37 @@ pub fn value_label(v: f64, span: f64) -> String {
     if s == "-0" { "0".into() } else { s }
 }
 
+/// The points the Elo chart draws: from the first whose 95% band is at most 4 times as wide
+/// as the last one's (or 20 Elo wide), so the first games' huge intervals do not flatten the
+/// rest; the games axis still covers the whole history (the line starts later).
+pub fn settled(rows: &[(f64, (f64, f64, f64))]) -> &[(f64, (f64, f64, f64))] {
+    let width = |r: &(f64, (f64, f64, f64))| r.1.2 - r.1.1;
+    let Some(last) = rows.last() else {
+        return rows;
+    };
+    let limit = (4.0 * width(last)).max(20.0);
+    let first = rows
+        .iter()
+        .position(|r| width(r) <= limit)
+        .unwrap_or(rows.len() - 1);
+    &rows[first..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn names_carry_the_look() {
-        assert_eq!(Look::parse("elo.svg"), Some((Chart::Elo, Look::default())));
+    fn suffixes_carry_the_look() {
+        assert_eq!(Look::from_suffixes(""), Some(Look::default()));
         assert_eq!(
-            Look::parse("llr-phone-dark.svg"),
-            Some((
-                Chart::Llr,
-                Look {
-                    dark: true,
-                    phone: true
-                }
-            ))
+            Look::from_suffixes("-phone-dark"),
+            Some(Look {
+                dark: true,
+                phone: true
+            })
         );
-        assert_eq!(Look::parse("elo-dark-dark.svg"), None);
-        assert_eq!(Look::parse("elo-blue.svg"), None);
-        assert_eq!(Look::parse("pie.svg"), None);
+        assert_eq!(Look::from_suffixes("-dark-dark"), None);
+        assert_eq!(Look::from_suffixes("-blue"), None);
     }
 }

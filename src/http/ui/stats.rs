@@ -92,7 +92,7 @@ pub async fn chart(
     Path((id, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let kind = super::charts_look::Look::parse(&name);
+    let kind = charts::Chart::parse_with_look(&name);
     let id = id.parse::<RunId>();
     let mut r = page(&state, Input::get(&state, &headers), move |db, _, _| {
         let run = load(db, id?)?;
