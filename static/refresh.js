@@ -81,6 +81,25 @@
       }
     });
   }
+  // The task a link names (?show_task=N highlights it; #task-N is its row) is scrolled to
+  // the middle of the screen once the page has laid out (its charts loaded). Without
+  // JavaScript a link with #task-N still lands on the row.
+  function showTask() {
+    var row = document.querySelector("tr.task-shown");
+    if (!row && location.hash.indexOf("#task-") === 0) {
+      row = document.getElementById(location.hash.slice(1));
+    }
+    if (row) {
+      row.scrollIntoView({ block: "center" });
+    }
+  }
+  if (/[?&]show_task=/.test(location.search) || location.hash.indexOf("#task-") === 0) {
+    if (document.readyState === "complete") {
+      showTask();
+    } else {
+      window.addEventListener("load", showTask);
+    }
+  }
   window.shoalRefresh = load;
   window.setInterval(refresh, 10000);
   // A tab coming back into view is brought up to date at once.

@@ -74,10 +74,22 @@ pub struct Machine {
     pub nps: f64,
     pub max_memory: u64,
     pub uname: String,
+    /// The compiler as people read it (`g++ 13.2.0`), and its name and version for sorting.
+    pub compiler: String,
+    pub compiler_name: String,
+    pub compiler_version: Vec<i64>,
+    /// The Python version as people read it (`3.11.4`), and its numbers for sorting.
+    pub python: String,
+    pub python_version: Vec<i64>,
     pub run_id: String,
     pub new_tag: String,
     pub task_id: usize,
     pub last_updated: Date,
+}
+
+/// A version's numbers joined by dots (`[3, 11, 4]` → `3.11.4`).
+fn dotted(v: &[i64]) -> String {
+    v.iter().map(i64::to_string).collect::<Vec<_>>().join(".")
 }
 
 /// A short worker name: `<anything>-<digits>cores-<2 to 8 ASCII letters or digits>`.
@@ -176,6 +188,13 @@ impl Scheduler {
                     nps: w.nps,
                     max_memory: w.max_memory,
                     uname: w.uname.clone(),
+                    compiler: format!("{} {}", w.compiler, dotted(&w.gcc_version))
+                        .trim()
+                        .to_string(),
+                    compiler_name: w.compiler.clone(),
+                    compiler_version: w.gcc_version.clone(),
+                    python: dotted(&w.python_version),
+                    python_version: w.python_version.clone(),
                     run_id: run.id.clone(),
                     new_tag: run.args.new_tag.clone(),
                     task_id,

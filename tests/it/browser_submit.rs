@@ -72,7 +72,7 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
     set(&c, "new_signature", "2050111").await;
     set(&c, "base_signature", "2050811").await;
     set(&c, "run-info", "Simplify the king danger term").await;
-    submit(&c, "form.run-form").await;
+    submit_test(&c).await;
 
     // Refused: the message sits next to the field, and the typed values are still there.
     let text = wait_for_answer(&c, "The test was not submitted").await;
@@ -91,7 +91,7 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
 
     // Corrected, the form creates the run and shows its page.
     set(&c, "resolved_base", &sha('a')).await;
-    submit(&c, "form.run-form").await;
+    submit_test(&c).await;
     wait_to_leave(&c, "/tests/run").await;
     let url = c.current_url().await.expect("url");
     let run = url
@@ -179,7 +179,7 @@ async fn submit_a_test_by_branch_name_in_chromium() {
     set(&c, "tests_repo", "https://github.com/dev-one/Stockfish").await;
     set(&c, "new_tag", "lmr-tweak").await;
     screenshot(&c, "submit_by_branch").await;
-    submit(&c, "form.run-form").await;
+    submit_test(&c).await;
     wait_to_leave(&c, "/tests/run").await;
     let url = c.current_url().await.expect("url");
     let run = url
@@ -211,4 +211,14 @@ async fn submit_a_test_by_branch_name_in_chromium() {
     }
     screenshot(&c, "run_with_diff").await;
     c.close().await.expect("close the browser");
+}
+
+/// Presses the form's Submit test button at its bottom (the one at its top is the same).
+async fn submit_test(c: &fantoccini::Client) {
+    let buttons = c
+        .find_all(fantoccini::Locator::Css("form.run-form button.submit-test"))
+        .await
+        .expect("the Submit buttons");
+    assert_eq!(buttons.len(), 2, "Submit on top and at the bottom");
+    buttons[1].click().await.expect("click Submit");
 }

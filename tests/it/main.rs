@@ -15,6 +15,7 @@ mod browser_phone;
 mod browser_record;
 mod browser_stats;
 mod browser_submit;
+mod browser_ui4;
 mod contrast;
 mod core;
 mod fake_github;

@@ -222,8 +222,17 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     assert_eq!(run_json(&server, &run).await["finished"], false);
     let page = alice.control("/tests/stop", &run, &alice_token).await;
     assert_eq!(
-        (page.status, page.location.as_str()),
-        (302, "/tests?done=stopped")
+        (page.status, page.location.clone()),
+        (302, format!("/tests?done=stopped&run={run}"))
+    );
+    // The message names the run (linked).
+    let dashboard = alice.get(&page.location).await;
+    assert!(
+        dashboard.body.contains(&format!(
+            "Run <a href=\"/tests/view/{run}\">{run}</a> stopped"
+        )),
+        "{}",
+        dashboard.body
     );
     assert_eq!(run_json(&server, &run).await["finished"], true);
     let stops = stored_actions(&server, "stop_run");
@@ -257,8 +266,8 @@ async fn approve_stop_purge_and_delete_by_who_may() {
     }
     let page = boss.control("/tests/delete", &run, &boss_token).await;
     assert_eq!(
-        (page.status, page.location.as_str()),
-        (302, "/tests?done=deleted")
+        (page.status, page.location.clone()),
+        (302, format!("/tests?done=deleted&run={run}"))
     );
     let page = alice.control("/tests/delete", &other, &alice_token).await;
     assert_eq!(page.status, 302);
@@ -476,16 +485,16 @@ async fn stop_and_delete_ask_first_and_change_nothing_until_confirmed() {
     // Confirmed, it acts; a finished run is refused before any question.
     let page = alice.control("/tests/stop", &run, &alice_token).await;
     assert_eq!(
-        (page.status, page.location.as_str()),
-        (302, "/tests?done=stopped")
+        (page.status, page.location.clone()),
+        (302, format!("/tests?done=stopped&run={run}"))
     );
     assert_eq!(run_json(&server, &run).await["finished"], true);
     let page = alice.unconfirmed("/tests/stop", &run, &alice_token).await;
     assert!(page.status >= 400, "{}: {}", page.status, page.body);
     let page = alice.control("/tests/delete", &run, &alice_token).await;
     assert_eq!(
-        (page.status, page.location.as_str()),
-        (302, "/tests?done=deleted")
+        (page.status, page.location.clone()),
+        (302, format!("/tests?done=deleted&run={run}"))
     );
     let page = alice.unconfirmed("/tests/delete", &run, &alice_token).await;
     assert!(page.status >= 400, "{}: {}", page.status, page.body);

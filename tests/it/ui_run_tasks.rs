@@ -20,13 +20,13 @@ use crate::web::Browser;
 /// Tasks of the big run.
 const TASKS: usize = 3000;
 /// The id the big run is written under.
-const BIG: &str = "0badc0ffee0123456789abcd";
+pub(crate) const BIG: &str = "0badc0ffee0123456789abcd";
 /// Rows a page holds (`run_tasks_view::TASKS_PAGE_SIZE`).
 const PAGE: usize = 25;
 
 /// One task of the big run, as the test knows it.
 #[derive(Clone)]
-struct Model {
+pub(crate) struct Model {
     idx: usize,
     user: String,
     worker: String,
@@ -81,7 +81,7 @@ fn stats(games: u64) -> Value {
 
 /// A run of [`TASKS`] tasks written straight into the store beside the server (as the
 /// write-behind writes a run), under the id [`BIG`]; its arguments are a real run's.
-async fn big_run(server: &TestServer) -> Vec<Model> {
+pub(crate) async fn big_run(server: &TestServer) -> Vec<Model> {
     add_user(server, "owner", &[]);
     let template = create_run(server, "owner", fixed_args(1000 * TASKS as u64)).await;
     let store = open_store(&server.data_dir).expect("open store");

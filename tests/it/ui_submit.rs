@@ -193,7 +193,10 @@ async fn submitting_needs_a_login_a_token_and_an_active_account() {
     let form = filled_form(&mut alice).await;
     let page = alice.get("/tests/run").await;
     assert!(page.body.contains("href=\"/tests/run\">New test</a>"));
-    assert!(page.body.contains("shoal asks GitHub for its commit"));
+    assert!(
+        page.body
+            .contains("<button type=\"submit\" name=\"submit-test\"")
+    );
 
     // An anonymous visitor's valid token: still to the login page, nothing created.
     let anon_token = anon.get("/login").await.csrf();
@@ -570,9 +573,12 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
     assert_eq!(field(&fields, "tc"), Some("60+0.6"));
     assert_eq!(field(&fields, "new-options"), Some("Hash=64"));
     assert_eq!(field(&fields, "bounds"), Some("standard_ltc"));
+    // The one test-type control: buttons in the form, the applied one marked.
     assert!(
         page.body
-            .contains("href=\"/tests/run?preset=ltc\" class=\"current\"")
+            .contains("name=\"preset\" value=\"ltc\" formnovalidate class=\"secondary current\""),
+        "{}",
+        page.body
     );
     let page = bob.get("/tests/run?preset=nope").await;
     assert!(page.body.contains("Unknown preset"));

@@ -101,8 +101,14 @@ async fn the_machines_page_lists_active_workers() {
         "<td>x86-64-avx2</td>",
         "<td>325</td>",
         &format!("/tests/view/{run}?show_task=0"),
-        // The worker sent no country: a word says so, not a bare "?".
-        "title=\"country unknown\">unknown</span>",
+        // The worker sent no country: words say so, apart from the core count (not
+        // "unknown 4", which reads as four unknown cores).
+        "title=\"country unknown\">(country unknown)</span>",
+        // The worker's compiler and Python in columns of their own.
+        ">Compiler</a></th>",
+        ">Python</a></th>",
+        "<td>g++ 12.2.0</td>",
+        "<td>3.11.7</td>",
     ] {
         assert!(page.body.contains(want), "{want}: {}", page.body);
     }

@@ -57,6 +57,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .merge(fleet::router())
         .merge(nets::router())
         .merge(lists::router())
+        .route("/theme", axum::routing::post(kit::theme::switch))
         .merge(statics)
         .layer(CompressionLayer::new())
 }

@@ -38,7 +38,7 @@ pub struct MachinesPage {
 
 /// The machines table's sort keys: (key, header, descending by default). `last_active` is
 /// the default.
-const MACHINE_SORTS: [(&str, &str, bool); 10] = [
+const MACHINE_SORTS: [(&str, &str, bool); 12] = [
     ("machine", "Machine", false),
     ("cores", "Cores", true),
     ("uuid", "UUID", false),
@@ -46,6 +46,8 @@ const MACHINE_SORTS: [(&str, &str, bool); 10] = [
     ("ram", "RAM", true),
     ("system", "System", false),
     ("arch", "Arch", false),
+    ("compiler", "Compiler", false),
+    ("python", "Python", false),
     ("worker", "Worker", true),
     ("running_on", "Running on", false),
     ("last_active", "Last active", true),
@@ -62,6 +64,9 @@ fn sort_machines(machines: &mut [Machine], key: &str, desc: bool) {
             "ram" => a.max_memory.cmp(&b.max_memory),
             "system" => a.uname.cmp(&b.uname),
             "arch" => a.worker_arch.cmp(&b.worker_arch),
+            "compiler" => (&a.compiler_name, &a.compiler_version)
+                .cmp(&(&b.compiler_name, &b.compiler_version)),
+            "python" => a.python_version.cmp(&b.python_version),
             "worker" => (a.version, a.modified).cmp(&(b.version, b.modified)),
             "running_on" => (&a.new_tag, a.task_id).cmp(&(&b.new_tag, b.task_id)),
             _ => a.last_updated.cmp(&b.last_updated),

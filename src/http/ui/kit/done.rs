@@ -39,14 +39,22 @@ impl Done {
 /// succeeded; `None` for an unknown code (a link cannot put words on the page). A run it
 /// names is linked to its page.
 pub fn done_message(code: &str, run: Option<&str>) -> Option<Done> {
-    if code == "approved" {
+    // The controls that name their run: the run linked.
+    let named = match code {
+        "approved" => Some(("Run approved", " approved")),
+        "stopped" => Some(("Stopped run", " stopped")),
+        "purged" => Some(("Purged run", " purged")),
+        "deleted" => Some(("Deleted run", " deleted")),
+        _ => None,
+    };
+    if let Some((plain, after)) = named {
         return Some(match run.and_then(|id| id.parse::<RunId>().ok()) {
             Some(id) => Done {
                 before: "Run ".into(),
                 run: Some(id.to_string()),
-                after: " approved".into(),
+                after: after.into(),
             },
-            None => Done::plain("Run approved"),
+            None => Done::plain(plain),
         });
     }
     Some(Done::plain(match code {

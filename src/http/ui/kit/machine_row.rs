@@ -14,6 +14,10 @@ pub struct MachineRow {
     pub max_memory: u64,
     pub uname: String,
     pub arch: String,
+    /// The worker's compiler and its version (`g++ 13.2.0`).
+    pub compiler: String,
+    /// The worker's Python version (`3.11.4`).
+    pub python: String,
     pub version: String,
     pub run_id: String,
     pub running_on: String,
@@ -38,6 +42,8 @@ impl MachineRow {
             max_memory: m.max_memory,
             uname: m.uname.clone(),
             arch: m.worker_arch.clone(),
+            compiler: m.compiler.clone(),
+            python: m.python.clone(),
             version: format!("{}{}", m.version, if m.modified { "*" } else { "" }),
             run_id: m.run_id.clone(),
             running_on: format!("{clipped}/{}", m.task_id),
@@ -56,6 +62,8 @@ impl MachineRow {
                 &self.mnps,
                 &self.uname,
                 &self.arch,
+                &self.compiler,
+                &self.python,
                 &self.version,
                 &self.running_on,
                 &self.last_active,

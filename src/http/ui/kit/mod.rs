@@ -11,6 +11,7 @@
 //! - [`url`]: [`Href`], the links and redirects pages hand out, with one encoding;
 //! - [`assets`]: static files' versioned URLs;
 //! - [`session`]: the session cookie and the session's context ([`session::Ctx`]);
+//! - [`theme`]: the light/dark switch (the `theme` cookie, `POST /theme`).
 //!
 //! and what pages of two rooms share: [`results`] (a run's row and results box),
 //! [`run_filters`] (a run's kind words and the dashboard's filter), [`run_lists`] (the run
@@ -32,6 +33,7 @@ pub mod run_filters;
 pub mod run_lists;
 pub mod session;
 pub mod table;
+pub mod theme;
 pub mod time;
 pub mod url;
 

@@ -96,6 +96,11 @@ pub struct Layout {
     pub unread: Option<u64>,
     /// The notices' script (the header's count kept fresh, browser notifications).
     pub notify_js: String,
+    /// The theme picked by hand (`dark`, `light`), or `None` for the system's.
+    pub theme: Option<&'static str>,
+    /// The theme shown (`dark`, `light` or `auto`) and the one the header's button picks.
+    pub theme_label: &'static str,
+    pub theme_next: &'static str,
 }
 
 impl Layout {
@@ -114,6 +119,9 @@ impl Layout {
             description: None,
             unread: ctx.unread,
             notify_js: asset("notify.js"),
+            theme: ctx.theme,
+            theme_label: ctx.theme.unwrap_or("auto"),
+            theme_next: super::theme::next(ctx.theme),
         }
     }
 
@@ -327,6 +335,8 @@ pub struct Input {
     pub keys: CookieKeys,
     pub id: Option<String>,
     pub csrf: Option<Option<String>>,
+    /// The `theme` cookie's value, when it is one of the two themes.
+    pub theme: Option<&'static str>,
 }
 
 impl Input {
@@ -337,6 +347,7 @@ impl Input {
             id: keys.read_id(headers),
             keys,
             csrf: None,
+            theme: super::theme::from_headers(headers),
         }
     }
 
@@ -388,6 +399,7 @@ fn open(
             }
         };
     }
+    ctx.theme = input.theme;
     if ctx.ended {
         return Err((ctx.set_cookie, Page::Redirect("/tests".into())));
     }

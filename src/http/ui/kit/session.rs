@@ -104,6 +104,9 @@ pub struct Ctx {
     pub pending_users: Option<u64>,
     /// For a logged-in user: their unread notices about followed runs (the header's link).
     pub unread: Option<u64>,
+    /// The theme picked by hand (the `theme` cookie: `dark` or `light`; `None`: the
+    /// system's).
+    pub theme: Option<&'static str>,
 }
 
 impl Ctx {
@@ -161,6 +164,7 @@ pub fn resolve(
             ended: false,
             pending_users: None,
             unread: None,
+            theme: None,
         });
     };
     Ok(match accounts.session(&id)? {
@@ -179,6 +183,7 @@ pub fn resolve(
                 ended: false,
                 pending_users,
                 unread: None,
+                theme: None,
             }
         }
         state => {
@@ -192,6 +197,7 @@ pub fn resolve(
                 ended,
                 pending_users: None,
                 unread: None,
+                theme: None,
             }
         }
     })

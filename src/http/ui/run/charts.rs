@@ -16,6 +16,8 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::charts_look::{Look, settled};
+pub use super::charts_look::{games_label, value_label};
 use crate::rundb::model::Run;
 use crate::rundb::trajectory::Point;
 use crate::stats::get_elo;
@@ -39,6 +41,16 @@ impl Chart {
         }
     }
 
+    /// The chart and its look from the URL's last segment (`elo.svg`, `elo-phone-dark.svg`).
+    pub fn parse_with_look(name: &str) -> Option<(Chart, Look)> {
+        let stem = name.strip_suffix(".svg")?;
+        let (chart, suffixes) = stem.split_at(stem.find('-').unwrap_or(stem.len()));
+        Some((
+            Chart::parse(&format!("{chart}.svg"))?,
+            Look::from_suffixes(suffixes)?,
+        ))
+    }
+
     /// Whether the run has this chart: LLR for an SPRT, Elo for any run but SPSA, the
     /// parameter history for SPSA.
     pub fn applies(self, run: &Run) -> bool {
@@ -50,23 +62,25 @@ impl Chart {
     }
 }
 
+/// A wide screen's chart (a phone's is [`Look::size`]'s).
 const SIZE: (u32, u32) = (720, 360);
-/// Text sizes (plotters writes 0.8 of them as the SVG's `font-size`): the page shows a chart
-/// at 720 px wide or, on a phone, about half that, where the labels still read as 8 px.
-const CAPTION: u32 = 24;
-const LABELS: u32 = 20;
 
 fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
-/// Draws `chart` of `run` as an SVG document (`Err` with plotters' message).
+/// Draws `chart` of `run` as an SVG document for a wide screen in the light theme.
 pub fn render(run: &Run, chart: Chart) -> Result<String, String> {
+    render_as(run, chart, Look::default())
+}
+
+/// Draws `chart` of `run` as an SVG document in `look` (`Err` with plotters' message).
+pub fn render_as(run: &Run, chart: Chart, look: Look) -> Result<String, String> {
     let mut svg = String::new();
     match chart {
-        Chart::Llr => draw_llr(&mut svg, run)?,
-        Chart::Elo => draw_elo(&mut svg, run)?,
-        Chart::Spsa => draw_spsa(&mut svg, run)?,
+        Chart::Llr => draw_llr(&mut svg, run, look)?,
+        Chart::Elo => draw_elo(&mut svg, run, look)?,
+        Chart::Spsa => draw_spsa(&mut svg, run, look)?,
     }
     Ok(svg)
 }
@@ -127,54 +141,25 @@ impl History {
 pub const NOT_RECORDED: &str = "No recorded history for this run: its games were played \
                                 before this server recorded them (for example in Fishtest).";
 
-/// Games in the axis' words: `950`, `1.5k`, `40k`, `1.2M`.
-pub fn games_label(games: f64) -> String {
-    let trim = |v: f64| {
-        let s = format!("{v:.1}");
-        s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
-    };
-    let g = games.abs();
-    if g >= 999_950.0 {
-        format!("{}M", trim(games / 1e6))
-    } else if g >= 1000.0 {
-        format!("{}k", trim(games / 1e3))
-    } else {
-        format!("{}", games.round())
-    }
-}
-
-/// A value axis' tick label: the decimals the span needs, trailing zeros dropped (`-2.5`,
-/// `2`, `0.25`, never `2.0` or `-0`).
-pub fn value_label(v: f64, span: f64) -> String {
-    let decimals = if span >= 20.0 { 0 } else { 2 };
-    let s = format!("{v:.decimals$}");
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    if s == "-0" { "0".into() } else { s }
-}
-
 /// An SVG that says in words why there is no chart.
-fn draw_missing(out: &mut String, caption: &str, why: &str) -> Result<(), String> {
-    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let (w, h) = (SIZE.0 as i32, SIZE.1 as i32);
-    let centred = |size: u32| {
-        TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(HPos::Center, VPos::Center))
-    };
+fn draw_missing(out: &mut String, caption: &str, why: &str, look: Look) -> Result<(), String> {
+    let size = look.size(SIZE);
+    let root = SVGBackend::with_string(out, size).into_drawing_area();
+    root.fill(&look.background()).map_err(err)?;
+    let (w, h) = (size.0 as i32, size.1 as i32);
+    let centred = |size: u32| look.font(size).pos(Pos::new(HPos::Center, VPos::Center));
     root.draw(&Text::new(
         caption.to_string(),
         (w / 2, 30),
-        centred(CAPTION),
+        centred(look.caption()),
     ))
     .map_err(err)?;
-    // The sentence on lines of at most ~60 characters.
+    // The sentence on lines of at most ~60 characters (30 on a phone).
+    let width = if look.phone { 30 } else { 60 };
     let mut lines: Vec<String> = Vec::new();
     for word in why.split_whitespace() {
         match lines.last_mut() {
-            Some(line) if line.len() + word.len() < 60 => {
+            Some(line) if line.len() + word.len() < width => {
                 line.push(' ');
                 line.push_str(word);
             }
@@ -184,7 +169,7 @@ fn draw_missing(out: &mut String, caption: &str, why: &str) -> Result<(), String
     let top = h / 2 - (lines.len() as i32 - 1) * 14;
     for (i, line) in lines.into_iter().enumerate() {
         let y = top + i as i32 * 28;
-        root.draw(&Text::new(line, (w / 2, y), centred(LABELS + 3)))
+        root.draw(&Text::new(line, (w / 2, y), centred(look.labels() + 3)))
             .map_err(err)?;
     }
     root.present().map_err(err)?;
@@ -253,15 +238,15 @@ fn x_range(pts: &[Point], since: u64) -> std::ops::Range<f64> {
     x0..x1
 }
 
-fn draw_llr(out: &mut String, run: &Run) -> Result<(), String> {
+fn draw_llr(out: &mut String, run: &Run, look: Look) -> Result<(), String> {
     const TITLE: &str = "LLR against games played";
     let history = History::of(run);
     let (pts, since) = match history {
         History::Points { points, since } => (points, since),
-        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED)),
+        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED), look),
     };
-    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = SVGBackend::with_string(out, look.size(SIZE)).into_drawing_area();
+    root.fill(&look.background()).map_err(err)?;
     let (a, b) = run
         .args
         .sprt
@@ -280,91 +265,99 @@ fn draw_llr(out: &mut String, run: &Run) -> Result<(), String> {
     let (x0, x1) = (xs.start, xs.end);
     let span = hi - lo;
     let mut c = ChartBuilder::on(&root)
-        .caption(caption(TITLE, since), ("sans-serif", CAPTION))
+        .caption(caption(TITLE, since), look.font(look.caption()))
         .margin(12)
-        .margin_right(36)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
+        .margin_right(if look.phone { 20 } else { 36 })
+        .x_label_area_size(look.x_area())
+        .y_label_area_size(look.y_area())
         .build_cartesian_2d(xs, lo..hi)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("games")
         .y_desc("LLR")
-        .x_labels(6)
-        .y_labels(6)
-        .label_style(("sans-serif", LABELS))
-        .axis_desc_style(("sans-serif", LABELS))
+        .x_labels(look.ticks())
+        .y_labels(look.ticks())
+        .label_style(look.font(look.labels()))
+        .axis_desc_style(look.font(look.labels()))
+        .axis_style(look.text())
+        .bold_line_style(look.text().mix(0.15))
+        .light_line_style(look.text().mix(0.05))
         .x_label_formatter(&|x| games_label(*x))
         .y_label_formatter(&|y| value_label(*y, span))
         .draw()
         .map_err(err)?;
-    for (y, color) in [(a, RED), (b, GREEN)] {
+    for (y, color) in [(a, look.red()), (b, look.green())] {
         c.draw_series(LineSeries::new(
             [(x0, y), (x1, y)],
             color.mix(0.7).stroke_width(1),
         ))
         .map_err(err)?;
     }
-    c.draw_series(LineSeries::new(series, BLUE.stroke_width(2)))
+    c.draw_series(LineSeries::new(series, look.line().stroke_width(2)))
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
-fn draw_elo(out: &mut String, run: &Run) -> Result<(), String> {
+fn draw_elo(out: &mut String, run: &Run, look: Look) -> Result<(), String> {
     const TITLE: &str = "Elo and its 95% band against games played";
     let history = History::of(run);
     let (pts, since) = match history {
         History::Points { points, since } => (points, since),
-        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED)),
+        other => return draw_missing(out, TITLE, other.missing().unwrap_or(NOT_RECORDED), look),
     };
-    let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let rows: Vec<(f64, (f64, f64, f64))> = pts
+    let root = SVGBackend::with_string(out, look.size(SIZE)).into_drawing_area();
+    root.fill(&look.background()).map_err(err)?;
+    let all: Vec<(f64, (f64, f64, f64))> = pts
         .iter()
         .filter_map(|p| Some((p.g as f64, elo_at(p)?)))
         .collect();
-    // The first few games give huge intervals: the scale follows the last half of the run.
-    let tail = &rows[rows.len() / 2..];
-    let lo = tail.iter().map(|r| r.1.1).fold(-2.0, f64::min).max(-100.0) - 1.0;
-    let hi = tail.iter().map(|r| r.1.2).fold(2.0, f64::max).min(100.0) + 1.0;
+    let rows = settled(&all);
+    // The scale covers every point drawn: the line and its band, nothing clamped.
+    let lo = rows.iter().map(|r| r.1.1).fold(-2.0, f64::min) - 1.0;
+    let hi = rows.iter().map(|r| r.1.2).fold(2.0, f64::max) + 1.0;
     let xs = x_range(&pts, since);
     let (x0, x1) = (xs.start, xs.end);
     let span = hi - lo;
     let mut c = ChartBuilder::on(&root)
-        .caption(caption(TITLE, since), ("sans-serif", CAPTION))
+        .caption(caption(TITLE, since), look.font(look.caption()))
         .margin(12)
-        .margin_right(36)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
+        .margin_right(if look.phone { 20 } else { 36 })
+        .x_label_area_size(look.x_area())
+        .y_label_area_size(look.y_area())
         .build_cartesian_2d(xs, lo..hi)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("games")
         .y_desc("Elo")
-        .x_labels(6)
-        .y_labels(6)
-        .label_style(("sans-serif", LABELS))
-        .axis_desc_style(("sans-serif", LABELS))
+        .x_labels(look.ticks())
+        .y_labels(look.ticks())
+        .label_style(look.font(look.labels()))
+        .axis_desc_style(look.font(look.labels()))
+        .axis_style(look.text())
+        .bold_line_style(look.text().mix(0.15))
+        .light_line_style(look.text().mix(0.05))
         .x_label_formatter(&|x| games_label(*x))
         .y_label_formatter(&|y| value_label(*y, span))
         .draw()
         .map_err(err)?;
-    let clamp = |y: f64| y.clamp(lo, hi);
     if rows.len() >= 2 {
-        let mut band: Vec<(f64, f64)> = rows.iter().map(|r| (r.0, clamp(r.1.2))).collect();
-        band.extend(rows.iter().rev().map(|r| (r.0, clamp(r.1.1))));
-        c.draw_series(std::iter::once(Polygon::new(band, BLUE.mix(0.15).filled())))
-            .map_err(err)?;
+        let mut band: Vec<(f64, f64)> = rows.iter().map(|r| (r.0, r.1.2)).collect();
+        band.extend(rows.iter().rev().map(|r| (r.0, r.1.1)));
+        c.draw_series(std::iter::once(Polygon::new(
+            band,
+            look.line().mix(0.2).filled(),
+        )))
+        .map_err(err)?;
     }
     c.draw_series(LineSeries::new(
         [(x0, 0.0), (x1, 0.0)],
-        BLACK.mix(0.5).stroke_width(1),
+        look.text().mix(0.5).stroke_width(1),
     ))
     .map_err(err)?;
     c.draw_series(LineSeries::new(
-        rows.iter().map(|r| (r.0, clamp(r.1.0))),
-        BLUE.stroke_width(2),
+        rows.iter().map(|r| (r.0, r.1.0)),
+        look.line().stroke_width(2),
     ))
     .map_err(err)?;
     root.present().map_err(err)?;
@@ -384,9 +377,9 @@ const PALETTE: [RGBColor; 8] = [
 
 /// Each parameter's value as a share of its range (0 = min, 1 = max), so that parameters
 /// of any scale share one chart; the legend names them (the first 16).
-fn draw_spsa(out: &mut String, run: &Run) -> Result<(), String> {
-    let root = SVGBackend::with_string(out, (SIZE.0, SIZE.1 + 80)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+fn draw_spsa(out: &mut String, run: &Run, look: Look) -> Result<(), String> {
+    let root = SVGBackend::with_string(out, look.size((SIZE.0, SIZE.1 + 80))).into_drawing_area();
+    root.fill(&look.background()).map_err(err)?;
     let Some(spsa) = &run.args.spsa else {
         return Ok(());
     };
@@ -395,19 +388,29 @@ fn draw_spsa(out: &mut String, run: &Run) -> Result<(), String> {
     let xm = (spsa.num_iter.max(1)) as f64;
     let mut c = ChartBuilder::on(&root)
         .caption(
-            "SPSA parameters (share of each range) against iterations",
-            ("sans-serif", 16),
+            if look.phone {
+                "SPSA parameters (share of range)"
+            } else {
+                "SPSA parameters (share of each range) against iterations"
+            },
+            look.font(look.caption()),
         )
         .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
+        .margin_right(if look.phone { 20 } else { 30 })
+        .x_label_area_size(look.x_area())
+        .y_label_area_size(look.y_area())
         .build_cartesian_2d(0f64..xm, 0f64..1f64)
         .map_err(err)?;
     c.configure_mesh()
         .x_desc("iteration")
-        .y_desc("(value − min) / (max − min)")
-        .label_style(("sans-serif", LABELS))
-        .axis_desc_style(("sans-serif", LABELS))
+        .y_desc("share of range")
+        .x_labels(look.ticks())
+        .y_labels(look.ticks())
+        .label_style(look.font(look.labels()))
+        .axis_desc_style(look.font(look.labels()))
+        .axis_style(look.text())
+        .bold_line_style(look.text().mix(0.15))
+        .light_line_style(look.text().mix(0.05))
         .x_label_formatter(&|x| games_label(*x))
         .y_label_formatter(&|y| value_label(*y, 1.0))
         .draw()
@@ -435,8 +438,9 @@ fn draw_spsa(out: &mut String, run: &Run) -> Result<(), String> {
     }
     c.configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
+        .background_style(look.background().mix(0.85))
+        .border_style(look.text())
+        .label_font(look.font(look.labels()))
         .draw()
         .map_err(err)?;
     root.present().map_err(err)?;
@@ -503,6 +507,15 @@ mod tests {
 
     #[test]
     fn games_and_values_read_as_people_write_them() {
+        let dark_phone = Look {
+            dark: true,
+            phone: true,
+        };
+        assert_eq!(
+            Chart::parse_with_look("llr-phone-dark.svg"),
+            Some((Chart::Llr, dark_phone))
+        );
+        assert_eq!(Chart::parse_with_look("pie-dark.svg"), None);
         assert_eq!(games_label(0.0), "0");
         assert_eq!(games_label(950.0), "950");
         assert_eq!(games_label(1500.0), "1.5k");

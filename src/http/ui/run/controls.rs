@@ -225,7 +225,7 @@ pub async fn stop(
             return confirm_page(ctx, &f, Confirm::Stop, name);
         }
         db.stop_run_by_user(&f.run_id, user).map_err(refusal)?;
-        Page::redirect("/tests?done=stopped")
+        Page::redirect(format!("/tests?done=stopped&run={}", f.run_id))
     })
     .await
 }
@@ -243,7 +243,7 @@ pub async fn purge(
                 if outcome.purged.is_empty() {
                     "purged-none".into()
                 } else {
-                    "purged".into()
+                    format!("purged&run={}", f.run_id)
                 }
             })
             .map_err(refusal)
@@ -267,7 +267,7 @@ pub async fn delete(
             return confirm_page(ctx, &f, Confirm::Delete, name);
         }
         db.delete_run(&f.run_id, user).map_err(refusal)?;
-        Page::redirect("/tests?done=deleted")
+        Page::redirect(format!("/tests?done=deleted&run={}", f.run_id))
     })
     .await
 }
@@ -354,6 +354,11 @@ mod tests {
         assert!(!c.auto_purge);
         let text = |code: &str, run: Option<&str>| done_message(code, run).map(|d| d.text());
         assert_eq!(text("stopped", None).as_deref(), Some("Stopped run"));
+        let id = "0123456789abcdef01234567";
+        assert_eq!(
+            text("stopped", Some(id)).as_deref(),
+            Some("Run 0123456789abcdef01234567 stopped")
+        );
         assert_eq!(done_message("<script>", None), None);
         let id = "0123456789abcdef01234567";
         assert_eq!(

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod charts;
+pub mod charts_look;
 pub mod controls;
 pub mod detail;
 pub mod diff;

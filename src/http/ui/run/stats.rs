@@ -18,7 +18,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
-use super::charts::{self, Chart};
+use super::charts;
 use super::page::{load, page_title};
 use super::stats_tables::{StatsContent, stats_content};
 use crate::http::run_id::RunId;
@@ -94,14 +94,14 @@ pub async fn chart(
     Path((id, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let kind = Chart::parse(&name);
+    let kind = charts::Chart::parse_with_look(&name);
     let id = id.parse::<RunId>();
     let mut r = page(&state, Input::get(&state, &headers), move |db, _, _| {
         let run = load(db, id?)?;
-        let kind = kind
-            .filter(|k| k.applies(&run))
+        let (kind, look) = kind
+            .filter(|(k, _)| k.applies(&run))
             .ok_or(PageError::NotFound)?;
-        let svg = charts::render(&run, kind)
+        let svg = charts::render_as(&run, kind, look)
             .map_err(|e| PageError::internal("chart", format!("run {}: {e}", run.id)))?;
         Ok(Page::Html(StatusCode::OK, svg))
     })

@@ -36,6 +36,8 @@ pub struct TaskRow<'a> {
     pub wins: u64,
     pub losses: u64,
     pub draws: u64,
+    /// The pentanomial counts (Fishtest's "Pentanomial [0-2]" column).
+    pub pentanomial: [u64; 5],
     pub crashes: u64,
     pub time_losses: u64,
     pub last_updated: Stamp,
@@ -304,6 +306,7 @@ fn task_row<'a>(idx: usize, t: &'a Task, mark: &'static str, approver: bool) -> 
         wins: t.stats.wins,
         losses: t.stats.losses,
         draws: t.stats.draws,
+        pentanomial: t.stats.pentanomial,
         crashes: t.stats.crashes,
         time_losses: t.stats.time_losses,
         last_updated: Stamp(t.last_updated.0),

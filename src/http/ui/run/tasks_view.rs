@@ -44,7 +44,7 @@ const SORTS: [(&str, &str, bool); 10] = [
     ("state", "State", false),
     // Keys without a column of their own (Fishtest's): the details text, the pentanomial.
     ("info", "Info", false),
-    ("pentanomial", "Pentanomial", true),
+    ("pentanomial", "Pentanomial [0-2]", true),
 ];
 
 /// Fishtest's names for two of the keys.
@@ -217,6 +217,8 @@ pub struct TasksPage<'a> {
     /// This very page as a fragment: what the live refresh asks for.
     pub refresh: String,
     pub page_size: usize,
+    /// The run records pentanomial counts: the table shows them instead of W/L/D.
+    pub penta: bool,
 }
 
 /// A link to the table in state (`sort`, `desc`, `q`, `page`): the default values left out,
@@ -339,6 +341,11 @@ pub fn page_of<'a>(all: &'a Tasks<'_>, v: &TasksView, approver: bool) -> TasksPa
         })
         .collect();
     let first = if rows.is_empty() { 0 } else { skip + 1 };
+    // The pentanomial column when the run records pairs, else wins/losses/draws.
+    let penta = all
+        .entries
+        .iter()
+        .any(|e| e.stats().pentanomial.iter().any(|c| *c > 0));
     let last = skip.saturating_add(rows.len());
 
     let at_tasks = |h: Href| format!("{h}#tasks");
@@ -376,7 +383,11 @@ pub fn page_of<'a>(all: &'a Tasks<'_>, v: &TasksView, approver: bool) -> TasksPa
     }
     headers.extend([
         sortable("games"),
-        plain("W/L/D"),
+        if penta {
+            sortable("pentanomial")
+        } else {
+            plain("W/L/D")
+        },
         sortable("crashes"),
         sortable("time"),
         sortable("updated"),
@@ -412,6 +423,7 @@ pub fn page_of<'a>(all: &'a Tasks<'_>, v: &TasksView, approver: bool) -> TasksPa
         sorted: v.sort != default.sort || v.desc != default.desc,
         sorted_by: sorted_by(v.sort, v.desc),
         page_size: TASKS_PAGE_SIZE,
+        penta,
         id,
     }
 }

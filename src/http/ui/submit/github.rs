@@ -122,7 +122,14 @@ fn field(f: Field) -> &'static str {
 /// failed, a message saying how to submit anyway; `true` when the advanced fields should open.
 pub fn problems(problems: &[Problem]) -> (FieldErrors, Vec<Flash>, bool) {
     let mut errors = FieldErrors::new();
-    for p in problems {
+    // GitHub failing (down, timed out, its quota spent) says nothing of the field it was
+    // asked about: said above the form, never at a field that is fine.
+    let github: Vec<&str> = problems
+        .iter()
+        .filter(|p| p.outage)
+        .map(|p| p.message.as_str())
+        .collect();
+    for p in problems.iter().filter(|p| !p.outage) {
         errors
             .entry(field(p.field).to_string())
             .and_modify(|e: &mut String| {
@@ -134,10 +141,17 @@ pub fn problems(problems: &[Problem]) -> (FieldErrors, Vec<Flash>, bool) {
     let outage = problems.iter().any(|p| p.outage);
     let mut flashes = Vec::new();
     if outage {
-        flashes.push(Flash::error(
-            "GitHub could not answer (see below). You can still submit the test: give both \
+        let mut said: Vec<&str> = Vec::new();
+        for m in github {
+            if !said.contains(&m) {
+                said.push(m);
+            }
+        }
+        flashes.push(Flash::error(format!(
+            "GitHub could not answer ({}). You can still submit the test: give both \
              commits' SHAs, their benches and their nets under \"Advanced\".",
-        ));
+            said.join("; ")
+        )));
     }
     (errors, flashes, outage)
 }
