@@ -9,6 +9,13 @@
 //! A run whose diff or ancestry could not be had at creation (GitHub slow or down) is asked
 //! for again in the background when its page is viewed, at most every [`DIFF_RETRY`].
 //!
+//! The run page reads the kept diff from memory (`Kept`): a complete one (with the base's
+//! ancestry, which nothing changes any more) is read from the store again only after
+//! [`DIFF_REREAD_COMPLETE`], a missing or incomplete one (another instance may keep it
+//! meanwhile) after [`DIFF_REREAD`]; what this instance keeps or prunes is in memory at once.
+//! So a page view costs no store round trip but the first in a while (on MongoDB, a network
+//! round trip each).
+//!
 //! Must not: fetch while a page waits (the run page reads only what is kept), or keep more
 //! than [`MAX_DIFF_BYTES`] of one diff.
 
@@ -30,6 +37,56 @@ pub const DIFF_KEEP_DAYS: i64 = 30;
 pub const DIFF_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 /// The most runs remembered as retried (the oldest are forgotten).
 const RETRY_MEMORY: usize = 10_000;
+
+/// A missing or incomplete kept diff is read from the store again after this long.
+pub const DIFF_REREAD: std::time::Duration = std::time::Duration::from_secs(30);
+/// A complete kept diff is read from the store again after this long (only a pruning by
+/// another instance can change it).
+pub const DIFF_REREAD_COMPLETE: std::time::Duration = std::time::Duration::from_secs(3_600);
+/// The most diff text kept in memory; past it the memory is dropped whole.
+const KEPT_BYTES: usize = 32 << 20;
+
+/// The kept diffs as last read or written, by run id, with when (`None`: none kept).
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    runs: std::collections::HashMap<String, (Option<Arc<StoredDiff>>, std::time::Instant)>,
+    bytes: usize,
+}
+
+impl Kept {
+    /// What is known of `run_id`'s diff, if it is fresh enough to answer without the store.
+    fn fresh(&self, run_id: &str) -> Option<Option<Arc<StoredDiff>>> {
+        let (diff, at) = self.runs.get(run_id)?;
+        let reread = match diff {
+            Some(d) if d.ancestry.is_some() => DIFF_REREAD_COMPLETE,
+            _ => DIFF_REREAD,
+        };
+        (at.elapsed() < reread).then(|| diff.clone())
+    }
+
+    fn remember(&mut self, run_id: &str, diff: Option<Arc<StoredDiff>>) {
+        let size = |d: &Option<Arc<StoredDiff>>| d.as_ref().map_or(0, |d| d.diff.len());
+        let adding = size(&diff);
+        if self.bytes + adding > KEPT_BYTES {
+            self.runs.clear();
+            self.bytes = 0;
+        }
+        self.bytes += adding;
+        if let Some((old, _)) = self
+            .runs
+            .insert(run_id.to_string(), (diff, std::time::Instant::now()))
+        {
+            self.bytes = self.bytes.saturating_sub(size(&old));
+        }
+    }
+
+    fn forget(&mut self, run_id: &str) {
+        if let Some((old, _)) = self.runs.remove(run_id) {
+            let size = old.as_ref().map_or(0, |d| d.diff.len());
+            self.bytes = self.bytes.saturating_sub(size);
+        }
+    }
+}
 
 /// The runs whose diff is being fetched, and when each was last asked for again.
 #[derive(Debug, Default)]
@@ -126,16 +183,28 @@ impl Github {
                 && finished(run_id)
                 && self.store.delete(Collection::ShoalKv, id)?
             {
+                self.kept_diffs.lock().forget(run_id);
                 diffs += 1;
             }
         }
         Ok(Pruned { replies, diffs })
     }
 
-    /// The diff kept for a run, if any (a blocking store read: call it in the pool).
+    /// The diff kept for a run, if any: from memory when fresh (module docs), else a
+    /// blocking store read (call it in the pool). A store error answers none and is not
+    /// remembered.
     pub fn stored_diff_blocking(&self, run_id: &str) -> Option<StoredDiff> {
-        let doc = self.store.get(Collection::ShoalKv, &key(run_id)).ok()??;
-        serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
+        if let Some(known) = self.kept_diffs.lock().fresh(run_id) {
+            return known.map(|d| (*d).clone());
+        }
+        let doc = self.store.get(Collection::ShoalKv, &key(run_id)).ok()?;
+        let diff: Option<StoredDiff> = doc.and_then(|doc| {
+            serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
+        });
+        self.kept_diffs
+            .lock()
+            .remember(run_id, diff.clone().map(Arc::new));
+        diff
     }
 
     /// Fetches and keeps a run's diff in the background (after the run is created); nothing
@@ -243,7 +312,12 @@ impl Github {
             .run(move || store.put(Collection::ShoalKv, &doc))
             .await
         {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.kept_diffs
+                    .lock()
+                    .remember(run_id, Some(Arc::new(stored)));
+                Ok(())
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "run diff not stored");
                 Ok(())
@@ -381,6 +455,78 @@ mod tests {
         assert!(gh.stored_diff_blocking("gone_old").is_none());
         assert!(gh.stored_diff_blocking("running_old").is_some());
         assert!(gh.stored_diff_blocking("finished_new").is_some());
+    }
+
+    /// The run page's read: from memory after the first (a diff deleted behind the
+    /// component's back is still shown), dropped at once by this instance's pruning, read
+    /// from the store again once old: a complete diff after an hour, a missing or incomplete
+    /// one after 30 s. Fails on main: every read went to the store.
+    #[test]
+    fn a_kept_diff_is_read_from_memory_until_it_is_old() {
+        let (_dir, store) = crate::store::testkit::temp_store();
+        let ledger = Arc::new(crate::ledger::Ledger::new(Arc::clone(&store), true));
+        let gh = Github::new(
+            &super::super::GithubConfig::default(),
+            Arc::clone(&store),
+            crate::offload::Offload::new(1),
+            ledger,
+        )
+        .unwrap();
+        let old = chrono::Utc::now().timestamp() - (DIFF_KEEP_DAYS + 1) * 86_400;
+        let ancestry = Some(BaseAncestry {
+            on_master: true,
+            ancestor_of_new: true,
+            latest_common: true,
+        });
+        for (run, ancestry) in [
+            ("complete", ancestry),
+            ("incomplete", None),
+            ("pruned", None),
+        ] {
+            let d = StoredDiff {
+                repo: "a/b".into(),
+                base: "1".into(),
+                new: "2".into(),
+                diff: format!("diff of {run}"),
+                truncated: false,
+                fetched_at: old,
+                ancestry,
+            };
+            let mut doc = Doc::new();
+            doc.insert("_id".into(), json!(key(run)));
+            doc.insert("value".into(), json!(d));
+            store.put(Collection::ShoalKv, &doc).unwrap();
+            assert_eq!(gh.stored_diff_blocking(run).unwrap().diff, d.diff);
+        }
+        assert!(gh.stored_diff_blocking("none").is_none());
+        for run in ["complete", "incomplete"] {
+            assert!(store.delete(Collection::ShoalKv, &key(run)).unwrap());
+            assert!(gh.stored_diff_blocking(run).is_some(), "{run} from memory");
+        }
+        // Pruned here: forgotten at once (the other two are no longer in the store).
+        assert_eq!(gh.prune_blocking(|_| true).unwrap().diffs, 1);
+        assert!(gh.stored_diff_blocking("pruned").is_none());
+        // Aged: read from the store again.
+        let age = |run: &str, by: std::time::Duration| {
+            let mut kept = gh.kept_diffs.lock();
+            let entry = kept.runs.get_mut(run).unwrap();
+            entry.1 = std::time::Instant::now().checked_sub(by).unwrap();
+        };
+        age(
+            "incomplete",
+            DIFF_REREAD + std::time::Duration::from_secs(1),
+        );
+        age("complete", DIFF_REREAD + std::time::Duration::from_secs(1));
+        assert!(gh.stored_diff_blocking("incomplete").is_none());
+        assert!(
+            gh.stored_diff_blocking("complete").is_some(),
+            "a complete one stays"
+        );
+        age(
+            "complete",
+            DIFF_REREAD_COMPLETE + std::time::Duration::from_secs(1),
+        );
+        assert!(gh.stored_diff_blocking("complete").is_none());
     }
 
     #[test]

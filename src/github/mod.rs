@@ -124,6 +124,9 @@ pub struct Github {
     /// When a run's diff was last asked for again from its page (`diffs.rs`: a failed first
     /// attempt is retried at most every [`DIFF_RETRY`]).
     diff_retried: parking_lot::Mutex<diffs::Retries>,
+    /// The kept diffs as last read or written (`diffs.rs`: the run page reads them from
+    /// memory).
+    kept_diffs: parking_lot::Mutex<diffs::Kept>,
     store: SharedStore,
     offload: Offload,
     ledger: Arc<Ledger>,
@@ -159,6 +162,7 @@ impl Github {
             master: arc_swap::ArcSwapOption::empty(),
             master_stored: parking_lot::Mutex::new(None),
             diff_retried: parking_lot::Mutex::new(diffs::Retries::default()),
+            kept_diffs: parking_lot::Mutex::new(diffs::Kept::default()),
             store,
             offload,
             ledger,

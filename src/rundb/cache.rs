@@ -26,15 +26,15 @@ use crate::store::{Collection, Doc, JournalEntry, RunRecord, StoreError};
 /// `last_sync - 60 s × priority` first, so a new task is written before an ended one, and both
 /// before any other change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Prio {
+pub(super) enum Prio {
     Normal = 0,
     Medium = 1,
     High = 2,
 }
 
 /// One cached run.
-pub(crate) struct RunEntry {
-    pub run: Mutex<Run>,
+pub(super) struct RunEntry {
+    pub(super) run: Mutex<Run>,
     /// 0 = clean, p + 1 = dirty with priority p.
     dirty: AtomicU8,
     /// Highest journal seq applied to `run`.
@@ -65,7 +65,7 @@ impl RunEntry {
         self.dirty.fetch_max(prio as u8 + 1, Ordering::AcqRel);
     }
 
-    pub(crate) fn arch_filter(&self, pattern: &str) -> ArchFilter {
+    pub(super) fn arch_filter(&self, pattern: &str) -> ArchFilter {
         let mut cached = self.arch.lock();
         match &*cached {
             Some((p, f)) if p == pattern => f.clone(),
@@ -166,7 +166,7 @@ pub fn apply_patch(doc: &mut Doc, patch: &Doc) {
 impl RunDb {
     /// The cached entry of a run, loading it from the store if needed. A secondary does not
     /// cache: the primary changes runs, and the store is where a secondary sees them.
-    pub(crate) fn entry(&self, run_id: &str) -> DbResult<Option<Arc<RunEntry>>> {
+    pub(super) fn entry(&self, run_id: &str) -> DbResult<Option<Arc<RunEntry>>> {
         if let Some(e) = self.cache.read().get(run_id) {
             return Ok(Some(e.clone()));
         }
@@ -188,7 +188,7 @@ impl RunDb {
 
     /// Journals the state of `run` (touched tasks included) and marks it dirty. Call with the
     /// run's lock held.
-    pub(crate) fn commit(
+    pub(super) fn commit(
         &self,
         entry: &RunEntry,
         run: &mut Run,
@@ -224,7 +224,7 @@ impl RunDb {
         self.listed_changes.load(Ordering::Acquire)
     }
 
-    pub(crate) fn note_listed_change(&self) {
+    pub(super) fn note_listed_change(&self) {
         self.listed_changes.fetch_add(1, Ordering::AcqRel);
     }
 

@@ -3,10 +3,11 @@
 //!
 //! request_task is not here: the scheduler ([`crate::scheduler`]) owns its whole path (the
 //! gate, the batches, the critical section and its memory, the blocked workers, the limits'
-//! grants) and works on the runs through what this module lends it as `pub(crate)`
-//! (`seam.rs`: the store, the ledger, the limits engine, the cache read-locked; and `entry`,
-//! `commit`, `note_listed_change`, `run_entry`, `set_inactive`, `task_action`). The run core
-//! never calls the scheduler.
+//! grants) and works on the runs through the run core's verbs (`verbs.rs`: a read-only scan of
+//! the candidate runs, `add_task` with the scheduler's grant decision run under the run's
+//! lock, `fail_task`, read-only looks at one run); `seam.rs` lends it the store, the ledger
+//! and the limits engine. The cache, its entries, `commit` and `set_inactive` are private to
+//! the run core (`tests/it/layout.rs` checks it). The run core never calls the scheduler.
 //!
 //! `RunDb` is one struct whose methods live in layers, one file each; a file calls only the
 //! layers below it, so the operations never call one another and what two of them share
@@ -18,9 +19,11 @@
 //!   `lifecycle.rs` (create, approve, a worker's stop, purge), `control.rs` (the controls
 //!   people use: modify, delete, a user's stop), `jobs.rs` (the periodic jobs over runs),
 //!   `retention.rs` (PGN retention: the store alone, no lock of ours), `queries.rs` (what the
-//!   HTTP layer and the UI read);
-//! - `transitions.rs`: the changes several operations (and the scheduler) share (a task set
-//!   inactive, its grants released; a run finished or purged) and the task-ownership check;
+//!   HTTP layer and the UI read), `verbs.rs` (what the scheduler does to runs, above);
+//! - `transitions.rs`: the changes several operations share (a task set inactive, its grants
+//!   released; a run finished or purged) and the task-ownership check;
+//! - `load.rs`: a run's load, the one place its task list grows and its counters (`workers`,
+//!   `cores`, `committed_games`, `total_games`) rise and fall;
 //! - `cache.rs`: the run cache (every unfinished run in memory, each behind its own lock),
 //!   commit to the journal, `save_now`, the write-behind and eviction;
 //! - `records.rs`: what the run database tells the ledger ([`crate::ledger`]: the action log,
@@ -30,7 +33,7 @@
 //!   HTTP layer turns them into Fishtest's JSON and messages);
 //! - `error.rs`: why an operation failed ([`RunDbError`]), said as what happened; the HTTP
 //!   layer words it as Fishtest does;
-//! - `seam.rs`: what the scheduler borrows (above);
+//! - `seam.rs`: what the scheduler borrows to keep (above);
 //! - this file: the struct and its fields and the settings; and the building blocks that
 //!   know nothing of `RunDb`: [`model`], [`schedule`] (the pure rules of time controls, task
 //!   sizes, itp, run order and the arch filter, which the scheduler applies), [`journal`],
@@ -65,6 +68,7 @@ mod error;
 mod jobs;
 pub mod journal;
 mod lifecycle;
+mod load;
 pub mod model;
 pub mod outcome;
 pub mod queries;
@@ -80,6 +84,7 @@ pub mod trajectory;
 // A take stopped by its test group (issue 39).
 mod superseded;
 mod transitions;
+mod verbs;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,14 +98,15 @@ use crate::ledger::Ledger;
 pub use crate::protocol::WORKER_VERSION;
 use crate::store::{Date, SharedStore};
 use books::Books;
+use cache::RunEntry;
 pub use cache::apply_patch;
-pub(crate) use cache::{Prio, RunEntry};
 pub use control::{Approval, ModifyOutcome, RunChanges, UserStop};
 pub use error::{ChangeRefused, DbResult, Op, RunDbError};
 pub use journal::{JournalError, Ticket};
 pub use lifecycle::SubmitError;
 pub use lifecycle::{PURGE_WINDOW, STOP_RUN_CPU_HOURS};
 pub use transitions::PurgeOutcome;
+pub(crate) use verbs::{RunRef, TaskEnd};
 
 /// A task silent for longer than this is dead.
 pub const DEAD_TASK: Duration = Duration::from_secs(360);
@@ -161,10 +167,10 @@ pub struct RunDb {
     doc_sizes: parking_lot::Mutex<HashMap<String, (std::time::Instant, Option<u64>)>>,
 }
 
-pub(crate) fn now() -> Date {
+fn now() -> Date {
     Date::now()
 }
 
-pub(crate) fn secs_since(d: &Date) -> f64 {
+fn secs_since(d: &Date) -> f64 {
     (chrono::Utc::now() - d.0).num_milliseconds() as f64 / 1000.0
 }

@@ -251,6 +251,13 @@ pub struct Task {
     pub extra: Map<String, Value>,
 }
 
+impl Task {
+    /// Seconds since the task was last heard from (its `last_updated`).
+    pub fn seconds_since_update(&self) -> f64 {
+        super::secs_since(&self.last_updated)
+    }
+}
+
 /// A run: a test of one patch against its base.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run {

@@ -228,6 +228,12 @@ impl RunDb {
         Ok(self.entry(run_id)?.map(|e| e.run.lock().clone()))
     }
 
+    /// Whether this instance is the primary (only the primary caches runs, changes them and
+    /// schedules).
+    pub fn is_primary(&self) -> bool {
+        self.cfg.primary
+    }
+
     /// The unfinished runs' ids.
     pub fn unfinished_ids(&self) -> Vec<String> {
         self.unfinished.read().clone()

@@ -184,7 +184,7 @@ impl RunDb {
     }
 
     /// Logs an action about a task (called with the run locked).
-    pub(crate) fn task_action(
+    pub(super) fn task_action(
         &self,
         action: &str,
         run: &Run,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::cache::{RunEntry, to_doc};
+use super::load;
 use super::model::{PurgeView as _, Run, Stats, Task, WorkerInfo};
 use super::{DbResult, Op, RunDb, RunDbError, now};
 
@@ -58,7 +59,7 @@ impl RunDb {
     }
 
     /// The cache entry of the run a worker's task-bound call names.
-    pub(crate) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
+    pub(super) fn run_entry(&self, run_id: &str) -> DbResult<Arc<RunEntry>> {
         self.entry(run_id)?.ok_or_else(|| RunDbError::UnknownRun {
             run_id: run_id.to_string(),
             op: Op::Task,
@@ -66,23 +67,16 @@ impl RunDb {
     }
 
     /// Fishtest's set_inactive_task: the task stops counting towards the run's load (workers,
-    /// cores, committed games, its address's task count) and its CPU hours go to its user.
-    pub(crate) fn set_inactive(&self, run: &mut Run, task_id: usize) {
-        let Some(task) = run.tasks.get_mut(task_id) else {
-            return;
-        };
-        if !task.active {
+    /// cores, committed games: `load.rs`; its address's task count) and its CPU hours go to
+    /// its user.
+    pub(super) fn set_inactive(&self, run: &mut Run, task_id: usize) {
+        if !load::end_task(run, task_id) {
             return;
         }
-        task.active = false;
-        task.spsa_params = None;
-        let played = task.stats.games();
-        let num_games = task.num_games;
-        let concurrency = u64::from(task.worker_info.concurrency);
-        run.workers = run.workers.saturating_sub(1);
-        run.cores = run.cores.saturating_sub(concurrency);
+        if let Some(task) = run.tasks.get_mut(task_id) {
+            task.spsa_params = None;
+        }
         self.note_listed_change();
-        run.committed_games = (run.committed_games + played).saturating_sub(num_games);
         // Every grant the task held (machine limit, window, configured limits) goes back,
         // whoever ended it; waiters of those keys are served.
         self.limits
@@ -114,8 +108,7 @@ impl RunDb {
             self.set_inactive(run, i);
         }
         run.finished = true;
-        run.workers = 0;
-        run.cores = 0;
+        load::finished(run);
         run.nps = 0.0;
         run.games_per_minute = 0.0;
         run.last_updated = now();
@@ -179,17 +172,11 @@ impl RunDb {
             return Ok(outcome);
         }
         let mut results = Stats::default();
-        let mut committed = 0;
         for t in &run.tasks {
             results.add(&t.stats);
-            committed += if t.active {
-                t.num_games
-            } else {
-                t.stats.games()
-            };
         }
         run.results = results;
-        run.committed_games = committed;
+        load::recount_committed(run);
         let undecided = match run.args.sprt.as_mut() {
             Some(sprt) => {
                 if let Err(e) = crate::stats::update_sprt(&sprt_results(&results), sprt) {

@@ -5,13 +5,15 @@
 //! (`withdraw_task`).
 //!
 //! Owns: the limits' checks (the per-address machine limit, configured limits, the run's
-//! window) and the grants the new task takes (released by the run core's `set_inactive`),
-//! and the task created in the chosen run.
-//! The rules themselves are pure functions in `rules.rs`; the memory is `memory.rs`'s.
+//! window), the grants the new task takes (released by the run core when the task ends), and
+//! the decisions: which run, how many games, which grants, who is a duplicate.
+//! The rules themselves are pure functions in `rules.rs`; the memory is `memory.rs`'s. Runs
+//! are read and changed only through the run core's verbs (`scan_cached`, `read_cached`,
+//! `add_task`, `fail_task`): the task, its journal entry and the run's counters are the run
+//! core's.
 //! Must not: call the run core's operations (tasks, lifecycle, control, jobs, queries); do
 //! work proportional to all tasks ever created; hold a run's lock while taking another's.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -21,10 +23,10 @@ use super::memory::Sched;
 use super::rules::{self as schedule, Candidate, WorkerNeeds};
 use crate::accounts::User;
 use crate::limits::{Full, GrantRef, Holder};
-use crate::rundb::model::{Run, Stats, Task, WorkerInfo};
+use crate::rundb::model::{Run, WorkerInfo};
 use crate::rundb::outcome::{Assignment, Refusal, TaskAssignment};
-use crate::rundb::{DbResult, Prio, RunDbError, RunEntry, Ticket, now, secs_since};
-use crate::store::Collection;
+use crate::rundb::{DbResult, RunDbError, RunRef, TaskEnd, Ticket};
+use crate::store::{Collection, Date};
 
 /// Two workers with the same short name within this window are duplicates.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -83,7 +85,7 @@ impl Scheduler {
             return Ok((Assignment::Refused(self.refusal(full, user)), None));
         }
         // 4-5. Order the unfinished runs and take the first that fits.
-        let Some(entry) = self.choose(&sched, &short, &wi) else {
+        let Some(chosen) = self.choose(&sched, &short, &wi) else {
             return Ok((Assignment::NoTask, None));
         };
         // 6-7. Size the task and create it under the run's lock, with every grant.
@@ -94,16 +96,13 @@ impl Scheduler {
             credit: credit.as_ref(),
             reservation,
         };
-        let (assignment, ticket) = match self.grant(&entry, asked)? {
+        let (assignment, ticket) = match self.grant(&chosen, asked)? {
             Ok(granted) => granted,
             Err(not) => return Ok((not, None)),
         };
         // 8. After the run's lock: the worker's map entry, a stale task, the worker's runs.
-        let stale_ticket = self.remember(&mut sched, short, &assignment)?;
+        self.remember(&mut sched, short, &assignment)?;
         drop(sched);
-        // The stale task's change is journalled too; nobody awaits it (it acknowledges
-        // nothing to anyone).
-        drop(stale_ticket);
         Ok((Assignment::Task(Box::new(assignment)), Some(ticket)))
     }
 
@@ -124,7 +123,7 @@ impl Scheduler {
             .to_string();
         doc.insert("_id".into(), json!(short));
         doc.insert("worker_name".into(), json!(short));
-        doc.insert("last_updated".into(), now().to_value());
+        doc.insert("last_updated".into(), Date::now().to_value());
         store.put(Collection::Workers, &doc)?;
         drop(blocked);
         Ok(Some(Refusal::BlockedWorker {
@@ -148,26 +147,23 @@ impl Scheduler {
         let credit = previous
             .as_ref()
             .map(|(run_id, task_id)| Holder::Task(run_id.clone(), *task_id));
-        let previous_entry = previous
-            .as_ref()
-            .and_then(|(run_id, _)| self.runs.cached(run_id));
-        if let (Some((_, task_id)), Some(entry)) = (&previous, previous_entry) {
-            let task_id = *task_id;
-            let run = entry.run.lock();
-            if let Some(t) = run.tasks.get(task_id) {
+        if let Some((run_id, task_id)) = &previous {
+            let seen = self.runs.read_cached(run_id, |run| {
+                let t = run.tasks.get(*task_id)?;
                 own_stale_task = t.active
                     && t.worker_info.unique_key == wi.unique_key
                     && t.worker_info.remote_addr == wi.remote_addr;
-                let ago = secs_since(&t.last_updated);
-                if t.active
+                let ago = t.seconds_since_update();
+                (t.active
                     && t.worker_info.unique_key != wi.unique_key
-                    && ago <= DUPLICATE_WINDOW.as_secs_f64()
-                {
-                    return Err(Refusal::DuplicateName {
-                        name: short.to_string(),
-                        seconds_ago: ago.max(0.0) as u64,
-                    });
-                }
+                    && ago <= DUPLICATE_WINDOW.as_secs_f64())
+                .then_some(ago)
+            });
+            if let Some(Some(ago)) = seen {
+                return Err(Refusal::DuplicateName {
+                    name: short.to_string(),
+                    seconds_ago: ago.max(0.0) as u64,
+                });
             }
         }
         Ok(credit.filter(|_| own_stale_task))
@@ -176,25 +172,19 @@ impl Scheduler {
     /// Steps 4-5: a snapshot of each cached unfinished run (one run's lock at a time, under
     /// the cache's read lock), ordered by the rules, the first that fits the worker and whose
     /// run-keyed limits are not full.
-    fn choose(&self, sched: &Sched, short: &str, wi: &WorkerInfo) -> Option<Arc<RunEntry>> {
+    fn choose(&self, sched: &Sched, short: &str, wi: &WorkerInfo) -> Option<RunRef> {
         let worker_runs = sched.worker_runs.get(short);
         let last_run = worker_runs.and_then(|w| w.last_run.clone());
         let ids = self.runs.unfinished_ids();
-        let cache = self.runs.cache_read();
         let mut candidates = Vec::with_capacity(ids.len());
         let mut entries = Vec::with_capacity(ids.len());
         // Each candidate's run-keyed limits: `run_limits[index]`.
         let mut run_limits = Vec::with_capacity(ids.len());
         // Each candidate's run id, `cand_ids[index]` (test groups, below).
         let mut cand_ids: Vec<&str> = Vec::with_capacity(ids.len());
-        for id in &ids {
-            let Some(entry) = cache.get(id) else { continue };
-            let run = entry.run.lock();
-            let arch_filter = run
-                .args
-                .arch_filter
-                .as_deref()
-                .map(|p| entry.arch_filter(p));
+        self.runs.scan_cached(&ids, |id, seen| {
+            let run = seen.run;
+            let arch_filter = seen.arch_filter();
             candidates.push(Candidate {
                 index: entries.len(),
                 priority: run.args.priority,
@@ -209,15 +199,14 @@ impl Scheduler {
                 spsa_params: run.args.spsa.as_ref().map(|s| s.params.len()),
                 arch_filter,
                 compiler: run.args.compiler.clone(),
-                is_last_run: last_run.as_deref() == Some(id.as_str()),
+                is_last_run: last_run.as_deref() == Some(id),
                 in_worker_runs: worker_runs.is_some_and(|w| w.runs.contains(id)),
                 limited: false,
             });
             cand_ids.push(id);
-            run_limits.push(self.run_limits(&run, id));
-            entries.push(entry.clone());
-        }
-        drop(cache);
+            run_limits.push(self.run_limits(run, id));
+            entries.push(seen.run_ref());
+        });
         // Test groups (issue 39, `group_shares.rs`): a group's takes placed as one run.
         self.group_shares
             .arrange(&cand_ids, &mut candidates, wi.concurrency);
@@ -240,10 +229,11 @@ impl Scheduler {
         choice.map(|c| entries[c.index].clone())
     }
 
-    /// Steps 6-7, under the chosen run's lock: the task's size, every grant at once, the task
-    /// created and journalled. `Ok(Err(_))`: no task after all (the run needs no more games,
-    /// or a limit filled up).
-    fn grant(&self, entry: &RunEntry, asked: Asked<'_>) -> DbResult<Granted> {
+    /// Steps 6-7, under the chosen run's lock (the run core's `add_task` runs this decision
+    /// there): the task's size, every grant at once; then the run core creates and journals
+    /// the task. `Ok(Err(_))`: no task after all (the run needs no more games, or a limit
+    /// filled up).
+    fn grant(&self, chosen: &RunRef, asked: Asked<'_>) -> DbResult<Granted> {
         let Asked {
             user,
             wi,
@@ -251,103 +241,51 @@ impl Scheduler {
             credit,
             reservation,
         } = asked;
-        let mut run = entry.run.lock();
-        let remaining = run.remaining_games();
-        if run.finished || remaining == 0 {
-            return Ok(Err(Assignment::RunNoLongerNeedsGames));
-        }
-        let num_games = task_size(&run, wi.concurrency, remaining)?;
-        let task_id = run.tasks.len();
-        // Every grant at once, under the run's lock (so the window counts exactly this run's
-        // active tasks); released by `set_inactive` however the task ends, or by the guard if
-        // the task is not created after all.
-        let mut grants = worker_grants;
-        grants.extend(self.run_grants(&run, wi.concurrency));
-        let holder = Holder::Task(run.id.clone(), task_id);
-        if let Err(full) = self
-            .limits
-            .acquire(holder.clone(), &grants, credit, reservation)
-        {
-            return Ok(Err(Assignment::Refused(self.refusal(full, user))));
-        }
-        let mut granted = ReleaseGuard {
-            engine: &self.limits,
-            holder: Some(holder),
-        };
-        let task = Task {
-            num_games,
-            active: true,
-            last_updated: now(),
-            start: run.total_games,
-            stats: Stats::default(),
-            worker_info: std::sync::Arc::new(wi.clone()),
-            bad: false,
-            spsa_params: None,
-            extra: Default::default(),
-        };
-        run.tasks.push(task);
-        run.workers += 1;
-        run.cores += u64::from(wi.concurrency);
-        self.runs.note_listed_change();
-        run.committed_games += num_games;
-        run.total_games += num_games;
-        let ticket = match self.runs.commit(entry, &mut run, &[task_id], Prio::High) {
-            Ok(t) => t,
-            Err(e) => {
-                // Not acknowledged: the task does not count.
-                run.tasks.pop();
-                run.workers = run.workers.saturating_sub(1);
-                run.cores = run.cores.saturating_sub(u64::from(wi.concurrency));
-                run.committed_games = run.committed_games.saturating_sub(num_games);
-                run.total_games = run.total_games.saturating_sub(num_games);
-                return Err(e);
+        let added = self.runs.add_task(chosen, wi, |run, task_id| {
+            let remaining = run.remaining_games();
+            if run.finished || remaining == 0 {
+                return Ok(Err(Assignment::RunNoLongerNeedsGames));
             }
-        };
-        granted.keep();
-        let assignment = TaskAssignment {
-            run_id: run.id.clone(),
-            args: run.args.clone(),
-            book_sri: self.runs.books().get(&run.args.book).map(|b| b.sri.clone()),
-            task_id,
-            num_games,
-            start: run.tasks[task_id].start,
-            stats: run.tasks[task_id].stats,
-        };
-        Ok(Ok((assignment, ticket)))
+            let num_games = task_size(run, wi.concurrency, remaining)?;
+            // Every grant at once, under the run's lock (so the window counts exactly this
+            // run's active tasks); released by the run core however the task ends, or by the
+            // guard if the task is not created after all.
+            let mut grants = worker_grants;
+            grants.extend(self.run_grants(run, wi.concurrency));
+            let holder = Holder::Task(run.id.clone(), task_id);
+            if let Err(full) = self
+                .limits
+                .acquire(holder.clone(), &grants, credit, reservation)
+            {
+                return Ok(Err(Assignment::Refused(self.refusal(full, user))));
+            }
+            let granted = ReleaseGuard {
+                engine: &self.limits,
+                holder: Some(holder),
+            };
+            Ok(Ok((num_games, granted)))
+        })?;
+        Ok(added.map(|(assignment, ticket, mut granted)| {
+            granted.keep();
+            (assignment, ticket)
+        }))
     }
 
     /// Step 8, after the run's lock: the worker's map entry; the worker's previous task, if
-    /// still active, failed as stale (its ticket returned, for nobody to await); the run
-    /// noted among the worker's runs.
-    fn remember(
-        &self,
-        sched: &mut Sched,
-        short: String,
-        task: &TaskAssignment,
-    ) -> DbResult<Option<Ticket>> {
+    /// still active in a cached run, failed as stale (journalled for nobody to await: it
+    /// acknowledges nothing to anyone); the run noted among the worker's runs.
+    fn remember(&self, sched: &mut Sched, short: String, task: &TaskAssignment) -> DbResult<()> {
         let (run_id, task_id) = (&task.run_id, task.task_id);
-        let mut stale_ticket = None;
         if let Some((old_run, old_task)) =
             sched.wtt.insert(short.clone(), (run_id.clone(), task_id))
             && (old_run != *run_id || old_task != task_id)
-            && let Some(old_entry) = self.runs.cached(&old_run)
         {
-            let mut old = old_entry.run.lock();
-            if old.tasks.get(old_task).is_some_and(|t| t.active) {
-                self.runs.set_inactive(&mut old, old_task);
-                self.runs
-                    .task_action("failed_task", &old, old_task, "Stale active task")?;
-                stale_ticket =
-                    Some(
-                        self.runs
-                            .commit(&old_entry, &mut old, &[old_task], Prio::Medium)?,
-                    );
-            }
+            self.runs.fail_task(&old_run, old_task, TaskEnd::Stale)?;
         }
         let wr = sched.worker_runs.entry(short).or_default();
         wr.runs.insert(run_id.clone());
         wr.last_run = Some(run_id.clone());
-        Ok(stale_ticket)
+        Ok(())
     }
 
     /// Takes back a task whose worker left before it was told about it (request_task's caller
@@ -356,22 +294,12 @@ impl Scheduler {
     /// change is journalled; nobody awaits it. Logged, never an error: the task would
     /// otherwise be reaped by the dead-task scavenger.
     pub fn withdraw_task(&self, run_id: &str, task_id: usize) {
-        let entry = match self.runs.run_entry(run_id) {
-            Ok(entry) => entry,
+        match self.runs.fail_task(run_id, task_id, TaskEnd::Withdrawn) {
+            Ok(true) => {}
+            Ok(false) => return,
             Err(e) => {
                 tracing::warn!(run = run_id, task = task_id, error = %e, "cannot withdraw task");
                 return;
-            }
-        };
-        let mut run = entry.run.lock();
-        if !run.tasks.get(task_id).is_some_and(|t| t.active) {
-            return;
-        }
-        self.runs.set_inactive(&mut run, task_id);
-        match self.runs.commit(&entry, &mut run, &[task_id], Prio::Medium) {
-            Ok(ticket) => drop(ticket),
-            Err(e) => {
-                tracing::warn!(run = run_id, task = task_id, error = %e, "withdrawn task not journalled")
             }
         }
         tracing::info!(

@@ -315,22 +315,17 @@ impl Scheduler {
 
     fn run_loads(&self) -> Vec<RunLoad> {
         let ids = self.runs.unfinished_ids();
-        let entries: Vec<_> = {
-            let cache = self.runs.cache_read();
-            ids.iter().filter_map(|id| cache.get(id).cloned()).collect()
-        };
-        entries
-            .iter()
-            .map(|e| {
-                let run = e.run.lock();
-                RunLoad {
-                    id: run.id.clone(),
-                    spsa_params: run.args.spsa.as_ref().map(|s| s.params.len()),
-                    throughput: run.args.throughput,
-                    cores: run.cores,
-                    active: run.approved && !run.finished && run.remaining_games() > 0,
-                }
-            })
-            .collect()
+        let mut loads = Vec::with_capacity(ids.len());
+        self.runs.scan_cached(&ids, |_, seen| {
+            let run = seen.run;
+            loads.push(RunLoad {
+                id: run.id.clone(),
+                spsa_params: run.args.spsa.as_ref().map(|s| s.params.len()),
+                throughput: run.args.throughput,
+                cores: run.cores,
+                active: run.approved && !run.finished && run.remaining_games() > 0,
+            });
+        });
+        loads
     }
 }

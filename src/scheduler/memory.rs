@@ -66,11 +66,9 @@ impl Scheduler {
     pub(super) fn rebuild(&self) -> DbResult<()> {
         let mut sched = self.sched.lock();
         let ids = self.runs.unfinished_ids();
-        let cache = self.runs.cache_read();
-        for id in &ids {
-            let Some(entry) = cache.get(id) else { continue };
-            let run = entry.run.lock();
-            self.rebuild_holders(&run);
+        self.runs.scan_cached(&ids, |_, seen| {
+            let run = seen.run;
+            self.rebuild_holders(run);
             for (i, t) in run.tasks.iter().enumerate() {
                 if t.active {
                     sched
@@ -78,8 +76,7 @@ impl Scheduler {
                         .insert(t.worker_info.short_name(), (run.id.clone(), i));
                 }
             }
-        }
-        drop(cache);
+        });
         if let Some(doc) = self.runs.store().get(Collection::Kvstore, "worker_runs")?
             && let Some(Value::Object(map)) = doc.get("value")
         {

@@ -15,16 +15,19 @@
 //! Owns: `Sched` (the worker -> task map and each worker's runs, `memory.rs`), the blocked
 //! workers (`workers.rs`), the limits' ids and grants, the maxima approvers set and the
 //! floating limits' refresh (`limiter.rs`), the gate and its batches.
-//! The run core ([`crate::rundb`]) owns the runs, their cache and journal, and ends tasks:
-//! its `set_inactive` releases a task's grants in the limits engine, which both hold. The
-//! core never calls the scheduler: what the scheduler remembers of a task it finds stale at
-//! the next request_task (the worker -> task map is checked against the run) or forgets in
-//! `clean_worker_runs`.
+//! The run core ([`crate::rundb`]) owns the runs, their cache and journal, the tasks and a
+//! run's counters; the scheduler reaches runs only through its verbs (a read-only scan of the
+//! candidate runs, `add_task` with this module's grant decision run under the run's lock,
+//! `fail_task`, read-only looks at one run). The run core releases a task's grants in the
+//! limits engine, which both hold, when the task ends. The core never calls the scheduler:
+//! what the scheduler remembers of a task it finds stale at the next request_task (the worker
+//! -> task map is checked against the run) or forgets in `clean_worker_runs`.
 //!
 //! Lock order: this module is the only place where it crosses a module line. `sched` (here)
-//! -> the run cache, read (`rundb`) -> one run's lock -> what the run core takes under it
-//! (`arch`, the limits engine, the ledger's, `unfinished`, the journal, the store); never two
-//! run locks at once. The blocked set's lock (held across its store read and write) is
+//! -> the run cache, read (`rundb`, taken by its verbs) -> one run's lock (the verbs run this
+//! module's closures under it: they read the run and take grants in the limits engine, a
+//! leaf) -> what the run core takes under it (`arch`, the limits engine, the ledger's,
+//! `unfinished`, the journal, the store); never two run locks at once. The blocked set's lock (held across its store read and write) is
 //! never held with `sched`: request_task drops it before taking `sched`. Nothing is held
 //! across an `.await`: the critical section is blocking code on the slot holder's thread.
 //! Must not: know HTTP (Fishtest's texts are the handler's); do work proportional to all tasks

@@ -19,9 +19,9 @@ fn described(f: &Fixture, runs: &[String], a: &Assignment) -> String {
         Assignment::Task(t) => {
             let run = runs.iter().position(|r| *r == t.run_id);
             let task =
-                f.db.entry(&t.run_id)
-                    .expect("entry")
-                    .map(|e| e.run.lock().tasks[t.task_id].worker_info.unique_key.clone());
+                f.db.get_run(&t.run_id)
+                    .expect("run")
+                    .map(|r| r.tasks[t.task_id].worker_info.unique_key.clone());
             format!(
                 "run {run:?} task {} games {} start {} worker {task:?}",
                 t.task_id, t.num_games, t.start

@@ -171,36 +171,34 @@ impl Scheduler {
     pub fn active_machines(&self) -> DbResult<Vec<Machine>> {
         let mut out = Vec::new();
         for id in self.runs.unfinished_ids() {
-            let Some(entry) = self.runs.entry(&id)? else {
-                continue;
-            };
-            let run = entry.run.lock();
-            for (task_id, t) in run.tasks.iter().enumerate().filter(|(_, t)| t.active) {
-                let w = &t.worker_info;
-                out.push(Machine {
-                    username: w.username.clone(),
-                    short_name: w.short_name(),
-                    concurrency: w.concurrency,
-                    worker_arch: w.worker_arch.clone(),
-                    country_code: w.country_code.clone(),
-                    version: w.version,
-                    modified: w.modified,
-                    nps: w.nps,
-                    max_memory: w.max_memory,
-                    uname: w.uname.clone(),
-                    compiler: format!("{} {}", w.compiler, dotted(&w.gcc_version))
-                        .trim()
-                        .to_string(),
-                    compiler_name: w.compiler.clone(),
-                    compiler_version: w.gcc_version.clone(),
-                    python: dotted(&w.python_version),
-                    python_version: w.python_version.clone(),
-                    run_id: run.id.clone(),
-                    new_tag: run.args.new_tag.clone(),
-                    task_id,
-                    last_updated: t.last_updated,
-                });
-            }
+            self.runs.read_run(&id, |run| {
+                for (task_id, t) in run.tasks.iter().enumerate().filter(|(_, t)| t.active) {
+                    let w = &t.worker_info;
+                    out.push(Machine {
+                        username: w.username.clone(),
+                        short_name: w.short_name(),
+                        concurrency: w.concurrency,
+                        worker_arch: w.worker_arch.clone(),
+                        country_code: w.country_code.clone(),
+                        version: w.version,
+                        modified: w.modified,
+                        nps: w.nps,
+                        max_memory: w.max_memory,
+                        uname: w.uname.clone(),
+                        compiler: format!("{} {}", w.compiler, dotted(&w.gcc_version))
+                            .trim()
+                            .to_string(),
+                        compiler_name: w.compiler.clone(),
+                        compiler_version: w.gcc_version.clone(),
+                        python: dotted(&w.python_version),
+                        python_version: w.python_version.clone(),
+                        run_id: run.id.clone(),
+                        new_tag: run.args.new_tag.clone(),
+                        task_id,
+                        last_updated: t.last_updated,
+                    });
+                }
+            })?;
         }
         out.sort_by(|a, b| {
             b.last_updated

@@ -52,6 +52,14 @@ fn module_of(src: &Path, file: &Path) -> Module {
 /// The code a module's dependencies are read from: no test module, no comments, no
 /// visibility paths (`pub(super)` names no module).
 fn code(text: &str) -> String {
+    regex::Regex::new(r"pub\((?:crate|super|self|in [^)]*)\)")
+        .expect("regex")
+        .replace_all(&plain(text), "pub")
+        .into_owned()
+}
+
+/// A module's code as written, visibilities included: no test module, no comments.
+fn plain(text: &str) -> String {
     // A test module declared here (`#[cfg(test)] mod tests;`) is not code of this module,
     // and an inline one (`#[cfg(test)] mod tests { … }`) ends it.
     let declared = regex::Regex::new(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;")
@@ -63,15 +71,10 @@ fn code(text: &str) -> String {
         Some(m) => &text[..m.start()],
         None => &text[..],
     };
-    let no_comments: String = text
-        .lines()
+    text.lines()
         .map(|l| l.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
-        .join("\n");
-    regex::Regex::new(r"pub\((?:crate|super|self|in [^)]*)\)")
-        .expect("regex")
-        .replace_all(&no_comments, "pub")
-        .into_owned()
+        .join("\n")
 }
 
 /// The paths of a `use` group's text (what is between its braces), each as its segments:
@@ -284,7 +287,17 @@ fn http_modules() -> BTreeMap<Module, String> {
 
 /// Every module of the crate but its roots (`lib.rs`, `main.rs`), with its code.
 fn crate_modules() -> BTreeMap<Module, String> {
-    let mut modules = modules_of(files_under(""));
+    crate_modules_as(code)
+}
+
+/// [`crate_modules`], each module's text made by `read` (`code` or `plain`).
+fn crate_modules_as(read: fn(&str) -> String) -> BTreeMap<Module, String> {
+    let (src, files) = files_under("");
+    let mut modules = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        modules.insert(module_of(&src, &f), read(&text));
+    }
     modules.retain(|m, _| {
         !matches!(m.as_slice(), [one] if one == "lib" || one == "main")
             // Test-only files (`foo/tests.rs`, the fixtures' `testkit.rs`) are not the crate.
@@ -704,4 +717,179 @@ fn no_page_imports_a_page_of_another_room() {
         }
     }
     assert!(wrong.is_empty(), "pages naming another room: {wrong:#?}");
+}
+
+/// The run core's verbs: the only `pub(crate)` items of `src/rundb` that code outside it may
+/// name. What the scheduler keeps (`seam.rs`: the store, the ledger, the limits engine) and
+/// what it does to runs (`verbs.rs`: a read-only scan of the candidate runs, read-only looks
+/// at one run, a task added with the grant decision run under the run's lock, a task failed),
+/// with the types they speak in. The cache, its entries (`RunEntry`), `commit`,
+/// `set_inactive` and a run's counters are not among them.
+const RUN_CORE_VERBS: &[&str] = &[
+    "store",
+    "ledger",
+    "limits",
+    "scan_cached",
+    "Scanned",
+    "arch_filter",
+    "run_ref",
+    "RunRef",
+    "read_cached",
+    "read_run",
+    "add_task",
+    "fail_task",
+    "TaskEnd",
+];
+
+/// The `pub(crate)` items declared in the run core's modules (`rundb/…`), re-exports included.
+fn run_core_crate_items(modules: &BTreeMap<Module, String>) -> BTreeSet<String> {
+    let item = regex::Regex::new(
+        r"pub\((?:crate|in crate[^)]*)\)\s+(?:(?:async|const|unsafe)\s+)*(?:fn|struct|enum|type|trait|const|static|mod)\s+([A-Za-z_]\w*)",
+    )
+    .expect("regex");
+    let reexport =
+        regex::Regex::new(r"pub\((?:crate|in crate[^)]*)\)\s+use\s+([^;]+);").expect("regex");
+    let mut items = BTreeSet::new();
+    for (_, text) in modules.iter().filter(|(m, _)| m[0] == "rundb") {
+        items.extend(item.captures_iter(text).map(|c| c[1].to_string()));
+        for c in reexport.captures_iter(text) {
+            // `a::{b::C, D as E}` re-exports `C` and `E` (a piece ending in `::` is a prefix).
+            for piece in c[1].split([',', '{', '}']).map(str::trim) {
+                let name = match piece.split_once(" as ") {
+                    Some((_, alias)) => alias.trim(),
+                    None if piece.ends_with("::") => continue,
+                    None => piece.rsplit("::").next().unwrap_or_default().trim(),
+                };
+                if !name.is_empty() && name != "self" && name != "*" {
+                    items.insert(name.to_string());
+                }
+            }
+        }
+    }
+    items
+}
+
+/// Where code outside the run core names one of its `pub(crate)` items that is not a verb:
+/// `module: item`. A type is named by its word; a function or module by a call (`.name(`)
+/// or a path through the run core (`crate::rundb::…::name`, a `use` group included).
+fn run_core_items_named_outside(modules: &BTreeMap<Module, String>) -> Vec<String> {
+    let items = run_core_crate_items(modules);
+    let path =
+        regex::Regex::new(r"\bcrate::rundb((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{)?").expect("regex");
+    let mut found = Vec::new();
+    for (m, text) in modules.iter().filter(|(m, _)| m[0] != "rundb") {
+        // The last segment of every path through the run core.
+        let mut through = BTreeSet::new();
+        for c in path.captures_iter(text) {
+            let head: Vec<String> = c[1]
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            match c.get(2) {
+                Some(g) => {
+                    for tail in group_paths(braced(text, g.end() - 1)) {
+                        through.extend(tail.last().or(head.last()).cloned());
+                    }
+                }
+                None => through.extend(head.last().cloned()),
+            }
+        }
+        for name in items
+            .iter()
+            .filter(|n| !RUN_CORE_VERBS.contains(&n.as_str()))
+        {
+            let named = if name.starts_with(char::is_uppercase) {
+                regex::Regex::new(&format!(r"\b{name}\b"))
+                    .expect("regex")
+                    .is_match(text)
+            } else {
+                through.contains(name)
+                    || regex::Regex::new(&format!(r"\.{name}\s*(?:::<[^>]*>\s*)?\("))
+                        .expect("regex")
+                        .is_match(text)
+            };
+            if named {
+                found.push(format!("{}: {name}", m.join("/")));
+            }
+        }
+    }
+    found
+}
+
+/// Verbs, not locks: code outside the run core names none of its `pub(crate)` items but its
+/// verbs ([`RUN_CORE_VERBS`]), so the scheduler reads and changes runs only through them.
+#[test]
+fn only_the_run_cores_verbs_are_used_outside_it() {
+    let modules = crate_modules_as(plain);
+    let items = run_core_crate_items(&modules);
+    // The list is true: every verb is a `pub(crate)` item of the run core.
+    let missing: Vec<&&str> = RUN_CORE_VERBS
+        .iter()
+        .filter(|v| !items.contains(**v))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "verbs not declared in src/rundb: {missing:?}"
+    );
+    // The checker itself: the scheduler's critical section adds its task through a verb.
+    let assign = &modules[&vec!["scheduler".to_string(), "assign".to_string()]];
+    assert!(
+        assign.contains(".add_task("),
+        "the scheduler's section read"
+    );
+    let found = run_core_items_named_outside(&modules);
+    assert!(
+        found.is_empty(),
+        "run core items named outside src/rundb that are not its verbs: {found:?}"
+    );
+}
+
+/// The checker finds a scheduler that takes a run's lock itself (`RunEntry`), journals a run
+/// (`commit`) or names a non-verb in a `use` group, and passes the verbs.
+#[test]
+fn a_scheduler_reaching_into_the_run_core_is_found() {
+    let m = |s: &str| s.split('/').map(String::from).collect::<Module>();
+    let modules: BTreeMap<Module, String> = [
+        (
+            m("rundb/cache"),
+            "pub(crate) struct RunEntry { run: Mutex<Run> }\n\
+             impl RunDb { pub(crate) fn commit(&self) {} pub(super) fn entry(&self) {} }",
+        ),
+        (
+            m("rundb"),
+            "mod cache; pub(crate) use cache::{Prio as Priority};\n\
+             pub(crate) fn now() {}",
+        ),
+        (
+            m("rundb/seam"),
+            "impl RunDb { pub(crate) fn store(&self) {} }",
+        ),
+        (
+            m("scheduler/assign"),
+            "use crate::rundb::{DbResult, RunEntry, now};\n\
+             fn f(r: &RunDb, e: &RunEntry) { r.store(); r.commit(); r.entry(); Priority::High; }",
+        ),
+        (
+            m("scheduler/memory"),
+            "fn g(r: &RunDb) { r.store().get(); }",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, plain(v)))
+    .collect();
+    let items = run_core_crate_items(&modules);
+    assert_eq!(
+        items.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["Priority", "RunEntry", "commit", "now", "store"]
+    );
+    assert_eq!(
+        run_core_items_named_outside(&modules),
+        [
+            "scheduler/assign: Priority",
+            "scheduler/assign: RunEntry",
+            "scheduler/assign: commit",
+            "scheduler/assign: now",
+        ]
+    );
 }
