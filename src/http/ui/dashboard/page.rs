@@ -25,6 +25,7 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use headers::{ETag, HeaderMapExt as _, IfNoneMatch};
 
 use super::cache::{Dash, DashboardCache, Piece};
 use super::workers;
@@ -259,10 +260,7 @@ async fn live(
     }
     let mask = filters::from_cookie(&headers);
     let wq = workers::query(&params);
-    let have = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let have: Option<IfNoneMatch> = headers.typed_get();
     // On the loop: an atomic and the shared renderings, nothing that waits.
     let saves = state.rundb.listed_changes();
     let current = match part.as_str() {
@@ -274,8 +272,8 @@ async fn live(
             .map(|p| workers_etag(&p)),
         _ => None,
     };
-    if let (Some(etag), Some(have)) = (current, have.as_deref())
-        && etag == have
+    if let Some(etag) = current
+        && names(have.as_ref(), &etag)
     {
         return not_modified(etag);
     }
@@ -300,7 +298,7 @@ async fn live(
             }
             _ => return Err(PageError::NotFound),
         };
-        if have.as_deref() == Some(etag.as_str()) {
+        if names(have.as_ref(), &etag) {
             return Ok(Page::Versioned(
                 StatusCode::NOT_MODIFIED,
                 String::new(),
@@ -310,6 +308,15 @@ async fn live(
         Ok(Page::Versioned(StatusCode::OK, html, etag))
     })
     .await
+}
+
+/// Whether the client's `If-None-Match` names `etag` (weak comparison, a list or `*`, as
+/// RFC 9110 says): then it has the current version.
+fn names(have: Option<&IfNoneMatch>, etag: &str) -> bool {
+    let (Some(have), Ok(etag)) = (have, etag.parse::<ETag>()) else {
+        return false;
+    };
+    !have.precondition_passes(&etag)
 }
 
 /// The answer "you have the current version" (no body).
@@ -475,4 +482,28 @@ fn render(db: &RunDb, q: ListQuery) -> Result<Dash, PageError> {
         finished: Piece::new(finished),
         kinds: busy().map(filters::kind).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue, header};
+    use headers::{HeaderMapExt as _, IfNoneMatch};
+
+    use super::names;
+
+    fn have(v: &str) -> Option<IfNoneMatch> {
+        let mut h = HeaderMap::new();
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_str(v).unwrap());
+        h.typed_get()
+    }
+
+    #[test]
+    fn if_none_match_names_the_version_exactly_in_a_list_or_weakly() {
+        assert!(names(have("\"F1a\"").as_ref(), "\"F1a\""));
+        assert!(names(have("\"x\", W/\"F1a\"").as_ref(), "\"F1a\""));
+        assert!(names(have("*").as_ref(), "\"F1a\""));
+        assert!(!names(have("\"F1b\"").as_ref(), "\"F1a\""));
+        assert!(!names(have("F1a").as_ref(), "\"F1a\""));
+        assert!(!names(None, "\"F1a\""));
+    }
 }

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use axum::Form;
 use axum::extract::State;
-use axum::extract::rejection::FormRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use axum_extra::extract::{Form, FormRejection};
+use serde::Deserialize;
 
 use super::profile::to_login;
 use crate::accounts::{UserAction, UserError};
@@ -22,20 +22,25 @@ use crate::http::ui::kit::{Href, Input, Page, PageError, page};
 /// The most accounts one form may decide (a page of `/user_management` shows 25, "all" more).
 pub const MAX_BULK: usize = 500;
 
+/// The form's fields (`users` repeated, one per ticked box).
+#[derive(Debug, Default, Deserialize)]
+pub struct BulkForm {
+    #[serde(default)]
+    users: Vec<String>,
+    decision: Option<String>,
+    csrf_token: Option<String>,
+}
+
 /// What the form asks: the decision and the names, or the reason it is refused.
-fn parse(fields: &[(String, String)]) -> Result<(UserAction, Vec<String>), String> {
-    let decision = fields
-        .iter()
-        .find(|(k, _)| k == "decision")
-        .map(|(_, v)| v.as_str());
-    let action = match decision {
+fn parse(form: &BulkForm) -> Result<(UserAction, Vec<String>), String> {
+    let action = match form.decision.as_deref() {
         Some("accept") => UserAction::Accept,
         Some("reject") => UserAction::Reject,
         _ => return Err("Choose Accept or Reject for the selected accounts.".into()),
     };
     let mut names: Vec<String> = Vec::new();
-    for (k, v) in fields {
-        if k == "users" && !v.trim().is_empty() && !names.iter().any(|n| n == v.trim()) {
+    for v in &form.users {
+        if !v.trim().is_empty() && !names.iter().any(|n| n == v.trim()) {
             names.push(v.trim().to_string());
         }
     }
@@ -52,13 +57,10 @@ fn parse(fields: &[(String, String)]) -> Result<(UserAction, Vec<String>), Strin
 pub async fn decide_pending(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    form: Result<Form<Vec<(String, String)>>, FormRejection>,
+    form: Result<Form<BulkForm>, FormRejection>,
 ) -> Response {
-    let fields = form.map(|Form(f)| f).unwrap_or_default();
-    let token = fields
-        .iter()
-        .find(|(k, _)| k == "csrf_token")
-        .map(|(_, v)| v.clone());
+    let mut fields = form.map(|Form(f)| f).unwrap_or_default();
+    let token = fields.csrf_token.take();
     let accounts = state.accounts.clone();
     let limits = state.clone();
     page(
@@ -116,26 +118,43 @@ pub async fn decide_pending(
 mod tests {
     use super::*;
 
-    fn f(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
+    /// The form as the handler's extractor reads a urlencoded body.
+    async fn form(pairs: &[(&str, &str)]) -> BulkForm {
+        use axum::extract::FromRequest as _;
+        let body = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let req = axum::http::Request::post("/user_management/pending")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(body))
+            .expect("request");
+        Form::<BulkForm>::from_request(req, &())
+            .await
+            .expect("form")
+            .0
     }
 
-    #[test]
-    fn the_form_names_a_decision_and_accounts() {
-        let (a, names) = parse(&f(&[
-            ("users", "bob"),
-            ("users", "carol"),
-            ("users", "bob"),
-            ("decision", "accept"),
-        ]))
+    #[tokio::test]
+    async fn the_form_names_a_decision_and_accounts() {
+        let mut all = form(&[("users", "bob"), ("csrf_token", "t"), ("users", "carol")]).await;
+        assert_eq!(all.users, vec!["bob", "carol"]);
+        assert_eq!(all.csrf_token.take().as_deref(), Some("t"));
+        let (a, names) = parse(
+            &form(&[
+                ("users", "bob"),
+                ("users", "carol"),
+                ("users", "bob"),
+                ("decision", "accept"),
+            ])
+            .await,
+        )
         .expect("ok");
         assert_eq!(a, UserAction::Accept);
         assert_eq!(names, vec!["bob", "carol"]);
-        assert!(parse(&f(&[("users", "bob")])).is_err());
-        assert!(parse(&f(&[("decision", "reject")])).is_err());
-        assert!(parse(&f(&[("users", "bob"), ("decision", "delete")])).is_err());
+        assert!(parse(&form(&[("users", "bob")]).await).is_err());
+        assert!(parse(&form(&[("decision", "reject")]).await).is_err());
+        assert!(parse(&form(&[("users", "bob"), ("decision", "delete")]).await).is_err());
     }
 }
