@@ -351,7 +351,7 @@ def write_site():
     with open(os.path.join(DEPLOY, "nginx", "shoal-routes.conf")) as f:
         routes = f.read()
     routes = substitute(routes, [
-        ("/var/lib/shoal/maintenance", os.path.join(TMP, "maintenance")),
+        ("/etc/nginx/shoal/maintenance.on", os.path.join(TMP, "flags", "maintenance.on")),
         ("/etc/nginx/shoal/maintenance/", os.path.join(DEPLOY, "nginx", "maintenance") + "/"),
         ("/var/lib/shoal/nn/", os.path.join(TMP, "nn") + "/"),
         ("/opt/shoal/static/", os.path.join(REPO, "static") + "/"),
@@ -361,7 +361,7 @@ def write_site():
     for d in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         os.makedirs(os.path.join(TMP, "nginx-tmp", d), exist_ok=True)
     main = f"""
-user root;
+user {NGINX_USER};
 worker_processes 2;
 pid {TMP}/nginx.pid;
 error_log {TMP}/nginx-error.log warn;
@@ -387,6 +387,11 @@ http {{
 """
     with open(os.path.join(TMP, "nginx.conf"), "w") as f:
         f.write(main)
+
+
+# nginx's workers run as Debian's www-data (not root), with the modes docs/deploying.md gives
+# the directories they read: a mode that locks them out fails the nets and maintenance steps.
+NGINX_USER = "www-data"
 
 
 def nginx_cmd(*extra):
@@ -478,6 +483,12 @@ def step_static_checks():
 def step_start():
     shutil.copy(os.path.join(DEPLOY, "settings", "shoal.toml"), os.path.join(TMP, "shoal.toml"))
     os.makedirs(os.path.join(TMP, "nn"), exist_ok=True)
+    # The deployment's modes: the state directory passable (0751), nn_dir readable (0755), the
+    # maintenance flag's directory as /etc/nginx/shoal (0755).
+    os.chmod(TMP, 0o751)
+    os.chmod(os.path.join(TMP, "nn"), 0o755)
+    os.makedirs(os.path.join(TMP, "flags"), exist_ok=True)
+    os.chmod(os.path.join(TMP, "flags"), 0o755)
     start_db()
     for name in ("primary", "second", "third"):
         start_instance(name)
@@ -547,8 +558,6 @@ def step_worker_protocol():
     check(status == 200 and v.get("task_alive") is True, f"update_task: {v}")
     status, v = w.call("/api/beat", {"run_id": run, "task_id": task})
     check(status == 200 and v.get("task_alive") is True, f"beat: {v}")
-    status, v = w.call("/api/upload_pgn", {"run_id": run, "task_id": task, "pgn": pgn_b64()})
-    check(status == 200 and "error" not in v, f"upload_pgn: {v}")
     check(run_games(run) == 24, f"the primary counts {run_games(run)} games, not 24")
     # The address shoal recorded for the worker: the client's, not nginx's, not the spoof.
     # (The read API masks it: read the stored task, once written behind.)
@@ -559,6 +568,15 @@ def step_worker_protocol():
 
     addr = wait_for("the task stored", stored_addr, 30)
     check(addr == CLIENT, f"worker address {addr!r}")
+    # The upload instance checks the task in the store, as the primary would (a real worker
+    # uploads after its games, long after the primary wrote the task behind).
+    status, v = w.call("/api/upload_pgn", {"run_id": run, "task_id": task, "pgn": pgn_b64()})
+    check(status == 200 and "error" not in v, f"upload_pgn: {v}")
+    other = Worker("boss", "topo0009-1111-4222-8333-000000000009")
+    for t in (task, task + 1, 10**6):
+        status, v = other.call("/api/upload_pgn", {"run_id": run, "task_id": t,
+                                                   "pgn": pgn_b64()})
+        check("error" in v, f"upload_pgn of task {t} by another user's worker: {status} {v}")
     # The PGN, through a secondary.
     status, headers, data = fetch("GET", f"/api/pgn/{run}-{task}.pgn",
                                  headers={"Accept-Encoding": "gzip"})
@@ -568,6 +586,11 @@ def step_worker_protocol():
                  "approve_run"):
         check(routes.get(("POST", f"/api/{path}")) == "primary",
               f"/api/{path} went to {routes.get(('POST', f'/api/{path}'))}")
+    status, _, body = fetch("GET", "/api/whoami")
+    check(status != 503, f"/api/whoami: {status} {body[:200]!r}")
+    routes = {(m, u): upstream_name(a) for (_, m, u, _, a) in access_since(mark)}
+    check(routes.get(("GET", "/api/whoami")) == "primary",
+          f"/api/whoami went to {routes.get(('GET', '/api/whoami'))}")
     check(routes.get(("POST", "/api/upload_pgn")) == "third",
           f"upload_pgn went to {routes.get(('POST', '/api/upload_pgn'))}")
     STATE["task"] = task
@@ -595,6 +618,41 @@ def step_pages():
     for p in ("/metrics", "/debug/slow"):
         check(fetch("GET", p)[0] == 404, f"{p} is reachable through nginx")
     return f"{len(paths) * 2} pages and reads, 200, spread over both secondaries; gzip"
+
+
+def step_session_across_instances():
+    """Logged in through nginx (the form on one secondary), the session is live on every
+    instance; logged out, every instance refuses it within session_recheck_s (5 s)."""
+    status, headers, body = fetch("GET", "/login")
+    cookie = headers.get("set-cookie", "").split(";")[0]
+    m = re.search(rb'name="csrf_token" value="([^"]+)"', body)
+    check(status == 200 and m and cookie, f"/login form: {status}")
+    form = urllib.parse.urlencode({"username": "alice", "password": PASSWORD,
+                                   "csrf_token": html.unescape(m.group(1).decode())})
+    status, headers, _ = fetch("POST", "/login", form.encode(), raw=True, headers={
+        "Content-Type": "application/x-www-form-urlencoded", "Cookie": cookie})
+    check(status in (302, 303), f"login: {status}")
+    cookie = headers.get("set-cookie", "").split(";")[0] or cookie
+
+    def user_page(port):
+        return fetch("GET", "/user", headers={"Cookie": cookie}, port=port, tls=False,
+                     source="127.0.0.1")
+
+    for name in ("primary", "second", "third"):
+        status, _, body = user_page(PORTS[name])
+        check(status == 200 and b"alice" in body, f"/user on {name}: {status}")
+    status, _, body = fetch("GET", "/tests", headers={"Cookie": cookie})
+    m = re.search(rb'name="csrf_token" value="([^"]+)"', body)
+    check(status == 200 and m, f"/tests logged in: {status}")
+    form = urllib.parse.urlencode({"csrf_token": html.unescape(m.group(1).decode())})
+    status = fetch("POST", "/logout", form.encode(), raw=True, headers={
+        "Content-Type": "application/x-www-form-urlencoded", "Cookie": cookie})[0]
+    check(status in (302, 303), f"logout: {status}")
+    t = time.monotonic()
+    wait_for("every instance refuses the logged-out session", lambda: all(
+        user_page(PORTS[n])[0] != 200 for n in ("primary", "second", "third")), 10)
+    return (f"logged in once: /user 200 on all three instances; logged out: refused by all "
+            f"within {time.monotonic() - t:.1f} s")
 
 
 def add_net():
@@ -796,7 +854,7 @@ def step_database_restarted():
 
 
 def step_maintenance():
-    flag = os.path.join(TMP, "maintenance")
+    flag = os.path.join(TMP, "flags", "maintenance.on")
     open(flag, "w").close()
     try:
         w = Worker("alice", "topo0001-1111-4222-8333-000000000001")
@@ -841,6 +899,11 @@ def step_backup_sqlite():
         check(f.read(16) == b"SQLite format 3\x00", "not a SQLite database")
     check(STATE["net"] + ".gz" in os.listdir(os.path.join(env["SHOAL_BACKUP_DIR"], "nn")),
           "the nets were not copied")
+    # Again, with the nets already copied (cp -n exits 1 there on newer coreutils).
+    time.sleep(1.1)
+    again = subprocess.run([os.path.join(DEPLOY, "backup", "shoal-backup.sh")], env=env,
+                           capture_output=True, text=True)
+    check(again.returncode == 0, f"shoal-backup.sh, second run: {again.stderr}")
     return f"{files[0]} and the nets ({r.stderr.strip().splitlines()[0]})"
 
 
@@ -921,6 +984,7 @@ def main():
         ("start: SecantusDB, a primary, two secondaries, nginx", step_start),
         ("worker protocol through nginx (TLS)", step_worker_protocol),
         ("pages and reads through the secondaries", step_pages),
+        ("a session across instances (login, logout)", step_session_across_instances),
         ("a net: counted by shoal, served by nginx", step_nets),
         ("downloads of one net through two secondaries at once", step_concurrent_downloads),
         ("the client address shoal sees", step_client_address),

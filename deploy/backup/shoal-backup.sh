@@ -55,8 +55,15 @@ say "database: $OUT ($(wc -c <"$OUT") bytes)"
 
 if [ -d "$NN_DIR" ]; then
     mkdir -p "$DEST/nn"
-    # Nets are immutable: copy the new ones only.
-    cp -a -n "$NN_DIR/." "$DEST/nn/"
+    # Nets are immutable: copy the new ones only (not `cp -n`, which exits 1 on newer
+    # coreutils when it skips a file). nn_dir is flat.
+    for f in "$NN_DIR"/*; do
+        [ -f "$f" ] || continue
+        name="$(basename "$f")"
+        if [ ! -e "$DEST/nn/$name" ]; then
+            cp -p "$f" "$DEST/nn/$name.part" && mv "$DEST/nn/$name.part" "$DEST/nn/$name"
+        fi
+    done
     say "nets: $(find "$DEST/nn" -type f | wc -l) file(s) in $DEST/nn"
 fi
 if [ -f "$DATA_DIR/secret" ]; then

@@ -184,6 +184,13 @@ impl Accounts {
         Ok(accounts)
     }
 
+    /// Shares the sessions with other instances on the same store: `Some(window)` reads an
+    /// unknown session through and checks a cached one again once it is `window` old.
+    pub fn with_shared_sessions(mut self, recheck: Option<Duration>) -> Self {
+        self.sessions.recheck = recheck;
+        self
+    }
+
     /// The users collection and its credential cache.
     pub fn users(&self) -> &Users {
         &self.users

@@ -4,6 +4,11 @@
 //! user's password hash), in memory behind one mutex, with a copy in the store's `shoal_kvstore`
 //! (one document per session, `_id` `session:<id>`, written at login and deleted when the
 //! session ends) so that a restart keeps people logged in.
+//! On a shared store (several instances on one MongoDB database) the table is only a cache:
+//! an id it does not know is read through from the store, and a cached session last checked
+//! against the store more than `session_recheck_s` ago is read again, so a session made on
+//! one instance is live on all and a logout on one ends it on all within that window. With
+//! one process on its store (SQLite) the table is the truth and a page view reads no store.
 //! A session is ended when it is logged out, when it expires, and on its next use when its user
 //! is gone, blocked, pending, or has a new password (the fingerprint no longer matches: the CLI
 //! or another process changed it) — so a password change or a block ends all of a user's
@@ -12,6 +17,7 @@
 //! on the event loop (the first use reads the store, the lookups read users).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -56,10 +62,16 @@ pub enum SessionState {
     Active(Box<(Session, User)>),
 }
 
+/// A cached session and when it was last read from (or written to) the store.
+type Entry = (Session, Instant);
+
 /// The session table; `None` until first used (then read from the store).
 #[derive(Default)]
 pub(super) struct Sessions {
-    map: Mutex<Option<HashMap<String, Session>>>,
+    map: Mutex<Option<HashMap<String, Entry>>>,
+    /// `Some(window)` when other instances share the store: misses are read through and
+    /// entries older than the window are checked again (see the module docs).
+    pub(super) recheck: Option<Duration>,
 }
 
 fn kv_id(id: &str) -> String {
@@ -82,7 +94,7 @@ pub fn random_token() -> String {
 impl Accounts {
     fn with_sessions<R>(
         &self,
-        f: impl FnOnce(&mut HashMap<String, Session>) -> R,
+        f: impl FnOnce(&mut HashMap<String, Entry>) -> R,
     ) -> Result<R, UserError> {
         let mut guard = self.sessions.map.lock();
         if guard.is_none() {
@@ -99,7 +111,7 @@ impl Accounts {
                         .strip_prefix("session:")?
                         .to_string();
                     let session = serde_json::from_value(d.get("session")?.clone()).ok()?;
-                    Some((id, session))
+                    Some((id, (session, Instant::now())))
                 })
                 .collect();
             *guard = Some(stored);
@@ -123,10 +135,33 @@ impl Accounts {
         Ok(())
     }
 
+    /// Session `id` as the store holds it now (`None`: no such session there).
+    fn read_session(&self, id: &str) -> Result<Option<Session>, UserError> {
+        let doc = self.store.get(Collection::ShoalKv, &kv_id(id))?;
+        Ok(doc
+            .and_then(|d| d.get("session").cloned())
+            .and_then(|v| serde_json::from_value(v).ok()))
+    }
+
     /// The state of session `id`; a session that must end is removed here.
     pub fn session(&self, id: &str) -> Result<SessionState, UserError> {
-        let Some(session) = self.with_sessions(|m| m.get(id).cloned())? else {
-            return Ok(SessionState::Anonymous);
+        let cached = self.with_sessions(|m| m.get(id).cloned())?;
+        let session = match (cached, self.sessions.recheck) {
+            (Some((session, _)), None) => session,
+            (Some((session, at)), Some(window)) if at.elapsed() < window => session,
+            (None, None) => return Ok(SessionState::Anonymous),
+            // A shared store: a miss or a stale entry is read through.
+            (_, Some(_)) => match self.read_session(id)? {
+                Some(session) => {
+                    let fresh = (session.clone(), Instant::now());
+                    self.with_sessions(|m| m.insert(id.to_string(), fresh))?;
+                    session
+                }
+                None => {
+                    self.with_sessions(|m| m.remove(id))?;
+                    return Ok(SessionState::Anonymous);
+                }
+            },
         };
         if session.expires <= now_s() {
             self.session_end(id)?;
@@ -163,7 +198,7 @@ impl Accounts {
             if m.len() >= MAX_SESSIONS {
                 dropped.extend(
                     m.iter()
-                        .filter(|(_, s)| s.expires <= now)
+                        .filter(|(_, (s, _))| s.expires <= now)
                         .map(|(k, _)| k.clone()),
                 );
                 for k in &dropped {
@@ -173,7 +208,7 @@ impl Accounts {
             while m.len() >= MAX_SESSIONS {
                 let Some(first) = m
                     .iter()
-                    .min_by_key(|(_, s)| s.expires)
+                    .min_by_key(|(_, (s, _))| s.expires)
                     .map(|(k, _)| k.clone())
                 else {
                     break;
@@ -181,7 +216,7 @@ impl Accounts {
                 m.remove(&first);
                 dropped.push(first);
             }
-            m.insert(id.clone(), session.clone());
+            m.insert(id.clone(), (session.clone(), Instant::now()));
             dropped
         })?;
         self.forget_sessions(&dropped)?;
@@ -191,7 +226,9 @@ impl Accounts {
 
     /// Ends session `id` (logout); an unknown id is fine.
     pub fn session_end(&self, id: &str) -> Result<(), UserError> {
-        if self.with_sessions(|m| m.remove(id).is_some())? {
+        let known = self.with_sessions(|m| m.remove(id).is_some())?;
+        // On a shared store the session may live there without being cached here.
+        if known || self.sessions.recheck.is_some() {
             self.forget_sessions(&[id.to_string()])?;
         }
         Ok(())
@@ -203,7 +240,7 @@ impl Accounts {
         let ended: Vec<String> = self.with_sessions(|m| {
             let ids: Vec<String> = m
                 .iter()
-                .filter(|(_, s)| s.user == username)
+                .filter(|(_, (s, _))| s.user == username)
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in &ids {

@@ -174,7 +174,8 @@ pub async fn build_state(config: Config) -> Result<Arc<AppState>, AppError> {
                 per_ip: c.auth_throttle_per_ip,
                 per_user: c.auth_throttle_per_user,
             };
-            let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?;
+            let accounts = Accounts::open(store.clone(), ledger.clone(), throttle)?
+                .with_shared_sessions(c.session_recheck());
             let nets = Nets::new(store.clone(), c.nets_dir(), ledger.clone());
             let github = Arc::new(crate::github::Github::new(
                 &c.github(),

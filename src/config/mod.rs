@@ -72,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "scavenge_interval_s",
     "flush_runs_per_tick",
     "cache_keep_s",
+    "session_recheck_s",
     "pgn_retention_days",
     "pgn_retention_ltc_days",
     "pgn_retention_deleted_days",
@@ -192,6 +193,7 @@ pub struct Config {
     /// How long a finished run stays in the cache after it was last loaded or written (the
     /// `clean_cache` job evicts it then). Read through [`Config::cache_keep`].
     cache_keep_s: f64,
+    session_recheck_s: f64,
     /// PGN retention (Fishtest's `purge_pgns.py`), in days since a run's `last_updated` (0:
     /// that class keeps its PGNs): finished short-time-control runs, finished
     /// long-time-control ones, deleted ones, unfinished ones. Read through
@@ -281,6 +283,7 @@ impl Default for Config {
             scavenge_interval_s: 60.0,
             flush_runs_per_tick: 8,
             cache_keep_s: 300.0,
+            session_recheck_s: 5.0,
             pgn_retention_days: 1,
             pgn_retention_ltc_days: 10,
             pgn_retention_deleted_days: 10,
@@ -457,6 +460,14 @@ impl Config {
     /// `cache_keep_s`.
     pub fn cache_keep(&self) -> Duration {
         seconds(self.cache_keep_s)
+    }
+
+    /// `session_recheck_s` when other instances may share the store (MongoDB, or a
+    /// `primary_port` set: a primary with secondaries); `None` for one process on its SQLite
+    /// store, whose session table is the truth.
+    pub fn session_recheck(&self) -> Option<Duration> {
+        (self.store == StoreKind::Mongodb || self.primary_port.is_some())
+            .then(|| seconds(self.session_recheck_s))
     }
 
     /// The GitHub component's settings (`github_*`).

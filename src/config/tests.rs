@@ -131,6 +131,13 @@ fn each_rule_names_its_key() {
         ("public_url = \"https://me@t.example.org\"", "public_url"),
         ("public_url = \"https://t.example.org/a b\"", "public_url"),
         ("secret = \"short\"", "secret"),
+        // The placeholder of deploy/settings/shoal.env.example, long enough but refused.
+        (
+            "secret = \"replace-with-the-output-of-openssl-rand-hex-32\"",
+            "secret",
+        ),
+        ("session_recheck_s = -1", "session_recheck_s"),
+        ("session_recheck_s = 3601", "session_recheck_s"),
         ("log = \"info,[[\"", "log"),
         ("sqlite_synchronous = \"off\"", "sqlite_synchronous"),
         ("port = 70000", "port"),

@@ -13,6 +13,9 @@ pub(super) fn invalid(key: &'static str, rule: impl Into<String>) -> ConfigError
     }
 }
 
+/// The placeholder `SHOAL_SECRET` of `deploy/settings/shoal.env.example`, refused as a secret.
+const PLACEHOLDER_SECRET: &str = "replace-with-";
+
 impl Config {
     /// Every rule a value must satisfy. Each failure names its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -188,6 +191,13 @@ impl Config {
                 "must be a number of seconds in [0, 86400]",
             ));
         }
+        if !self.session_recheck_s.is_finite() || !(0.0..=3600.0).contains(&self.session_recheck_s)
+        {
+            return Err(invalid(
+                "session_recheck_s",
+                "must be a number of seconds in [0, 3600]",
+            ));
+        }
         if !self.periodic_jobs && !self.debug_endpoints {
             return Err(invalid(
                 "periodic_jobs",
@@ -281,6 +291,15 @@ impl Config {
             && path.as_os_str().is_empty()
         {
             return Err(invalid("nn_dir", "must not be empty when set"));
+        }
+        if let Some(secret) = &self.secret
+            && secret.expose().starts_with(PLACEHOLDER_SECRET)
+        {
+            return Err(invalid(
+                "secret",
+                "is the placeholder of deploy/settings/shoal.env.example: set it to the output \
+                 of `openssl rand -hex 32`",
+            ));
         }
         if let Some(secret) = &self.secret
             && secret.expose().len() < 32

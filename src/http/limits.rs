@@ -134,7 +134,7 @@ pub async fn rate_layer(State(state): State<Arc<AppState>>, req: Request, next: 
 }
 
 /// `GET /api/limits`: every limit with its keys (max, holders, waiters, rejected) and, for
-/// floating limits, the refresh state.
+/// floating limits, the refresh state. Keys counted per client address show it as `?.?.?.?`.
 #[utoipa::path(
     get,
     path = "/api/limits",
@@ -150,6 +150,32 @@ pub async fn api_limits(State(state): State<Arc<AppState>>) -> ApiResult {
         .offload
         .run(move || scheduler.limits().view(Instant::now()))
         .await?;
+    let view: Vec<_> = view.into_iter().map(mask_addresses).collect();
     let limits = serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(ApiReply::json(json!({ "limits": limits })))
+}
+
+/// The address a public reply shows in place of a client's (as the read API shows a worker's
+/// `remote_addr`).
+const HIDDEN_ADDR: &str = "?.?.?.?";
+
+/// A limit as anonymous callers may see it: the keys of limits counted per client address
+/// (`ip`: the address; `user_ip`: `<user>@<address>`) have the address hidden. Approvers see
+/// them on the `/limits` page.
+fn mask_addresses(mut limit: crate::limits::LimitView) -> crate::limits::LimitView {
+    match limit.key.as_str() {
+        "ip" => {
+            for k in &mut limit.keys {
+                k.key = HIDDEN_ADDR.to_string();
+            }
+        }
+        "user_ip" => {
+            for k in &mut limit.keys {
+                let user = k.key.rsplit_once('@').map_or("", |(u, _)| u);
+                k.key = format!("{user}@{HIDDEN_ADDR}");
+            }
+        }
+        _ => {}
+    }
+    limit
 }

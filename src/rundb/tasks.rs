@@ -20,9 +20,9 @@ use super::outcome::{TaskReply, UpdateRejection};
 use super::records::{finished_run_message, run_fields, run_label};
 use super::trajectory::Point;
 use super::transitions::sprt_results;
-use super::{DbResult, RunDb, RunDbError, Ticket, now};
+use super::{DbResult, Op, RunDb, RunDbError, Ticket, now};
 use crate::stats::SprtRecord;
-use crate::store::Doc;
+use crate::store::{Collection, Doc};
 
 /// What an update_task will do, decided under the run's lock before anything changes
 /// ([`RunDb::plan_update`]) and then carried out under the same hold of the lock
@@ -420,13 +420,24 @@ impl RunDb {
     /// the worker's (active or not). Checked before an upload's body is read.
     pub fn check_upload(&self, run_id: &str, task_id: usize, wi: &WorkerInfo) -> DbResult<()> {
         let entry = self.run_entry(run_id)?;
-        let run = entry.run.lock();
-        // A secondary sees the primary's runs through the store, which may not hold a
-        // task handed out in the last second yet: accept such a task there.
-        let unseen = !self.cfg.primary && task_id >= run.tasks.len();
-        if !unseen {
-            self.task_of(&run, task_id, wi)?;
+        {
+            let run = entry.run.lock();
+            // A secondary's copy of the run may predate the task: read the run again from the
+            // store (the primary writes it behind, within seconds of a change) and check the
+            // task there, as the primary would; a task the store does not hold is refused.
+            if self.cfg.primary || task_id < run.tasks.len() {
+                self.task_of(&run, task_id, wi)?;
+                return Ok(());
+            }
         }
+        let Some(doc) = self.store.get(Collection::Runs, run_id)? else {
+            return Err(RunDbError::UnknownRun {
+                run_id: run_id.to_string(),
+                op: Op::Task,
+            });
+        };
+        let run = super::cache::parse_run(doc)?;
+        self.task_of(&run, task_id, wi)?;
         Ok(())
     }
 }

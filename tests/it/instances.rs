@@ -259,3 +259,123 @@ async fn two_instances_counting_one_net_at_once_lose_no_download() {
     assert_eq!(docs.len(), 1);
     assert!(docs[0].get_object_id("_id").is_ok(), "{docs:?}");
 }
+
+/// A browser session is one session on every instance: made on the primary, it is live on a
+/// secondary that had already read its session table; logged out on the secondary, the
+/// primary refuses it within `session_recheck_s`.
+#[tokio::test]
+async fn a_session_made_on_one_instance_is_live_and_ended_on_all() {
+    let uri = mongo::fresh_uri("sessions");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start = |name: &str, primary: bool| {
+        let mut opts = Opts::new()
+            .set("store", "mongodb")
+            .set("mongodb_uri", &uri)
+            .set("secret", SECRET)
+            .set("session_recheck_s", 1)
+            .data_dir(&dir.path().join(name));
+        if !primary {
+            opts = opts.set("primary_port", 1);
+        }
+        TestServer::start_with(opts)
+    };
+    let a = start("a", true).await;
+    let b = start("b", false).await;
+    add_user(&a, "alice", &["--email", "alice@example.org"]);
+    add_user(&a, "boss", &["--email", "boss@example.org"]);
+    // B reads its session table (alice logs in there) before boss logs in on A.
+    let (mut alice, _) = logged_in(&b, Some("alice")).await;
+    assert_eq!(alice.get("/user").await.status, 200);
+    let (on_a, _) = logged_in(&a, Some("boss")).await;
+    let cookie = on_a.cookie.clone();
+
+    // Boss's session, made on A, is live on B.
+    let mut on_b = crate::web::Browser::new(&b);
+    on_b.cookie = cookie.clone();
+    let page = on_b.get("/user").await;
+    assert_eq!(page.status, 200, "a logged-in page on B: {}", page.body);
+    assert!(page.body.contains("boss"), "{}", page.body);
+
+    // Logged out on B: A, which had it cached, refuses it within the window.
+    let token = on_b.get("/tests").await.csrf();
+    let out = on_b.post("/logout", &[("csrf_token", &token)]).await;
+    assert_eq!(out.status, 302, "{}", out.body);
+    let mut again = crate::web::Browser::new(&a);
+    again.cookie = cookie;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let page = again.get("/user").await;
+        if page.status != 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A still takes a session logged out on B: {}",
+            page.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A PGN upload on a secondary is checked as the primary checks it: a task the secondary's
+/// copy of the run does not hold is looked up in the store, and refused unless it is there
+/// and the uploading worker's; nothing is stored for a refused upload.
+#[tokio::test]
+async fn a_secondary_refuses_pgns_of_tasks_that_are_not_the_workers() {
+    use base64::Engine as _;
+    let uri = mongo::fresh_uri("uploads");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let primary = instance(&uri, dir.path(), "primary", true).await;
+    add_user(&primary, "alice", &["--email", "alice@example.org"]);
+    add_user(&primary, "mallory", &["--email", "mallory@example.org"]);
+    add_user(
+        &primary,
+        "boss",
+        &["--approver", "--email", "boss@example.org"],
+    );
+    let run = create_run(&primary, "alice", fixed_args(100_000)).await;
+    approve(&primary, "boss", &run).await;
+    // The secondary starts with the run in its cache, before any task exists.
+    let secondary = instance(&uri, dir.path(), "second", false).await;
+    let alice = Worker::new("alice", 8, 0x61);
+    let task = alice.request_task(&primary).await;
+    let task_id = task["task_id"].as_u64().expect("task id");
+    // Wait for the primary's write-behind to put the task in the store.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let oid = bson::oid::ObjectId::parse_str(&run).expect("an ObjectId");
+    while mongo::docs(&uri, "runs", bson::doc! {"_id": oid}).await[0]
+        .get_array("tasks")
+        .map_or(0, |t| t.len() as u64)
+        <= task_id
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the task never reached the store"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pgn = crate::worker_api::gz("[Event \"s\"]\n1. c4 *\n");
+    let body = |task_id: u64| {
+        json!({"run_id": run, "task_id": task_id, "message": "",
+            "pgn": base64::engine::general_purpose::STANDARD.encode(&pgn)})
+    };
+    // Another user's worker, on alice's task and on tasks that do not exist: refused.
+    let mallory = Worker::new("mallory", 8, 0x62);
+    for id in [task_id, task_id + 1, 1_000_000] {
+        let (status, v) = mallory.call(&secondary, "/api/upload_pgn", body(id)).await;
+        assert_ne!(status, 200, "mallory's upload of task {id}: {v}");
+        assert!(v["error"].is_string(), "{v}");
+        let r = secondary
+            .client
+            .get(secondary.url(&format!("/api/pgn/{run}-{id}.pgn")))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 404, "a PGN stored for task {id}");
+    }
+    // alice's own task: taken.
+    let (status, v) = alice
+        .call(&secondary, "/api/upload_pgn", body(task_id))
+        .await;
+    assert_eq!(status, 200, "{v}");
+}

@@ -64,7 +64,7 @@ async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-fn gz(text: &str) -> Vec<u8> {
+pub fn gz(text: &str) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(text.as_bytes()).expect("gzip");
     e.finish().expect("gzip")
@@ -1119,6 +1119,18 @@ async fn a_secondary_on_the_same_store_takes_pgns_and_serves_reads() {
     let reply = w.request_task(&primary).await;
     let task_id = reply["task_id"].as_u64().expect("task");
     w.play(&primary, &reply, 16, EVEN).await;
+    // The secondary checks the task in the store: wait for the primary's write-behind.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if stored_run(&primary, &run).tasks.len() as u64 > task_id {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task never reached the store"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     // The worker's PGN goes to the secondary (Fishtest's port 8003).
     let pgn = gz("[Event \"s\"]\n1. c4 *\n");
     let body = json!({"run_id": run, "task_id": task_id, "message": "",
