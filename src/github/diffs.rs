@@ -64,6 +64,21 @@ impl Kept {
         (at.elapsed() < reread).then(|| diff.clone())
     }
 
+    /// Remembers what a store read begun at `started` found, unless something newer was
+    /// remembered meanwhile (a diff kept while the read was under way must not be replaced
+    /// by the read's older "none").
+    fn remember_read(
+        &mut self,
+        run_id: &str,
+        diff: Option<Arc<StoredDiff>>,
+        started: std::time::Instant,
+    ) {
+        if self.runs.get(run_id).is_some_and(|(_, at)| *at >= started) {
+            return;
+        }
+        self.remember(run_id, diff);
+    }
+
     fn remember(&mut self, run_id: &str, diff: Option<Arc<StoredDiff>>) {
         let size = |d: &Option<Arc<StoredDiff>>| d.as_ref().map_or(0, |d| d.diff.len());
         let adding = size(&diff);
@@ -197,14 +212,18 @@ impl Github {
         if let Some(known) = self.kept_diffs.lock().fresh(run_id) {
             return known.map(|d| (*d).clone());
         }
+        let started = std::time::Instant::now();
         let doc = self.store.get(Collection::ShoalKv, &key(run_id)).ok()?;
         let diff: Option<StoredDiff> = doc.and_then(|doc| {
             serde_json::from_value(doc.get("value").cloned().unwrap_or(Value::Null)).ok()
         });
-        self.kept_diffs
-            .lock()
-            .remember(run_id, diff.clone().map(Arc::new));
-        diff
+        let mut kept = self.kept_diffs.lock();
+        kept.remember_read(run_id, diff.clone().map(Arc::new), started);
+        // What is remembered now (a diff kept during the read wins over the read's none).
+        match kept.fresh(run_id) {
+            Some(known) => known.map(|d| (*d).clone()),
+            None => diff,
+        }
     }
 
     /// Fetches and keeps a run's diff in the background (after the run is created); nothing
@@ -461,6 +480,33 @@ mod tests {
     /// component's back is still shown), dropped at once by this instance's pruning, read
     /// from the store again once old: a complete diff after an hour, a missing or incomplete
     /// one after 30 s. Fails on main: every read went to the store.
+    /// A diff kept while a page's store read was under way is not replaced by the read's
+    /// older "none" (fails without `remember_read`: the run page showed no diff for 30 s,
+    /// seen on MongoDB where the read is slower).
+    #[test]
+    fn a_diff_kept_during_a_read_outlives_the_reads_none() {
+        let mut kept = Kept::default();
+        let started = std::time::Instant::now();
+        let d = StoredDiff {
+            repo: "a/b".into(),
+            base: "1".into(),
+            new: "2".into(),
+            diff: "the diff".into(),
+            truncated: false,
+            fetched_at: 0,
+            ancestry: None,
+        };
+        kept.remember("r", Some(Arc::new(d)));
+        kept.remember_read("r", None, started);
+        assert!(
+            matches!(kept.fresh("r"), Some(Some(_))),
+            "the kept diff stays"
+        );
+        // A read begun after the keep is remembered.
+        kept.remember_read("r", None, std::time::Instant::now());
+        assert!(matches!(kept.fresh("r"), Some(None)));
+    }
+
     #[test]
     fn a_kept_diff_is_read_from_memory_until_it_is_old() {
         let (_dir, store) = crate::store::testkit::temp_store();
