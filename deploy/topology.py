@@ -7,9 +7,10 @@ shoal (the built binary) on one database, configured by the shipped deploy/setti
 
 Through nginx it drives the worker protocol as the official worker does, reads pages through
 the secondaries, downloads a net from /nn/ as nginx serves it, checks the client address shoal
-sees, counts downloads of one net through both secondaries at once, and then injects faults:
-a secondary killed, the primary killed and restarted under a running `shoal sim` fleet, the
-database server restarted, the maintenance switch. Each step prints its result and time; the
+sees, counts downloads of one net through both secondaries at once, and then injects faults,
+each under a running `shoal sim` fleet whose acknowledged games must all be in their runs: a
+secondary killed, the primary killed and restarted, the database server restarted; then the
+maintenance switch. Each step prints its result and time; the
 exit status is 0 only when every step held.
 
 Standard library only, plus pymongo from SecantusDB's virtual environment (to read counts
@@ -795,6 +796,7 @@ def fleet_under_fault(tag, seed, inject, duration=40):
     time.sleep(5)
     before = games_now()
     check(sim.alive(), f"the simulator ended before the fault:\n{sim.tail()}")
+    fault_start = time.monotonic()
     injected = inject()
     after_fault = time.monotonic()
     at_fault = games_now()
@@ -814,7 +816,8 @@ def fleet_under_fault(tag, seed, inject, duration=40):
     for name in ("second", "third"):
         wait_for(f"{name} agrees with the acknowledged counts", lambda n=name: all(
             run_games(r, PORTS[n]) == want for r, want in expect.items()), 30)
-    return injected, (f"fault at {before} games, the fleet went on to {after}; every run "
+    return injected, (f"fault at {before} games ({after_fault - fault_start:.1f} s, "
+                      f"{at_fault} at its end), the fleet went on to {after}; every run "
                       f"({len(expect)}) = before + acknowledged ({sum(told.values())} games "
                       f"told), on the primary and both secondaries "
                       f"[fleet ended {time.monotonic() - after_fault:.0f} s after the fault]")
