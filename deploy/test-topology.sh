@@ -8,9 +8,9 @@
 # two secondaries of the built shoal on one database with the shipped deploy/settings/shoal.toml.
 # Through nginx: the worker protocol as the official worker drives it, pages through the
 # secondaries, a net served by nginx, the client address shoal sees, one net downloaded
-# through both secondaries at once; then faults: a secondary killed, the primary killed and
-# restarted under a running `shoal sim` fleet, the database server restarted, the maintenance
-# switch; and `nginx -t`, `systemd-analyze verify`, the backup script. Each step prints its
+# through both secondaries at once; then faults, each under a running `shoal sim` fleet that
+# must lose no acknowledged game: a secondary killed, the primary killed and restarted, the
+# database server restarted; the maintenance switch; and `nginx -t`, `systemd-analyze verify`, the backup script. Each step prints its
 # result and time; exits 0 only when every step held. The steps are deploy/topology.py.
 #
 # Runs as root (nginx's workers, the apt installs). Installs what is missing: nginx,

@@ -7,9 +7,10 @@ shoal (the built binary) on one database, configured by the shipped deploy/setti
 
 Through nginx it drives the worker protocol as the official worker does, reads pages through
 the secondaries, downloads a net from /nn/ as nginx serves it, checks the client address shoal
-sees, counts downloads of one net through both secondaries at once, and then injects faults:
-a secondary killed, the primary killed and restarted under a running `shoal sim` fleet, the
-database server restarted, the maintenance switch. Each step prints its result and time; the
+sees, counts downloads of one net through both secondaries at once, and then injects faults,
+each under a running `shoal sim` fleet whose acknowledged games must all be in their runs: a
+secondary killed, the primary killed and restarted, the database server restarted; then the
+maintenance switch. Each step prints its result and time; the
 exit status is 0 only when every step held.
 
 Standard library only, plus pymongo from SecantusDB's virtual environment (to read counts
@@ -749,92 +750,128 @@ def step_client_address():
     return "throttled: 127.0.0.3 (worker API) and 127.0.0.5 (/login); 127.0.0.4 and 127.0.0.6 not"
 
 
-def step_secondary_killed():
-    INST["second"].stop(signal.SIGKILL)
-    mark = log_mark()
-    paths = ["/tests", f"/tests/view/{STATE['run']}", "/api/active_runs", "/nns"]
-    statuses = [fetch("GET", p)[0] for p in paths * 5]
-    check(all(s == 200 for s in statuses), f"with a secondary dead: {statuses}")
-    # A worker still works (the primary's paths do not need the secondaries).
-    w = Worker("alice", "topo0001-1111-4222-8333-000000000001")
-    check(w.call("/api/beat", {"run_id": STATE["run"], "task_id": STATE["task"]})[0] == 200,
-          "beat")
-    served = {upstream_name(a.split(",")[-1].strip()) for (_, _, u, _, a) in access_since(mark)
-              if u in paths}
-    start_instance("second")
-    return f"{len(statuses)} pages answered 200 with one secondary killed (served by {served})"
-
-
 def sim_report(path):
     with open(os.path.join(path, "report.json")) as f:
         return json.load(f)
 
 
-def step_primary_restarted():
-    report = os.path.join(TMP, "sim")
+def all_runs():
+    return [str(r["_id"]) for r in mongo()["runs"].find({}, {"_id": 1})]
+
+
+def fleet_under_fault(tag, seed, inject, duration=40):
+    """Runs a `shoal sim` fleet (120 workers, time scale 30, a new connection per call) through
+    nginx, calls `inject()` once the fleet's games are coming in, lets the fleet run to its end,
+    and checks that no acknowledged update was lost: every run's game count (on the primary,
+    then on both secondaries, which read the database) equals what it had before plus the
+    games the workers were told were acknowledged (the simulator's report, games_by_run), and
+    the fleet went on after the fault. Returns (inject's result, a summary)."""
+    report = os.path.join(TMP, f"sim-{tag}")
     env = base_env()
     env.pop("SHOAL_EXPECT_STORE")
     # The simulator's own children (`shoal user`) must not watch this process.
     env.pop("SHOAL_EXIT_WITH_PARENT")
     env["SHOAL_STORE"] = "mongodb"
     env["SHOAL_DATA_DIR"] = os.path.join(TMP, "cli")
+    # Its own seed: other workers (unique keys) than an earlier step's fleet.
     cmd = [SHOAL, "sim", "--server", f"http://127.0.0.1:{PORTS['plain']}", "--data-dir",
-           os.path.join(TMP, "cli"), "--workers", "120", "--storm", "4", "--duration", "40",
-           "--time-scale", "30", "--fresh-connections", "--runs", "3", "--baseline-secs", "0",
-           "--closed-loop-secs", "0", "--quiet", "--report", report]
-    # What the runs had before (the fleet may also take tasks of the earlier steps' run).
-    base = {STATE["run"]: run_games(STATE["run"])}
-    sim = Proc("sim", cmd, env, os.path.join(TMP, "sim.log"), cwd=TMP).start()
+           os.path.join(TMP, "cli"), "--workers", "120", "--storm", "4", "--duration",
+           str(duration), "--time-scale", "30", "--fresh-connections", "--runs", "3",
+           "--baseline-secs", "0", "--closed-loop-secs", "0", "--seed", str(seed), "--quiet",
+           "--report", report]
+    # What every run had before (the fleet may also take tasks of earlier steps' runs).
+    base = {r: run_games(r) for r in all_runs()}
+    sim = Proc(f"sim-{tag}", cmd, env, os.path.join(TMP, f"sim-{tag}.log"), cwd=TMP).start()
     PROCS.append(sim)
-    def sim_runs():
-        check(sim.alive(), f"the simulator ended early:\n{sim.tail()}")
-        return [str(r["_id"]) for r in mongo()["runs"].find({}, {"_id": 1})
-                if str(r["_id"]) != STATE["run"]]
 
-    # The fleet at work: games acknowledged on the simulator's runs.
-    wait_for("the fleet's first games", lambda: sum(run_games(r) for r in sim_runs()) > 0, 40,
-             every=0.5)
+    def games_now():
+        return sum(run_games(r) for r in all_runs())
+
+    def fleet_games():
+        check(sim.alive(), f"the simulator ended early:\n{sim.tail()}")
+        return games_now() - sum(base.values())
+
+    # The fleet at work: games acknowledged.
+    wait_for("the fleet's first games", lambda: fleet_games() > 0, 40, every=0.5)
     time.sleep(5)
-    runs = sim_runs()
-    before = sum(run_games(r) for r in runs)
-    pid = INST["primary"].p.pid
-    INST["primary"].stop(signal.SIGKILL)
-    time.sleep(1)
-    start_instance("primary")
-    restarted = time.monotonic()
-    at_restart = sum(run_games(r) for r in runs)
-    sim.p.wait(120)
+    before = games_now()
+    check(sim.alive(), f"the simulator ended before the fault:\n{sim.tail()}")
+    fault_start = time.monotonic()
+    injected = inject()
+    after_fault = time.monotonic()
+    at_fault = games_now()
+    try:
+        sim.p.wait(duration + 80)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"the simulator did not end:\n{sim.tail()}")
     check(sim.p.returncode == 0, f"shoal sim failed ({sim.p.returncode}):\n{sim.tail()}")
-    rep = sim_report(report)
-    told = rep["fleet"]["tasks"]["games_by_run"]
-    lost = {}
-    for run, games in told.items():
-        got = run_games(run)
-        if got != base.get(run, 0) + games:
-            lost[run] = (base.get(run, 0) + games, got)
-    check(not lost, f"runs whose games differ from what workers were told (told, has): {lost}")
-    after = sum(run_games(r) for r in runs)
-    check(after > at_restart, f"no games after the restart ({at_restart} then {after})")
+    told = sim_report(report)["fleet"]["tasks"]["games_by_run"]
+    expect = {r: base.get(r, 0) + told.get(r, 0) for r in set(base) | set(told)}
+    lost = {r: (want, run_games(r)) for r, want in expect.items() if run_games(r) != want}
+    check(not lost, f"runs whose games differ from before + what workers were told "
+                    f"(expected, has): {lost}")
+    after = games_now()
+    check(after > at_fault, f"no games after the fault ({at_fault} then {after})")
     # The secondaries (reading the database) come to the same counts once written behind.
-    wait_for("the secondaries agree", lambda: all(
-        run_games(r, PORTS["third"]) == base.get(r, 0) + g for r, g in told.items()), 30)
-    return (f"primary (pid {pid}) killed at {before} games and restarted; the fleet went on to "
-            f"{after} games; every acknowledged game is in its run ({len(told)} runs) "
-            f"[{time.monotonic() - restarted:.0f} s after the restart]")
+    for name in ("second", "third"):
+        wait_for(f"{name} agrees with the acknowledged counts", lambda n=name: all(
+            run_games(r, PORTS[n]) == want for r, want in expect.items()), 30)
+    return injected, (f"fault at {before} games ({after_fault - fault_start:.1f} s, "
+                      f"{at_fault} at its end), the fleet went on to {after}; every run "
+                      f"({len(expect)}) = before + acknowledged ({sum(told.values())} games "
+                      f"told), on the primary and both secondaries "
+                      f"[fleet ended {time.monotonic() - after_fault:.0f} s after the fault]")
+
+
+def step_secondary_killed():
+    def kill_second():
+        INST["second"].stop(signal.SIGKILL)
+        mark = log_mark()
+        paths = ["/tests", f"/tests/view/{STATE['run']}", "/api/active_runs", "/nns"]
+        statuses = [fetch("GET", p)[0] for p in paths * 5]
+        check(all(s == 200 for s in statuses), f"with a secondary dead: {statuses}")
+        # A worker still works (the primary's paths do not need the secondaries).
+        w = Worker("alice", "topo0001-1111-4222-8333-000000000001")
+        check(w.call("/api/beat", {"run_id": STATE["run"], "task_id": STATE["task"]})[0]
+              == 200, "beat")
+        served = {upstream_name(a.split(",")[-1].strip())
+                  for (_, _, u, _, a) in access_since(mark) if u in paths}
+        start_instance("second")
+        return f"{len(statuses)} pages answered 200 with one secondary killed (served by {served})"
+
+    injected, summary = fleet_under_fault("secondary", 2, kill_second, duration=30)
+    return f"{injected}; {summary}"
+
+
+def step_primary_restarted():
+    def restart_primary():
+        pid = INST["primary"].p.pid
+        INST["primary"].stop(signal.SIGKILL)
+        time.sleep(1)
+        start_instance("primary")
+        return f"primary (pid {pid}) killed and restarted"
+
+    injected, summary = fleet_under_fault("primary", 1, restart_primary)
+    return f"{injected}; {summary}"
 
 
 def step_database_restarted():
     pids = {n: p.p.pid for n, p in INST.items()}
     run = STATE["run"]
-    DB.stop(signal.SIGTERM)
-    time.sleep(2)
-    start_db()
-    # Every instance reads the database again, without a restart of its own.
-    for name in ("primary", "second", "third"):
-        wait_for(f"{name} reads the database", lambda n=name: instance_get(
-            PORTS[n], f"/api/get_run/{run}")[0] == 200 and instance_get(
-            PORTS[n], "/api/active_runs")[0] == 200, 60, every=1)
-        check(INST[name].alive() and INST[name].p.pid == pids[name], f"{name} restarted")
+
+    def restart_db():
+        DB.stop(signal.SIGTERM)
+        time.sleep(2)
+        start_db()
+        # Every instance reads the database again, without a restart of its own.
+        for name in ("primary", "second", "third"):
+            wait_for(f"{name} reads the database", lambda n=name: instance_get(
+                PORTS[n], f"/api/get_run/{run}")[0] == 200 and instance_get(
+                PORTS[n], "/api/active_runs")[0] == 200, 60, every=1)
+            check(INST[name].alive() and INST[name].p.pid == pids[name], f"{name} restarted")
+        return "database restarted; the three instances (same pids) read it again"
+
+    injected, summary = fleet_under_fault("database", 3, restart_db, duration=45)
     # Pages and a worker through nginx.
     check(fetch("GET", f"/tests/view/{run}")[0] == 200, "the run page")
     w = Worker("alice", "topo0004-1111-4222-8333-000000000004")
@@ -850,7 +887,9 @@ def step_database_restarted():
     # Stored: the secondaries read it from the database.
     wait_for("the update stored", lambda: run_games(v["run"]["_id"], PORTS["second"])
              == games + 8, 30)
-    return "database restarted; the three instances (same pids) read and write it again"
+    for name in ("primary", "second", "third"):
+        check(INST[name].alive() and INST[name].p.pid == pids[name], f"{name} restarted")
+    return f"{injected}; {summary}; a worker's update after it stored"
 
 
 def step_maintenance():
@@ -988,9 +1027,10 @@ def main():
         ("a net: counted by shoal, served by nginx", step_nets),
         ("downloads of one net through two secondaries at once", step_concurrent_downloads),
         ("the client address shoal sees", step_client_address),
-        ("fault: a secondary killed", step_secondary_killed),
+        ("fault: a secondary killed under a running fleet", step_secondary_killed),
         ("fault: the primary killed and restarted under a running fleet", step_primary_restarted),
-        ("fault: the database server restarted", step_database_restarted),
+        ("fault: the database server restarted under a running fleet",
+         step_database_restarted),
         ("the maintenance switch", step_maintenance),
         ("backup of a SQLite deployment (shoal-backup.sh)", step_backup_sqlite),
     ]
