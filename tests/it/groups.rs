@@ -23,6 +23,21 @@ fn group_args(elo0: f64, elo1: f64) -> Value {
     a
 }
 
+/// A group's arguments for a fixed number of games (not SPRT).
+fn games_args() -> Value {
+    let mut a = crate::fleet::fixed_args(1000);
+    let m = a.as_object_mut().expect("object");
+    for k in ["new_tag", "resolved_new", "new_signature"] {
+        m.remove(k);
+    }
+    a
+}
+
+fn with_arg(mut args: Value, k: &str, v: Value) -> Value {
+    args[k] = v;
+    args
+}
+
 /// `n` takes given by their resolved fields.
 fn takes(n: usize) -> Value {
     let letters = ['b', 'c', 'd', 'e', 'f', '1', '2', '3', '4'];
@@ -99,6 +114,26 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
             400,
             "take 1",
         ),
+        // Not an SPRT test (a fixed number of games): refused, named.
+        (
+            json!({"args": games_args(), "takes": takes(2)}),
+            400,
+            "SPRT tests",
+        ),
+        // Two takes alike (same commit, options and nets): the second is refused.
+        (
+            json!({"args": group_args(0.0, 2.0), "takes": [
+                {"new_tag": "x", "resolved_new": sha('b'), "new_signature": "1234568"},
+                {"new_tag": "y", "resolved_new": sha('b'), "new_signature": "1234568"}]}),
+            400,
+            "take 2: the same commit, options and nets as take 1",
+        ),
+        // The new side shared in args would be copied to every take: refused.
+        (
+            json!({"args": with_arg(group_args(0.0, 2.0), "new_signature", json!("1234568")), "takes": takes(2)}),
+            400,
+            "args.new_signature",
+        ),
     ];
     for (body, status, word) in refused {
         let (s, v) = create_group(&server, "alice", body.clone()).await;
@@ -144,6 +179,28 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
         .collect();
     assert_eq!(runs.len(), 3);
     assert_eq!(run_count(&server), before + 3);
+    // Waiting for approval: the takes and the group are pending (not running), and the
+    // dashboard does not list the group.
+    tick(&server).await;
+    let g = group(&server, &gid).await;
+    assert_eq!(g["state"], "pending", "{g}");
+    for r in g["runs"].as_array().expect("runs") {
+        assert_eq!(r["state"], "pending", "{r}");
+        assert_eq!(r["target_share"], 0.0, "{r}");
+    }
+    let dash = server
+        .client
+        .get(server.url("/tests"))
+        .send()
+        .await
+        .expect("dashboard")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        !dash.contains(&format!("href=\"/tests/group/{gid}\"")),
+        "a pending group is not listed as active"
+    );
     for (i, id) in runs.iter().enumerate() {
         let (s, run) = server.get_json(&format!("/api/get_run/{id}")).await;
         assert_eq!(s, 200, "{run}");
@@ -152,6 +209,7 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
         assert_eq!(run["args"]["tc"], "10+0.1");
         approve(&server, "boss", id).await;
     }
+    tick(&server).await;
     let g = group(&server, &gid).await;
     assert_eq!(g["group_id"], gid);
     assert_eq!(g["state"], "active");
@@ -420,14 +478,35 @@ async fn the_form_submits_a_group_of_branches_each_resolved_as_a_single_test() {
         "{}",
         refused.body
     );
+    // Not SPRT: refused at the test type's field, nothing created.
+    let fields = with(
+        &form_fields(&page.body),
+        &[
+            ("tests_repo", "https://github.com/dev-one/Stockfish"),
+            ("new_tag", "lmr-tweak"),
+            ("takes", "ucioption-nets"),
+            ("stop_rule", "games"),
+            ("num-games", "20000"),
+        ],
+    );
+    let refused = post_form(&mut b, &fields).await;
+    assert_eq!(refused.status, 200, "{}", refused.body);
+    assert!(
+        refused.body.contains("id=\"error-stop_rule\"") && refused.body.contains("SPRT tests"),
+        "{}",
+        refused.body
+    );
     assert_eq!(run_count(&server), before);
 
+    // A typed test bench and nets are not copied to the takes: each reads its commit's.
     let fields = with(
         &form_fields(&page.body),
         &[
             ("tests_repo", "https://github.com/dev-one/Stockfish"),
             ("new_tag", "lmr-tweak"),
             ("takes", "lmr-tweak\r\nucioption-nets\r\n"),
+            ("new_signature", "7777777"),
+            ("new_nets", "nn-1c0000000000.nnue"),
         ],
     );
     let page = post_form(&mut b, &fields).await;
@@ -453,6 +532,7 @@ async fn the_form_submits_a_group_of_branches_each_resolved_as_a_single_test() {
             .await;
         assert_eq!(run["args"]["new_tag"], tag, "{run}");
         assert_eq!(run["args"]["resolved_new"], sha, "{run}");
+        assert_ne!(run["args"]["new_signature"], "7777777", "{run}");
         assert_eq!(
             run["args"]["resolved_base"],
             "3333333333333333333333333333333333333333"
