@@ -266,8 +266,10 @@ impl Groups {
     }
 
     /// Creates a group of `takes` (each a whole run's arguments), all by `user`: every take
-    /// checked first (nothing is created if one is refused), then each created as an
-    /// ordinary run, then the group stored. Blocking.
+    /// checked first (an SPRT test, unlike the earlier takes, and `build_run`'s checks:
+    /// nothing is created if one is refused), then each created as an ordinary run, then the
+    /// group stored; if a run or the group cannot be stored, the runs already created are
+    /// deleted again. Blocking.
     pub fn create(
         &self,
         takes: Vec<CreateArgs>,

@@ -608,3 +608,54 @@ fn the_simulation_keeps_each_null_takes_false_positive_rate_within_alpha() {
     let (status, text) = run_bin(&["simulate-groups", "--elo", "1"], &[], dir.path());
     assert!(!status.success() && text.contains("takes"), "{text}");
 }
+
+#[tokio::test]
+async fn a_take_whose_run_is_gone_shows_as_missing_in_its_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
+    add_user(&server, "alice", &[]);
+    let (s, v) = create_group(
+        &server,
+        "alice",
+        json!({"args": group_args(0.0, 2.0), "takes": takes(3)}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let gid = v["group_id"].as_str().expect("group_id").to_string();
+    let runs: Vec<String> = v["run_ids"]
+        .as_array()
+        .expect("run_ids")
+        .iter()
+        .map(|r| r.as_str().expect("id").to_string())
+        .collect();
+    drop(server);
+    // The second take's run removed from the store behind the server's back.
+    let store = open_store(&data).expect("store");
+    assert!(
+        store
+            .delete(shoal::store::Collection::Runs, &runs[1])
+            .expect("delete")
+    );
+    drop(store);
+    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
+    let g = group(&server, &gid).await;
+    let listed = g["runs"].as_array().expect("runs");
+    assert_eq!(listed.len(), 3, "{g}");
+    for (r, id) in listed.iter().zip(&runs) {
+        assert_eq!(r["run_id"], id.as_str(), "{g}");
+    }
+    assert_eq!(listed[1]["state"], "missing", "{g}");
+    assert_eq!(listed[2]["new_tag"], "take-3", "{g}");
+    let body = server
+        .client
+        .get(server.url(&format!("/tests/group/{gid}")))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(body.contains("the run no longer exists"), "{body}");
+    assert!(body.contains(">take-3</a>"), "{body}");
+}

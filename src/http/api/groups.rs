@@ -403,8 +403,9 @@ pub fn group_json(v: &GroupView) -> Value {
     tag = "read",
     params(("id" = String, Path, description = "The group id (24 hex digits)")),
     responses(
-        (status = 200, description = "`{group_id, username, start_time, state (active | passed | \
-            ended), winner, runs: [{run_id, new_tag, state (running | passed | failed | stopped), \
+        (status = 200, description = "`{group_id, username, start_time, state (active | pending | \
+            passed | ended), winner, runs: [{run_id, new_tag, state (running | pending | passed | \
+            failed | stopped | missing), \
             finished, games, wins, losses, draws, pentanomial, share (of the group's games played), \
             target_share, p_best, llr, lower_bound, upper_bound, stopped}]}` (no `duration`)",
             body = Object),
