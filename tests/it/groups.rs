@@ -659,3 +659,27 @@ async fn a_take_whose_run_is_gone_shows_as_missing_in_its_place() {
     assert!(body.contains("the run no longer exists"), "{body}");
     assert!(body.contains(">take-3</a>"), "{body}");
 }
+
+#[tokio::test]
+async fn a_group_counts_as_one_create_run_per_take_in_the_rate_limit() {
+    let limits =
+        r#"[{kind = "rate", key = "user", scope = "create_run", max = 3, window_s = 600}]"#;
+    let server = TestServer::start_with(Opts::new().set("limits", limits)).await;
+    add_user(&server, "alice", &[]);
+    let body = json!({"args": group_args(0.0, 2.0), "takes": takes(2)});
+    let (s, v) = create_group(&server, "alice", body.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    // Two more takes would make four create_runs: refused, nothing created.
+    let before = run_count(&server);
+    let (s, v) = create_group(&server, "alice", body).await;
+    assert_eq!(s, 429, "{v}");
+    assert_eq!(run_count(&server), before);
+    // The refused group's partial count was taken back: one create_run is still allowed.
+    let (s, v) = server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": "alice", "password": PASSWORD, "args": sprt_args(0.0, 2.0)}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+}
