@@ -532,10 +532,51 @@ impl Groups {
     }
 }
 
+/// A stop message the group logged, "superseded by <run>[rest]", split into the run and the
+/// rest (both empty if the message is not one): the group's page links the run.
+pub fn split_stop_message(message: &str) -> (String, String) {
+    let Some(tail) = message.strip_prefix("superseded by ") else {
+        return (String::new(), String::new());
+    };
+    let end = tail
+        .find(|c: char| !c.is_ascii_hexdigit())
+        .unwrap_or(tail.len());
+    if end == 0 {
+        return (String::new(), String::new());
+    }
+    (tail[..end].to_string(), tail[end..].to_string())
+}
+
 /// The run a stop names (the winner, or the leader).
 fn why_run(group: &Group, why: StopWhy) -> String {
     let i = match why {
         StopWhy::Superseded(i) | StopWhy::Hopeless(i) => i,
     };
     group.run_ids.get(i).cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_stop_message;
+
+    #[test]
+    fn a_group_stop_message_names_the_run_that_superseded_the_take() {
+        assert_eq!(
+            split_stop_message(
+                "superseded by 0123456789abcdef01234567: it cannot realistically overtake it"
+            ),
+            (
+                "0123456789abcdef01234567".to_string(),
+                ": it cannot realistically overtake it".to_string()
+            )
+        );
+        assert_eq!(
+            split_stop_message("superseded by 0123456789abcdef01234567"),
+            ("0123456789abcdef01234567".to_string(), String::new())
+        );
+        assert_eq!(
+            split_stop_message("stopped"),
+            (String::new(), String::new())
+        );
+    }
 }

@@ -414,6 +414,22 @@ async fn the_games_move_to_the_stronger_take_and_its_pass_supersedes_the_others(
         text.contains(&format!("superseded by {strong}")),
         "stop_run with the message: {text}"
     );
+    // The group's page links the run that superseded the others.
+    let page = server
+        .client
+        .get(server.url(&format!("/tests/group/{gid}")))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains(&format!(
+            "superseded by <a href=\"/tests/view/{strong}\">{strong}</a>"
+        )),
+        "{page}"
+    );
     // No new task goes to a superseded take.
     let w = Worker::new("alice", 4, 999);
     let reply = w.request_task(&server).await;

@@ -36,21 +36,6 @@ pub struct TakeColumn {
     pub winner: bool,
 }
 
-/// A stop message "superseded by <run>[rest]" split into the run and the rest (empty if the
-/// message is not one).
-fn superseded_by(message: &str) -> (String, String) {
-    let Some(tail) = message.strip_prefix("superseded by ") else {
-        return (String::new(), String::new());
-    };
-    let end = tail
-        .find(|c: char| !c.is_ascii_hexdigit())
-        .unwrap_or(tail.len());
-    if end == 0 {
-        return (String::new(), String::new());
-    }
-    (tail[..end].to_string(), tail[end..].to_string())
-}
-
 #[derive(Template)]
 #[template(path = "group.html")]
 pub struct GroupPage {
@@ -88,7 +73,7 @@ pub async fn group_page(
             .iter()
             .map(|t| {
                 let stopped = t.stopped.clone().unwrap_or_default();
-                let (stopped_by, stopped_rest) = superseded_by(&stopped);
+                let (stopped_by, stopped_rest) = crate::groups::split_stop_message(&stopped);
                 let Some(run) = &t.run else {
                     return TakeColumn {
                         run_id: t.run_id.clone(),
@@ -142,23 +127,4 @@ pub async fn group_page(
         })
     })
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::superseded_by;
-
-    #[test]
-    fn a_superseded_message_names_its_run() {
-        assert_eq!(
-            superseded_by(
-                "superseded by 0123456789abcdef01234567: it cannot realistically overtake it"
-            ),
-            (
-                "0123456789abcdef01234567".to_string(),
-                ": it cannot realistically overtake it".to_string()
-            )
-        );
-        assert_eq!(superseded_by("stopped"), (String::new(), String::new()));
-    }
 }
