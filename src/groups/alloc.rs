@@ -14,8 +14,10 @@ use crate::stats::phi;
 /// Where a take stands, as its run says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TakeState {
-    /// Unfinished.
+    /// Approved and unfinished.
     Running,
+    /// Unfinished and waiting for approval: it gets no share and plays no games yet.
+    Pending,
     /// Its SPRT accepted H1.
     Passed,
     /// Its SPRT accepted H0 (or a worker failed the run).
@@ -28,6 +30,7 @@ impl TakeState {
     pub fn name(self) -> &'static str {
         match self {
             TakeState::Running => "running",
+            TakeState::Pending => "pending",
             TakeState::Passed => "passed",
             TakeState::Failed => "failed",
             TakeState::Stopped => "stopped",
@@ -168,7 +171,7 @@ pub struct Decision {
     pub winner: Option<usize>,
 }
 
-/// The group's decision: a passed take supersedes every running one; otherwise the running
+/// The group's decision: a passed take supersedes every running or pending one; otherwise the running
 /// takes share the games by the rule, and with `stop_hopeless` a take that cannot
 /// realistically overtake the leader is stopped.
 pub fn decide(takes: &[TakeView], s: &GroupSettings) -> Decision {
@@ -181,7 +184,7 @@ pub fn decide(takes: &[TakeView], s: &GroupSettings) -> Decision {
     };
     if let Some(w) = d.winner {
         for (i, t) in takes.iter().enumerate() {
-            if t.state == TakeState::Running {
+            if matches!(t.state, TakeState::Running | TakeState::Pending) {
                 d.stops.push((i, StopWhy::Superseded(w)));
             }
         }

@@ -60,8 +60,12 @@ pub enum GroupError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GroupState {
-    /// Some take still runs and none passed.
+    /// Some take runs (approved, unfinished) and none passed.
     Active,
+    /// No take runs yet and none passed: the unfinished takes wait for approval. Not listed
+    /// on the dashboard (it cannot play until an approver acts); it becomes `Active` at the
+    /// first tick after a take is approved, and `Ended` if its waiting takes are deleted.
+    Pending,
     /// A take passed (`winner`).
     Passed,
     /// Every take ended and none passed.
@@ -69,9 +73,29 @@ pub enum GroupState {
 }
 
 impl GroupState {
+    /// Still decided at every tick (active or waiting for approval).
+    pub fn live(self) -> bool {
+        matches!(self, GroupState::Active | GroupState::Pending)
+    }
+
+    /// The live state the takes give: `Active` if one runs, else `Pending` if one waits for
+    /// approval, else `Ended`.
+    pub fn of_takes(states: impl IntoIterator<Item = TakeState>) -> GroupState {
+        let mut out = GroupState::Ended;
+        for s in states {
+            match s {
+                TakeState::Running => return GroupState::Active,
+                TakeState::Pending => out = GroupState::Pending,
+                _ => {}
+            }
+        }
+        out
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             GroupState::Active => "active",
+            GroupState::Pending => "pending",
             GroupState::Passed => "passed",
             GroupState::Ended => "ended",
         }
@@ -96,8 +120,11 @@ pub struct Group {
 /// One take as the group's page and API show it.
 #[derive(Debug, Clone)]
 pub struct TakeInfo {
-    /// The run, without its tasks.
-    pub run: Run,
+    /// The take's run id.
+    pub run_id: String,
+    /// The run, without its tasks; `None` if it no longer exists (purged): shown as
+    /// missing, in its place.
+    pub run: Option<Run>,
     pub state: TakeState,
     /// Its part of the games the group's takes played (0..=1).
     pub share_played: f64,
@@ -135,10 +162,15 @@ fn doc_id(group_id: &str) -> String {
     format!("{KIND}:{group_id}")
 }
 
-/// A take's state as its run says.
+/// A take's state as its run says (an unfinished run not yet approved is pending: it
+/// cannot play).
 pub fn take_state(run: &Run) -> TakeState {
     if !run.finished {
-        return TakeState::Running;
+        return if run.approved {
+            TakeState::Running
+        } else {
+            TakeState::Pending
+        };
     }
     match run.args.sprt.as_ref().map(|s| s.state) {
         Some(SprtState::Accepted) if !run.deleted => TakeState::Passed,
@@ -146,6 +178,41 @@ pub fn take_state(run: &Run) -> TakeState {
         _ if run.failed => TakeState::Failed,
         _ => TakeState::Stopped,
     }
+}
+
+/// A take refused for what makes a group (the arguments themselves are `build_run`'s): it must
+/// be an SPRT test (a group stops its takes by their SPRTs; a fixed number of games or SPSA
+/// has nothing to pass), and differ from every earlier take (`earlier`) in its commit, its
+/// options or its nets (two identical takes would split one test's games in two).
+fn check_take(earlier: &[CreateArgs], args: &CreateArgs) -> Result<(), ArgError> {
+    if args.sprt.is_none() || args.spsa.is_some() {
+        return Err(ArgError {
+            field: "stop_rule",
+            message: "a test group's takes are SPRT tests (each passes only by its own SPRT): \
+                      submit a fixed number of games or SPSA as a single test"
+                .into(),
+        });
+    }
+    let key = |a: &CreateArgs| {
+        let mut nets = a.new_nets.clone();
+        nets.sort();
+        (
+            a.resolved_new.trim().to_string(),
+            a.new_options.trim().to_string(),
+            nets,
+        )
+    };
+    let mine = key(args);
+    if let Some(j) = earlier.iter().position(|e| key(e) == mine) {
+        return Err(ArgError {
+            field: "resolved_new",
+            message: format!(
+                "the same commit, options and nets as take {}: each take must differ",
+                j + 1
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A take's view for the rules.
@@ -199,8 +266,10 @@ impl Groups {
     }
 
     /// Creates a group of `takes` (each a whole run's arguments), all by `user`: every take
-    /// checked first (nothing is created if one is refused), then each created as an
-    /// ordinary run, then the group stored. Blocking.
+    /// checked first (an SPRT test, unlike the earlier takes, and `build_run`'s checks:
+    /// nothing is created if one is refused), then each created as an ordinary run, then the
+    /// group stored; if a run or the group cannot be stored, the runs already created are
+    /// deleted again. Blocking.
     pub fn create(
         &self,
         takes: Vec<CreateArgs>,
@@ -211,18 +280,25 @@ impl Groups {
         }
         let books = self.runs.books();
         for (i, args) in takes.iter().enumerate() {
+            check_take(&takes[..i], args)
+                .map_err(|error| GroupError::Take { take: i + 1, error })?;
             build_run(args.clone(), &user.username, &books)
                 .map_err(|error| GroupError::Take { take: i + 1, error })?;
         }
         let mut run_ids = Vec::with_capacity(takes.len());
         for (i, args) in takes.into_iter().enumerate() {
-            match self.runs.submit_run(args, user) {
-                Ok(id) => run_ids.push(id),
-                Err(crate::rundb::SubmitError::Args(error)) => {
-                    return Err(GroupError::Take { take: i + 1, error });
+            let error = match self.runs.submit_run(args, user) {
+                Ok(id) => {
+                    run_ids.push(id);
+                    continue;
                 }
-                Err(crate::rundb::SubmitError::Db(e)) => return Err(e.into()),
-            }
+                Err(crate::rundb::SubmitError::Args(error)) => {
+                    GroupError::Take { take: i + 1, error }
+                }
+                Err(crate::rundb::SubmitError::Db(e)) => e.into(),
+            };
+            self.undo(&run_ids, user);
+            return Err(error);
         }
         let group = Group {
             group_id: crate::store::new_object_id(),
@@ -233,7 +309,10 @@ impl Groups {
             winner: None,
             stopped: BTreeMap::new(),
         };
-        self.save(&group)?;
+        if let Err(e) = self.save(&group) {
+            self.undo(&run_ids, user);
+            return Err(e);
+        }
         let id = group.group_id.clone();
         {
             let mut by_run = self.by_run.write();
@@ -245,6 +324,16 @@ impl Groups {
         tracing::info!(group = %id, takes = run_ids.len(), user = %user.username, "test group created");
         self.tick_group(&id)?;
         Ok((id, run_ids))
+    }
+
+    /// The runs of a group whose creation failed part-way deleted again (as their submitter
+    /// would: each logs `delete_run`), so a failed creation leaves no take behind.
+    fn undo(&self, run_ids: &[String], user: &User) {
+        for id in run_ids {
+            if let Err(e) = self.runs.delete_run(id, user) {
+                tracing::warn!(run = %id, error = %e, "a take of a group not created is left");
+            }
+        }
     }
 
     fn save(&self, group: &Group) -> Result<(), GroupError> {
@@ -262,13 +351,19 @@ impl Groups {
         self.by_run.read().get(run_id).cloned()
     }
 
-    /// The active groups' ids, newest first.
+    /// The active groups (some take runs), newest first: the dashboard's list. A group whose
+    /// takes all wait for approval is `Pending` and not listed.
     pub fn active(&self) -> Vec<Group> {
+        self.with_state(|s| s == GroupState::Active)
+    }
+
+    /// The groups in a state `keep` accepts, newest first.
+    fn with_state(&self, keep: impl Fn(GroupState) -> bool) -> Vec<Group> {
         let mut out: Vec<Group> = self
             .groups
             .read()
             .values()
-            .filter(|g| g.state == GroupState::Active)
+            .filter(|g| keep(g.state))
             .cloned()
             .collect();
         out.sort_by(|a, b| b.group_id.cmp(&a.group_id));
@@ -297,33 +392,45 @@ impl Groups {
         };
         let group = known.ok_or_else(|| GroupError::Unknown(group_id.to_string()))?;
         let decision = self.decisions.read().get(group_id).cloned();
+        // One entry per take, in the group's order (a run no longer found stays in its place,
+        // so the decision's per-take values stay aligned).
         let mut runs = Vec::with_capacity(group.run_ids.len());
         for id in &group.run_ids {
-            if let Some(run) = self.runs.run_head(id)? {
-                runs.push(run);
+            runs.push(self.runs.run_head(id)?);
+        }
+        let total: u64 = runs.iter().flatten().map(|r| r.results.games()).sum();
+        let mut group = group;
+        if group.state.live() {
+            // Read live: an approval shows at once, not at the next tick.
+            let now = GroupState::of_takes(runs.iter().flatten().map(take_state));
+            if now.live() {
+                group.state = now;
             }
         }
-        let total: u64 = runs.iter().map(|r| r.results.games()).sum();
-        let takes = runs
-            .into_iter()
+        let takes = group
+            .run_ids
+            .iter()
+            .zip(runs)
             .enumerate()
-            .map(|(i, run)| {
-                let state = take_state(&run);
+            .map(|(i, (run_id, run))| {
+                let state = run.as_ref().map_or(TakeState::Stopped, take_state);
                 let running = state == TakeState::Running;
                 let pick = |v: Option<&Vec<f64>>| {
                     v.and_then(|w| w.get(i).copied())
                         .filter(|_| running)
                         .unwrap_or(0.0)
                 };
+                let games = run.as_ref().map_or(0, |r| r.results.games());
                 TakeInfo {
+                    run_id: run_id.clone(),
                     share_played: if total == 0 {
                         0.0
                     } else {
-                        run.results.games() as f64 / total as f64
+                        games as f64 / total as f64
                     },
                     share_target: pick(decision.as_ref().map(|d| &d.weights)),
                     p_best: pick(decision.as_ref().map(|d| &d.p_best)),
-                    stopped: group.stopped.get(&run.id).cloned(),
+                    stopped: group.stopped.get(run_id).cloned(),
                     state,
                     run,
                 }
@@ -332,9 +439,14 @@ impl Groups {
         Ok(GroupView { group, takes })
     }
 
-    /// Every active group decided again (the `groups` periodic job; blocking).
+    /// Every live group (active or pending) decided again (the `groups` periodic job;
+    /// blocking).
     pub fn tick(&self) -> Result<(), GroupError> {
-        let ids: Vec<String> = self.active().into_iter().map(|g| g.group_id).collect();
+        let ids: Vec<String> = self
+            .with_state(GroupState::live)
+            .into_iter()
+            .map(|g| g.group_id)
+            .collect();
         for id in ids {
             if let Err(e) = self.tick_group(&id) {
                 tracing::warn!(group = %id, error = %e, "test group not decided");
@@ -350,7 +462,7 @@ impl Groups {
         let Some(mut group) = self.groups.read().get(group_id).cloned() else {
             return Err(GroupError::Unknown(group_id.to_string()));
         };
-        if group.state != GroupState::Active {
+        if !group.state.live() {
             return Ok(());
         }
         let mut views = Vec::with_capacity(group.run_ids.len());
@@ -390,9 +502,10 @@ impl Groups {
             group.winner = group.run_ids.get(w).cloned();
             group.state = GroupState::Passed;
             changed = true;
-        } else if views.iter().all(|v| v.state != TakeState::Running) {
-            group.state = GroupState::Ended;
-            changed = true;
+        } else {
+            let now = GroupState::of_takes(views.iter().map(|v| v.state));
+            changed |= now != group.state;
+            group.state = now;
         }
         let shares: Vec<(String, f64)> = if group.state == GroupState::Active {
             group
@@ -407,7 +520,7 @@ impl Groups {
         self.scheduler.group_shares().set(group_id, &shares);
         if changed {
             self.save(&group)?;
-            if group.state != GroupState::Active {
+            if !group.state.live() {
                 tracing::info!(group = %group_id, state = group.state.name(), "test group ended");
             }
         }
@@ -419,10 +532,51 @@ impl Groups {
     }
 }
 
+/// A stop message the group logged, "superseded by <run>[rest]", split into the run and the
+/// rest (both empty if the message is not one): the group's page links the run.
+pub fn split_stop_message(message: &str) -> (String, String) {
+    let Some(tail) = message.strip_prefix("superseded by ") else {
+        return (String::new(), String::new());
+    };
+    let end = tail
+        .find(|c: char| !c.is_ascii_hexdigit())
+        .unwrap_or(tail.len());
+    if end == 0 {
+        return (String::new(), String::new());
+    }
+    (tail[..end].to_string(), tail[end..].to_string())
+}
+
 /// The run a stop names (the winner, or the leader).
 fn why_run(group: &Group, why: StopWhy) -> String {
     let i = match why {
         StopWhy::Superseded(i) | StopWhy::Hopeless(i) => i,
     };
     group.run_ids.get(i).cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_stop_message;
+
+    #[test]
+    fn a_group_stop_message_names_the_run_that_superseded_the_take() {
+        assert_eq!(
+            split_stop_message(
+                "superseded by 0123456789abcdef01234567: it cannot realistically overtake it"
+            ),
+            (
+                "0123456789abcdef01234567".to_string(),
+                ": it cannot realistically overtake it".to_string()
+            )
+        );
+        assert_eq!(
+            split_stop_message("superseded by 0123456789abcdef01234567"),
+            ("0123456789abcdef01234567".to_string(), String::new())
+        );
+        assert_eq!(
+            split_stop_message("stopped"),
+            (String::new(), String::new())
+        );
+    }
 }

@@ -287,6 +287,30 @@ pub fn wilson(k: u64, n: u64) -> Option<(f64, f64)> {
     Some(((centre - half).max(0.0), (centre + half).min(1.0)))
 }
 
+/// The arguments a simulation refuses, each with the option named.
+pub fn check_spec(spec: &SimSpec) -> Result<(), SimError> {
+    let bad = |m: &str| Err(SimError::Bad(m.to_string()));
+    if spec.groups == 0 || spec.workers == 0 {
+        return bad("--groups and --workers must be at least 1");
+    }
+    if spec.task_games == 0 || !spec.task_games.is_multiple_of(2) {
+        return bad("--task-games must be even and above 0 (games are played in pairs)");
+    }
+    if !(0.0..1.0).contains(&spec.draw_ratio) {
+        return bad("--draw-ratio must be in [0, 1)");
+    }
+    if !(spec.elo0.is_finite() && spec.elo1.is_finite() && spec.elo0 < spec.elo1) {
+        return bad("--elo0 must be below --elo1");
+    }
+    if !(spec.alpha > 0.0 && spec.alpha < 1.0 && spec.beta > 0.0 && spec.beta < 1.0) {
+        return bad("--alpha and --beta must be in (0, 1)");
+    }
+    if spec.elo.iter().any(|e| !e.is_finite()) {
+        return bad("--elo: each value must be a number");
+    }
+    Ok(())
+}
+
 /// Runs the simulation: every group played grouped (with `settings`) and, from the same
 /// seed, independent.
 pub fn run(spec: &SimSpec, settings: &GroupSettings) -> Result<SimReport, SimError> {
@@ -298,11 +322,7 @@ pub fn run(spec: &SimSpec, settings: &GroupSettings) -> Result<SimReport, SimErr
             super::MAX_TAKES
         )));
     }
-    if spec.groups == 0 || spec.workers == 0 || spec.task_games < 2 {
-        return Err(SimError::Bad(
-            "--groups, --workers must be at least 1 and --task-games at least 2".into(),
-        ));
-    }
+    check_spec(spec)?;
     let model = EloModel::parse(&spec.elo_model)
         .ok_or_else(|| SimError::Bad(format!("unknown elo model {:?}", spec.elo_model)))?;
     let probs: Vec<[f64; 5]> = spec
@@ -374,6 +394,82 @@ mod tests {
         let strong = pair_probs(10.0, 0.56).expect("valid");
         assert!(strong[4] > strong[0]);
         assert!(true_strength(0.0, &even, EloModel::Normalized).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_simulation_refuses_bad_arguments() {
+        let ok = SimSpec {
+            elo: vec![0.0, 1.0],
+            elo0: 0.0,
+            elo1: 2.0,
+            alpha: 0.05,
+            beta: 0.05,
+            elo_model: "normalized".into(),
+            draw_ratio: 0.56,
+            groups: 1,
+            seed: 1,
+            workers: 1,
+            task_games: 400,
+            max_games: 1000,
+        };
+        assert!(check_spec(&ok).is_ok());
+        let cases: Vec<(SimSpec, &str)> = vec![
+            (
+                SimSpec {
+                    draw_ratio: 1.0,
+                    ..ok.clone()
+                },
+                "--draw-ratio",
+            ),
+            (
+                SimSpec {
+                    draw_ratio: -0.1,
+                    ..ok.clone()
+                },
+                "--draw-ratio",
+            ),
+            (
+                SimSpec {
+                    elo0: 2.0,
+                    ..ok.clone()
+                },
+                "--elo0",
+            ),
+            (
+                SimSpec {
+                    task_games: 0,
+                    ..ok.clone()
+                },
+                "--task-games",
+            ),
+            (
+                SimSpec {
+                    task_games: 401,
+                    ..ok.clone()
+                },
+                "--task-games",
+            ),
+            (
+                SimSpec {
+                    groups: 0,
+                    ..ok.clone()
+                },
+                "--groups",
+            ),
+        ];
+        for (spec, word) in cases {
+            let e = check_spec(&spec).expect_err(word).to_string();
+            assert!(e.contains(word), "{word} in {e}");
+            let e = run(&spec, &GroupSettings::default())
+                .expect_err(word)
+                .to_string();
+            assert!(e.contains(word), "{word} in {e}");
+        }
+        let nine = SimSpec {
+            elo: vec![0.0; 9],
+            ..ok.clone()
+        };
+        assert!(run(&nine, &GroupSettings::default()).is_err());
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl GroupShares {
 }
 
 /// The group's change to the candidates, before Fishtest's ordering sorts them (a stable
-/// sort): every take of a group gets the group's summed cores and itp (so the group is placed
+/// sort): every take of a group that can play (approved, unfinished) gets the group's summed cores and itp (so the group is placed
 /// as one run whose throughput is its takes' together: the fleet share its takes would get as
 /// separate runs), its highest priority and, if the worker's last run was any take, that
 /// mark. Then the group's takes are ordered: first the take drawn by `u` (in [0, 1): the
@@ -82,6 +82,11 @@ pub fn arrange(
 ) {
     let mut groups: HashMap<Arc<str>, Vec<(usize, f64)>> = HashMap::new();
     for (pos, c) in candidates.iter().enumerate() {
+        // Only takes that can play count (and are arranged): one waiting for approval, or
+        // finished, neither adds to the group's cores and itp nor takes a slice.
+        if !c.approved || c.finished {
+            continue;
+        }
         if let Some((g, share)) = group_of(c.index) {
             groups.entry(g).or_default().push((pos, share));
         }
@@ -188,6 +193,19 @@ mod tests {
             }
         }
         assert!((740..=760).contains(&first_a), "{first_a}");
+        // A take waiting for approval adds nothing: the group's cores and itp are the
+        // approved takes' alone.
+        let g: Arc<str> = Arc::from("g");
+        let mut cs = vec![cand(0, 16), cand(1, 16), cand(2, 32)];
+        cs[1].approved = false;
+        cs[1].itp = 1000.0;
+        arrange(&mut cs, |i| (i < 2).then(|| (g.clone(), 0.5)), 8, 0.1);
+        assert_eq!((cs[0].cores, cs[0].itp), (16, 100.0));
+        // ... and a finished one neither.
+        let mut cs = vec![cand(0, 16), cand(1, 16), cand(2, 32)];
+        cs[1].finished = true;
+        arrange(&mut cs, |i| (i < 2).then(|| (g.clone(), 0.5)), 8, 0.1);
+        assert_eq!((cs[0].cores, cs[0].itp), (16, 100.0));
         // Not grouped any more: each run for itself again.
         shares.set("g", &[]);
         assert!(shares.of("a").is_none());

@@ -23,6 +23,21 @@ fn group_args(elo0: f64, elo1: f64) -> Value {
     a
 }
 
+/// A group's arguments for a fixed number of games (not SPRT).
+fn games_args() -> Value {
+    let mut a = crate::fleet::fixed_args(1000);
+    let m = a.as_object_mut().expect("object");
+    for k in ["new_tag", "resolved_new", "new_signature"] {
+        m.remove(k);
+    }
+    a
+}
+
+fn with_arg(mut args: Value, k: &str, v: Value) -> Value {
+    args[k] = v;
+    args
+}
+
 /// `n` takes given by their resolved fields.
 fn takes(n: usize) -> Value {
     let letters = ['b', 'c', 'd', 'e', 'f', '1', '2', '3', '4'];
@@ -99,6 +114,26 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
             400,
             "take 1",
         ),
+        // Not an SPRT test (a fixed number of games): refused, named.
+        (
+            json!({"args": games_args(), "takes": takes(2)}),
+            400,
+            "SPRT tests",
+        ),
+        // Two takes alike (same commit, options and nets): the second is refused.
+        (
+            json!({"args": group_args(0.0, 2.0), "takes": [
+                {"new_tag": "x", "resolved_new": sha('b'), "new_signature": "1234568"},
+                {"new_tag": "y", "resolved_new": sha('b'), "new_signature": "1234568"}]}),
+            400,
+            "take 2: the same commit, options and nets as take 1",
+        ),
+        // The new side shared in args would be copied to every take: refused.
+        (
+            json!({"args": with_arg(group_args(0.0, 2.0), "new_signature", json!("1234568")), "takes": takes(2)}),
+            400,
+            "args.new_signature",
+        ),
     ];
     for (body, status, word) in refused {
         let (s, v) = create_group(&server, "alice", body.clone()).await;
@@ -144,6 +179,28 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
         .collect();
     assert_eq!(runs.len(), 3);
     assert_eq!(run_count(&server), before + 3);
+    // Waiting for approval: the takes and the group are pending (not running), and the
+    // dashboard does not list the group.
+    tick(&server).await;
+    let g = group(&server, &gid).await;
+    assert_eq!(g["state"], "pending", "{g}");
+    for r in g["runs"].as_array().expect("runs") {
+        assert_eq!(r["state"], "pending", "{r}");
+        assert_eq!(r["target_share"], 0.0, "{r}");
+    }
+    let dash = server
+        .client
+        .get(server.url("/tests"))
+        .send()
+        .await
+        .expect("dashboard")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        !dash.contains(&format!("href=\"/tests/group/{gid}\"")),
+        "a pending group is not listed as active"
+    );
     for (i, id) in runs.iter().enumerate() {
         let (s, run) = server.get_json(&format!("/api/get_run/{id}")).await;
         assert_eq!(s, 200, "{run}");
@@ -152,6 +209,7 @@ async fn a_group_through_the_api_its_page_and_get_group_and_refusals_create_noth
         assert_eq!(run["args"]["tc"], "10+0.1");
         approve(&server, "boss", id).await;
     }
+    tick(&server).await;
     let g = group(&server, &gid).await;
     assert_eq!(g["group_id"], gid);
     assert_eq!(g["state"], "active");
@@ -356,6 +414,22 @@ async fn the_games_move_to_the_stronger_take_and_its_pass_supersedes_the_others(
         text.contains(&format!("superseded by {strong}")),
         "stop_run with the message: {text}"
     );
+    // The group's page links the run that superseded the others.
+    let page = server
+        .client
+        .get(server.url(&format!("/tests/group/{gid}")))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains(&format!(
+            "superseded by <a href=\"/tests/view/{strong}\">{strong}</a>"
+        )),
+        "{page}"
+    );
     // No new task goes to a superseded take.
     let w = Worker::new("alice", 4, 999);
     let reply = w.request_task(&server).await;
@@ -420,14 +494,35 @@ async fn the_form_submits_a_group_of_branches_each_resolved_as_a_single_test() {
         "{}",
         refused.body
     );
+    // Not SPRT: refused at the test type's field, nothing created.
+    let fields = with(
+        &form_fields(&page.body),
+        &[
+            ("tests_repo", "https://github.com/dev-one/Stockfish"),
+            ("new_tag", "lmr-tweak"),
+            ("takes", "ucioption-nets"),
+            ("stop_rule", "games"),
+            ("num-games", "20000"),
+        ],
+    );
+    let refused = post_form(&mut b, &fields).await;
+    assert_eq!(refused.status, 200, "{}", refused.body);
+    assert!(
+        refused.body.contains("id=\"error-stop_rule\"") && refused.body.contains("SPRT tests"),
+        "{}",
+        refused.body
+    );
     assert_eq!(run_count(&server), before);
 
+    // A typed test bench and nets are not copied to the takes: each reads its commit's.
     let fields = with(
         &form_fields(&page.body),
         &[
             ("tests_repo", "https://github.com/dev-one/Stockfish"),
             ("new_tag", "lmr-tweak"),
             ("takes", "lmr-tweak\r\nucioption-nets\r\n"),
+            ("new_signature", "7777777"),
+            ("new_nets", "nn-1c0000000000.nnue"),
         ],
     );
     let page = post_form(&mut b, &fields).await;
@@ -453,6 +548,7 @@ async fn the_form_submits_a_group_of_branches_each_resolved_as_a_single_test() {
             .await;
         assert_eq!(run["args"]["new_tag"], tag, "{run}");
         assert_eq!(run["args"]["resolved_new"], sha, "{run}");
+        assert_ne!(run["args"]["new_signature"], "7777777", "{run}");
         assert_eq!(
             run["args"]["resolved_base"],
             "3333333333333333333333333333333333333333"
@@ -527,4 +623,79 @@ fn the_simulation_keeps_each_null_takes_false_positive_rate_within_alpha() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (status, text) = run_bin(&["simulate-groups", "--elo", "1"], &[], dir.path());
     assert!(!status.success() && text.contains("takes"), "{text}");
+}
+
+#[tokio::test]
+async fn a_take_whose_run_is_gone_shows_as_missing_in_its_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
+    add_user(&server, "alice", &[]);
+    let (s, v) = create_group(
+        &server,
+        "alice",
+        json!({"args": group_args(0.0, 2.0), "takes": takes(3)}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let gid = v["group_id"].as_str().expect("group_id").to_string();
+    let runs: Vec<String> = v["run_ids"]
+        .as_array()
+        .expect("run_ids")
+        .iter()
+        .map(|r| r.as_str().expect("id").to_string())
+        .collect();
+    drop(server);
+    // The second take's run removed from the store behind the server's back.
+    let store = open_store(&data).expect("store");
+    assert!(
+        store
+            .delete(shoal::store::Collection::Runs, &runs[1])
+            .expect("delete")
+    );
+    drop(store);
+    let server = TestServer::start_with(Opts::new().data_dir(&data)).await;
+    let g = group(&server, &gid).await;
+    let listed = g["runs"].as_array().expect("runs");
+    assert_eq!(listed.len(), 3, "{g}");
+    for (r, id) in listed.iter().zip(&runs) {
+        assert_eq!(r["run_id"], id.as_str(), "{g}");
+    }
+    assert_eq!(listed[1]["state"], "missing", "{g}");
+    assert_eq!(listed[2]["new_tag"], "take-3", "{g}");
+    let body = server
+        .client
+        .get(server.url(&format!("/tests/group/{gid}")))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(body.contains("the run no longer exists"), "{body}");
+    assert!(body.contains(">take-3</a>"), "{body}");
+}
+
+#[tokio::test]
+async fn a_group_counts_as_one_create_run_per_take_in_the_rate_limit() {
+    let limits =
+        r#"[{kind = "rate", key = "user", scope = "create_run", max = 3, window_s = 600}]"#;
+    let server = TestServer::start_with(Opts::new().set("limits", limits)).await;
+    add_user(&server, "alice", &[]);
+    let body = json!({"args": group_args(0.0, 2.0), "takes": takes(2)});
+    let (s, v) = create_group(&server, "alice", body.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    // Two more takes would make four create_runs: refused, nothing created.
+    let before = run_count(&server);
+    let (s, v) = create_group(&server, "alice", body).await;
+    assert_eq!(s, 429, "{v}");
+    assert_eq!(run_count(&server), before);
+    // The refused group's partial count was taken back: one create_run is still allowed.
+    let (s, v) = server
+        .post_json(
+            "/api/create_run",
+            &json!({"username": "alice", "password": PASSWORD, "args": sprt_args(0.0, 2.0)}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
 }

@@ -116,15 +116,6 @@ pub async fn create_group(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateGroupRequest>,
 ) -> ApiResult {
-    if let Some(username) = req.username.as_deref() {
-        let ctx = crate::limits::KeyCtx {
-            user: Some(username),
-            ip: Some(&ip),
-            ..Default::default()
-        };
-        let scope = crate::limits::Scope::Endpoint("create_run".into());
-        crate::http::limits::check(&state, &scope, &ctx)?;
-    }
     let mut args = req.args;
     let takes = match (req.takes, args.remove("takes")) {
         (Some(t), None) => t,
@@ -144,6 +135,31 @@ pub async fn create_group(
         return Err(bad(
             "args.new_tag: each take gives its own new_tag (in takes)",
         ));
+    }
+    // The new side is each take's own: a shared one would be copied to every take.
+    for k in ["resolved_new", "new_signature", "new_nets", "msg_new"] {
+        if args.contains_key(k) {
+            return Err(bad(format!(
+                "args.{k}: each take gives its own {k} (in takes)"
+            )));
+        }
+    }
+    // One group counts as one create_run per take in create_run's rate limit.
+    if let Some(username) = req.username.as_deref() {
+        let ctx = crate::limits::KeyCtx {
+            user: Some(username),
+            ip: Some(&ip),
+            ..Default::default()
+        };
+        let scope = crate::limits::Scope::Endpoint("create_run".into());
+        for counted in 0..takes.len() {
+            if let Err(e) = crate::http::limits::check(&state, &scope, &ctx) {
+                for _ in 0..counted {
+                    crate::http::limits::refund(&state, &scope, &ctx);
+                }
+                return Err(e.into());
+            }
+        }
     }
     let cred = cred(&headers, ip, req.username, req.password)?;
     let user = with_cred(&state, cred, "create_group", true, |_, user| Ok(user)).await?;
@@ -336,7 +352,18 @@ pub fn group_json(v: &GroupView) -> Value {
         .takes
         .iter()
         .map(|t| {
-            let r = &t.run;
+            let Some(r) = &t.run else {
+                // A run no longer found (purged): in its place, shown as missing.
+                return json!({
+                    "run_id": t.run_id,
+                    "state": "missing",
+                    "finished": true,
+                    "share": t.share_played,
+                    "target_share": 0.0,
+                    "p_best": 0.0,
+                    "stopped": t.stopped,
+                });
+            };
             let sprt = r.args.sprt.as_ref();
             json!({
                 "run_id": r.id,
@@ -376,8 +403,9 @@ pub fn group_json(v: &GroupView) -> Value {
     tag = "read",
     params(("id" = String, Path, description = "The group id (24 hex digits)")),
     responses(
-        (status = 200, description = "`{group_id, username, start_time, state (active | passed | \
-            ended), winner, runs: [{run_id, new_tag, state (running | passed | failed | stopped), \
+        (status = 200, description = "`{group_id, username, start_time, state (active | pending | \
+            passed | ended), winner, runs: [{run_id, new_tag, state (running | pending | passed | \
+            failed | stopped | missing), \
             finished, games, wins, losses, draws, pentanomial, share (of the group's games played), \
             target_share, p_best, llr, lower_bound, upper_bound, stopped}]}` (no `duration`)",
             body = Object),

@@ -22,13 +22,17 @@ pub struct TakeColumn {
     pub run_id: String,
     pub new_tag: String,
     pub state: &'static str,
-    pub rbox: ResultsBox,
+    /// `None`: the run no longer exists (shown as missing).
+    pub rbox: Option<ResultsBox>,
     pub llr: String,
     pub games: u64,
     pub share: String,
     pub target: String,
     pub p_best: String,
     pub stopped: String,
+    /// The run a "superseded by <run>" message names (linked), and the message's rest.
+    pub stopped_by: String,
+    pub stopped_rest: String,
     pub winner: bool,
 }
 
@@ -68,7 +72,26 @@ pub async fn group_page(
             .takes
             .iter()
             .map(|t| {
-                let llr = t.run.args.sprt.as_ref().map_or(String::new(), |s| {
+                let stopped = t.stopped.clone().unwrap_or_default();
+                let (stopped_by, stopped_rest) = crate::groups::split_stop_message(&stopped);
+                let Some(run) = &t.run else {
+                    return TakeColumn {
+                        run_id: t.run_id.clone(),
+                        new_tag: t.run_id.clone(),
+                        state: "missing",
+                        rbox: None,
+                        llr: String::new(),
+                        games: 0,
+                        share: pct(t.share_played),
+                        target: pct(0.0),
+                        p_best: pct(0.0),
+                        stopped,
+                        stopped_by,
+                        stopped_rest,
+                        winner: false,
+                    };
+                };
+                let llr = run.args.sprt.as_ref().map_or(String::new(), |s| {
                     format!(
                         "{:.2} ({:.2}, {:.2}) {}",
                         s.llr,
@@ -78,17 +101,19 @@ pub async fn group_page(
                     )
                 });
                 TakeColumn {
-                    run_id: t.run.id.clone(),
-                    new_tag: t.run.args.new_tag.clone(),
+                    run_id: run.id.clone(),
+                    new_tag: run.args.new_tag.clone(),
                     state: t.state.name(),
-                    rbox: results_box(&t.run),
+                    rbox: Some(results_box(run)),
                     llr,
-                    games: t.run.results.games(),
+                    games: run.results.games(),
                     share: pct(t.share_played),
                     target: pct(t.share_target),
                     p_best: pct(t.p_best),
-                    stopped: t.stopped.clone().unwrap_or_default(),
-                    winner: t.run.id == winner,
+                    stopped,
+                    stopped_by,
+                    stopped_rest,
+                    winner: run.id == winner,
                 }
             })
             .collect();

@@ -39,6 +39,7 @@ pub fn form_field(arg: &str) -> &'static str {
         "compiler" => "compiler",
         "arch_filter" => "arch-filter",
         "num_games" => "num-games",
+        "stop_rule" => "stop_rule",
         "sprt" | "sprt.elo_model" => "bounds",
         "spsa.A" => "spsa_A",
         "spsa.alpha" => "spsa_alpha",

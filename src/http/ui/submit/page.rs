@@ -195,7 +195,7 @@ async fn submit_takes(
 ) -> Response {
     let resolved = match &ctx.user {
         Some(user) => submit_group::resolve(&state.github, &f, user).await,
-        None => Err(String::new()),
+        None => Err(("takes", String::new())),
     };
     let (primary, github) = (state.primary, state.github.clone());
     let (nets, groups) = (state.nets.clone(), state.groups.clone());
@@ -216,12 +216,14 @@ async fn submit_takes(
                 let _ = created_tx.send(created);
                 Page::redirect(format!("/tests/group/{group_id}"))
             }
-            Err(problem) => {
+            Err((field, problem)) => {
                 let flashes = vec![
                     Flash::error("The test group was not submitted: see the message below."),
-                    Flash::error(problem),
+                    Flash::error(problem.clone()),
                 ];
-                render(db, ctx, f, FieldErrors::new(), flashes, Extras::of(&github))
+                let mut errors = FieldErrors::new();
+                errors.insert(field.to_string(), problem);
+                render(db, ctx, f, errors, flashes, Extras::of(&github))
             }
         }
     })
