@@ -64,9 +64,8 @@ impl Kept {
         (at.elapsed() < reread).then(|| diff.clone())
     }
 
-    /// Remembers what a store read begun at `started` found, unless something newer was
-    /// remembered meanwhile (a diff kept while the read was under way must not be replaced
-    /// by the read's older "none").
+    /// Remembers what a store read begun at `started` found, unless something was remembered
+    /// meanwhile (a diff kept during the read is not replaced by the read's older "none").
     fn remember_read(
         &mut self,
         run_id: &str,
@@ -219,7 +218,6 @@ impl Github {
         });
         let mut kept = self.kept_diffs.lock();
         kept.remember_read(run_id, diff.clone().map(Arc::new), started);
-        // What is remembered now (a diff kept during the read wins over the read's none).
         match kept.fresh(run_id) {
             Some(known) => known.map(|d| (*d).clone()),
             None => diff,
@@ -480,9 +478,8 @@ mod tests {
     /// component's back is still shown), dropped at once by this instance's pruning, read
     /// from the store again once old: a complete diff after an hour, a missing or incomplete
     /// one after 30 s. Fails on main: every read went to the store.
-    /// A diff kept while a page's store read was under way is not replaced by the read's
-    /// older "none" (fails without `remember_read`: the run page showed no diff for 30 s,
-    /// seen on MongoDB where the read is slower).
+    /// A diff kept during a page's store read outlives the read's older "none" (on MongoDB
+    /// the run page showed no diff for 30 s without `remember_read`).
     #[test]
     fn a_diff_kept_during_a_read_outlives_the_reads_none() {
         let mut kept = Kept::default();
@@ -502,7 +499,6 @@ mod tests {
             matches!(kept.fresh("r"), Some(Some(_))),
             "the kept diff stays"
         );
-        // A read begun after the keep is remembered.
         kept.remember_read("r", None, std::time::Instant::now());
         assert!(matches!(kept.fresh("r"), Some(None)));
     }
