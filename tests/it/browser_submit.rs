@@ -1,6 +1,7 @@
 //! Submitting a test in real Chromium (the helpers of `browser.rs`): the form refuses a bad
-//! commit next to its field and keeps what was typed, the corrected form creates the run, and
-//! an approver approves it from the run page. Screenshots go to `target/screenshots/`.
+//! commit next to its field and keeps what was typed, the corrected form warns that the test
+//! has no nets and creates the run once that is confirmed, and an approver approves it from
+//! the run page. Screenshots go to `target/screenshots/`.
 
 use std::time::{Duration, Instant};
 
@@ -89,9 +90,25 @@ async fn submit_a_test_correct_a_refusal_and_have_it_approved() {
     assert_eq!(value_of(&c, "resolved_base").await, "not a sha");
     screenshot(&c, "submit_refused").await;
 
-    // Corrected, the form creates the run and shows its page.
+    // Corrected, the form warns that the test has no nets (none given, none read: GitHub
+    // is not reachable) and creates nothing until "Create without nets" is pressed.
     set(&c, "resolved_base", &sha('a')).await;
     submit_test(&c).await;
+    wait_for_answer(&c, "The test was not created yet").await;
+    let warning = c
+        .find(Locator::Css("#warning-new_nets"))
+        .await
+        .expect("the warning at the test nets");
+    assert!(warning.is_displayed().await.expect("displayed?"));
+    assert!(warning.text().await.expect("text").contains("No test nets"));
+    assert_eq!(value_of(&c, "resolved_base").await, sha('a'));
+    screenshot(&c, "submit_no_nets").await;
+    let confirm = c
+        .find(Locator::Css("button[name=\"confirm_no_nets\"]"))
+        .await
+        .expect("the Create without nets button");
+    assert!(confirm.is_displayed().await.expect("displayed?"));
+    confirm.click().await.expect("click Create without nets");
     wait_to_leave(&c, "/tests/run").await;
     let url = c.current_url().await.expect("url");
     let run = url

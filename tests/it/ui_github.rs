@@ -252,6 +252,8 @@ async fn each_problem_shows_at_its_field_and_creates_nothing() {
             ("new_signature", "1893224"),
             ("base_signature", "1947203"),
             ("run-info", "submitted while GitHub is down"),
+            // No nets given, none read (GitHub down): confirmed ("Create without nets").
+            ("confirm_no_nets", "1"),
         ],
     )
     .await;
@@ -383,7 +385,9 @@ async fn a_repository_outside_the_fork_network_is_refused_for_new_accounts_only(
 
     // Older: warned, and the run records the network's root as master_repo.
     let mut veteran = logged_in(&server, "veteran").await;
-    let page = submit(&mut veteran, &stranger).await;
+    // Its commits name no nets: confirmed ("Create without nets").
+    let confirmed = [&stranger[..], &[("confirm_no_nets", "1")]].concat();
+    let page = submit(&mut veteran, &confirmed).await;
     let id = created(&page);
     let (_, run) = server.get_json(&format!("/api/get_run/{id}")).await;
     assert_eq!(
@@ -437,6 +441,8 @@ async fn commits_by_hand_with_no_repository_and_a_master_base_bench_checked() {
             ("new_signature", "1893224"),
             ("base_signature", base_bench),
             ("run-info", "by hand"),
+            // No nets given, none read from these commits: confirmed ("Create without nets").
+            ("confirm_no_nets", "1"),
         ]
     };
 

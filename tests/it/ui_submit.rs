@@ -110,8 +110,15 @@ pub(crate) async fn post_form(b: &mut Browser<'_>, fields: &[(String, String)]) 
     b.post("/tests/run", &pairs).await
 }
 
-/// The form as the page shows it, filled in with a valid SPRT test.
+/// The form as the page shows it, filled in with a valid SPRT test, without nets (none
+/// typed, none read: no GitHub) and so confirmed as the "Create without nets" button does
+/// (`confirm_no_nets=1`; see [`a_test_without_nets_is_created_only_once_confirmed`]).
 async fn filled_form(b: &mut Browser<'_>) -> Vec<(String, String)> {
+    with(&unconfirmed_form(b).await, &[("confirm_no_nets", "1")])
+}
+
+/// [`filled_form`] without the confirmation that it has no nets.
+async fn unconfirmed_form(b: &mut Browser<'_>) -> Vec<(String, String)> {
     let page = b.get("/tests/run").await;
     assert_eq!(page.status, 200, "{}", page.body);
     with(
@@ -551,7 +558,8 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
                 .contains("name=\"new_tag\" value=\"patch\" readonly")
         );
 
-        let page = post_form(&mut bob, &fields).await;
+        // A rerun of a run without nets on a side asks first too: confirmed here.
+        let page = post_form(&mut bob, &with(&fields, &[("confirm_no_nets", "1")])).await;
         let new = created(&page);
         let mut was = comparable(&server, &old).await;
         let mut now = comparable(&server, &new).await;
@@ -582,6 +590,162 @@ async fn a_rerun_prefills_the_form_and_resubmits_an_equivalent_run() {
     );
     let page = bob.get("/tests/run?preset=nope").await;
     assert!(page.body.contains("Unknown preset"));
+}
+
+/// The warnings (`id="warning-<field>"`) a page shows, by field.
+fn warnings(body: &str) -> Vec<(String, String)> {
+    Regex::new(r#"id="warning-([^"]+)" role="status">([^<]*)</span>"#)
+        .unwrap()
+        .captures_iter(body)
+        .map(|c| (c[1].to_string(), unescape(&c[2])))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_test_without_nets_is_created_only_once_confirmed() {
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    record_net(&server, "nn-0123456789ab.nnue");
+    let mut alice = logged_in(&server, "alice").await;
+    let form = unconfirmed_form(&mut alice).await;
+    let button = "<button type=\"submit\" name=\"confirm_no_nets\" value=\"1\"";
+
+    // No nets on either side (none typed, none read: GitHub is not reachable): the form
+    // comes back with a warning at each nets field and the button, nothing created.
+    let page = post_form(&mut alice, &form).await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    assert_eq!(
+        run_count(&server),
+        0,
+        "nothing created before the confirmation"
+    );
+    assert!(
+        page.body.contains("The test was not created yet"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(button), "{}", page.body);
+    assert!(
+        !page.body.contains("id=\"error-"),
+        "a warning, not a refusal"
+    );
+    let shown = warnings(&page.body);
+    assert_eq!(
+        shown.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(),
+        ["new_nets", "base_nets"],
+        "{shown:?}"
+    );
+    assert!(shown[0].1.starts_with("No test nets"), "{shown:?}");
+    assert!(shown[1].1.starts_with("No base nets"), "{shown:?}");
+    assert!(
+        page.body.contains("<details class=\"advanced\" open>"),
+        "the nets fields shown"
+    );
+    // The form comes back as sent; posted again with the button, the run is created.
+    let back = form_fields(&page.body);
+    for name in [
+        "new_tag",
+        "resolved_new",
+        "resolved_base",
+        "tests_repo",
+        "tc",
+    ] {
+        assert_eq!(field(&back, name), field(&form, name), "{name} kept");
+    }
+    let run = created(&post_form(&mut alice, &with(&back, &[("confirm_no_nets", "1")])).await);
+    assert_eq!(run_count(&server), 1);
+    let (_, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(v["args"]["new_nets"], json!([]), "{v}");
+
+    // Nets on one side only: the warning at the other side alone.
+    let page = post_form(
+        &mut alice,
+        &with(&form, &[("new_nets", "nn-0123456789ab.nnue")]),
+    )
+    .await;
+    assert_eq!(page.status, 200, "{}", page.location);
+    let shown = warnings(&page.body);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0].0, "base_nets");
+    assert!(shown[0].1.starts_with("No base nets"), "{shown:?}");
+    assert_eq!(run_count(&server), 1);
+
+    // Nets on both sides: created at once, no question asked.
+    let both = with(
+        &form,
+        &[
+            ("new_nets", "nn-0123456789ab.nnue"),
+            ("base_nets", "nn-0123456789ab.nnue"),
+        ],
+    );
+    created(&post_form(&mut alice, &both).await);
+    assert_eq!(run_count(&server), 2);
+
+    // A refusal still comes first: the warning only before a run that would be created.
+    let page = post_form(&mut alice, &with(&form, &[("tc", "ten")])).await;
+    assert!(page.body.contains("id=\"error-tc\""), "{}", page.body);
+    assert!(warnings(&page.body).is_empty());
+    assert_eq!(run_count(&server), 2);
+}
+
+#[tokio::test]
+async fn commits_by_hand_with_the_tests_repository_left_empty() {
+    // Issue 37: the field's hint says it may be left empty (the profile's repository, else
+    // the official one), and a test whose commits are typed by hand was refused
+    // (`The tests repository "" must be …`).
+    let server = TestServer::start().await;
+    add_user(&server, "alice", &[]);
+    let mut alice = logged_in(&server, "alice").await;
+    let form = with(&filled_form(&mut alice).await, &[("tests_repo", "")]);
+
+    // No repository in the profile: the official one.
+    let run = created(&post_form(&mut alice, &form).await);
+    let (_, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(
+        v["args"]["tests_repo"], "https://github.com/official-stockfish/Stockfish",
+        "{v}"
+    );
+
+    // A repository in the profile: that one.
+    let token = alice.get("/user").await.csrf();
+    let page = alice
+        .post(
+            "/user",
+            &[
+                ("user", "alice"),
+                ("email", "alice@example.org"),
+                ("old_password", PASSWORD),
+                ("password", ""),
+                ("password2", ""),
+                ("tests_repo", "https://github.com/alice/Stockfish"),
+                ("csrf_token", &token),
+            ],
+        )
+        .await;
+    assert!(page.status == 302 || page.status == 200, "{}", page.body);
+    // The new form starts from the profile's repository once the server sees the change.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = alice.get("/tests/run").await;
+        if field(&form_fields(&page.body), "tests_repo")
+            == Some("https://github.com/alice/Stockfish")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the profile's repository never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let form = with(&filled_form(&mut alice).await, &[("tests_repo", "")]);
+    let run = created(&post_form(&mut alice, &form).await);
+    let (_, v) = server.get_json(&format!("/api/get_run/{run}")).await;
+    assert_eq!(
+        v["args"]["tests_repo"], "https://github.com/alice/Stockfish",
+        "{v}"
+    );
+    assert_eq!(run_count(&server), 2);
 }
 
 #[tokio::test]

@@ -90,6 +90,9 @@ pub struct RunForm {
     /// was typed, and nothing is submitted.
     #[serde(rename = "preset")]
     pub apply_preset: String,
+    /// `1`: the "Create without nets" button, after the form warned that a side's nets
+    /// resolved to none (the run is created without them).
+    pub confirm_no_nets: String,
 }
 
 /// The SPRT bounds choices: key, label, elo0, elo1 (`custom` takes the two fields).

@@ -3,7 +3,9 @@
 //! (create the run).
 //!
 //! Owns: the page (the selects, the preset links) and the two handlers; each refusal is
-//! shown next to its field with the user's input kept. The form's values are
+//! shown next to its field with the user's input kept; a test whose nets resolve to none on
+//! a side comes back with a warning there and is created only with the "Create without
+//! nets" button (`confirm_no_nets=1`). The form's values are
 //! `submit_form.rs`'s, reading a posted form into run arguments `submit_args.rs`'s.
 //! Must not: check a run's arguments itself. The run is created by `RunDb::submit_run`, the
 //! same code as `/api/create_run`; its refusals name the argument, mapped to a form field.
@@ -54,6 +56,8 @@ pub struct RunFormPage {
     pub l: Layout,
     pub f: RunForm,
     pub errors: FieldErrors,
+    /// Warnings by field (nets that resolved to none), with the "Create without nets" button.
+    pub warnings: FieldErrors,
     /// A rerun: the commits are fixed (read-only).
     pub rerun: bool,
     /// The "advanced" fields shown unfolded (GitHub failed, or they hold values).
@@ -95,6 +99,9 @@ pub struct Extras {
     pub advanced_open: bool,
     pub missing_nets: bool,
     pub master: Option<(String, String)>,
+    /// Warnings by field: a side whose nets resolved to none (confirmed by the
+    /// "Create without nets" button, `confirm_no_nets=1`).
+    pub warnings: FieldErrors,
 }
 
 impl Extras {
@@ -154,6 +161,7 @@ fn render(
     let throughputs = choices(THROUGHPUTS.iter().map(|t| (*t, *t)), f.throughput.trim());
     let compilers = choices([("clang++", "clang++"), ("g++", "g++")], f.compiler.trim());
     let advanced_open = extras.advanced_open
+        || !extras.warnings.is_empty()
         || [&f.resolved_new, &f.resolved_base, &f.new_nets, &f.base_nets]
             .iter()
             .any(|v| !v.trim().is_empty())
@@ -170,6 +178,7 @@ fn render(
     let page = RunFormPage {
         l,
         errors,
+        warnings: extras.warnings,
         rerun,
         advanced_open,
         missing_nets: extras.missing_nets,
@@ -239,6 +248,26 @@ async fn submit_takes(
         }
     }
     response
+}
+
+/// The warnings for the sides whose nets resolved to none, at their fields.
+fn no_nets(args: &crate::rundb::create::CreateArgs) -> FieldErrors {
+    let mut warnings = FieldErrors::new();
+    for (key, nets, side) in [
+        ("new_nets", &args.new_nets, "test"),
+        ("base_nets", &args.base_nets, "base"),
+    ] {
+        if nets.is_empty() {
+            warnings.insert(
+                key.to_string(),
+                format!(
+                    "No {side} nets: none were given and none could be read from the {side} \
+                     commit. Give them here, or create the test without nets."
+                ),
+            );
+        }
+    }
+    warnings
 }
 
 /// The query of `GET /tests/run`.
@@ -421,6 +450,24 @@ pub async fn submit(
                 );
             }
         };
+        // A side whose nets resolved to none (none typed, none read from its commit): the
+        // form comes back with a warning at the nets and a "Create without nets" button,
+        // unless that button was pressed; only a run that would otherwise be created.
+        if f.confirm_no_nets.trim() != "1" {
+            let warnings = no_nets(&args);
+            if !warnings.is_empty()
+                && crate::rundb::create::build_run(args.clone(), &user.username, &db.books())
+                    .is_ok()
+            {
+                extras.warnings = warnings;
+                let f = typed.clone().unwrap_or(f);
+                let flash = Flash::warning(
+                    "The test was not created yet: it has no nets on a side (see the warning \
+                     under \"Advanced\"). Give the nets, or press \"Create without nets\".",
+                );
+                return render(db, ctx, f, FieldErrors::new(), vec![flash], extras);
+            }
+        }
         let repo = args.tests_repo.clone();
         match db.submit_run(args, &user) {
             Ok(id) => {
