@@ -495,10 +495,7 @@ mod tests {
         };
         kept.remember("r", Some(Arc::new(d)));
         kept.remember_read("r", None, started);
-        assert!(
-            matches!(kept.fresh("r"), Some(Some(_))),
-            "the kept diff stays"
-        );
+        assert!(matches!(kept.fresh("r"), Some(Some(_))), "kept");
         kept.remember_read("r", None, std::time::Instant::now());
         assert!(matches!(kept.fresh("r"), Some(None)));
     }

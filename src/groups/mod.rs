@@ -405,6 +405,21 @@ impl Groups {
             let now = GroupState::of_takes(runs.iter().flatten().map(take_state));
             if now.live() {
                 group.state = now;
+            } else {
+                // Every take ended since the last tick: what the tick will save (a passed
+                // take is the winner), not the stale live state.
+                let passed = group
+                    .run_ids
+                    .iter()
+                    .zip(&runs)
+                    .find(|(_, r)| r.as_ref().map(take_state) == Some(TakeState::Passed));
+                match passed {
+                    Some((id, _)) => {
+                        group.state = GroupState::Passed;
+                        group.winner = Some(id.clone());
+                    }
+                    None => group.state = GroupState::Ended,
+                }
             }
         }
         let takes = group
