@@ -150,11 +150,14 @@ async fn stored_trajectory(server: &TestServer, run: &str, games: u64) -> shoal:
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let stored = stored_run(server, run);
-        if stored
-            .trajectory
-            .points
-            .last()
-            .is_some_and(|p| p.g >= games)
+        // The run's results and its trajectory both caught up (on MongoDB the two are read
+        // from the store one after the other, so one can be ahead of the other).
+        if (stored.results.games() >= games
+            && stored
+                .trajectory
+                .points
+                .last()
+                .is_some_and(|p| p.g >= games))
             || Instant::now() > deadline
         {
             return stored;
